@@ -1,0 +1,117 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/esfs/esfs/store"
+	"github.com/urfave/cli/v2"
+)
+
+// esFlags are the flags that say where the cluster is and which filesystem to
+// use. Secrets come only from the environment or from files, never from argv,
+// where every user of the machine can read them.
+func esFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "es-url", EnvVars: []string{"ELASTICSEARCH_URL", "ESFS_ES_URL"}, Value: store.DefaultURL,
+			Usage: "Elasticsearch URL(s), comma-separated"},
+		&cli.StringFlag{Name: "index", EnvVars: []string{"ESFS_INDEX"}, Value: store.DefaultPrefix,
+			Usage: "name of the filesystem (the prefix of its indices)"},
+		&cli.StringFlag{Name: "es-username", EnvVars: []string{"ESFS_ES_USERNAME"}, Usage: "basic auth user (password from ESFS_ES_PASSWORD or --es-password-file)"},
+		&cli.StringFlag{Name: "es-password-file", EnvVars: []string{"ESFS_ES_PASSWORD_FILE"}, Usage: "file holding the basic auth password"},
+		&cli.StringFlag{Name: "es-api-key-file", EnvVars: []string{"ESFS_ES_API_KEY_FILE"}, Usage: "file holding an API key (or set ESFS_ES_API_KEY)"},
+		&cli.StringFlag{Name: "es-ca-cert", EnvVars: []string{"ESFS_ES_CA_CERT"}, Usage: "PEM file of the CA that signed the cluster's certificate"},
+		&cli.StringFlag{Name: "es-fingerprint", EnvVars: []string{"ESFS_ES_FINGERPRINT"}, Usage: "hex SHA-256 fingerprint of the cluster's certificate"},
+		&cli.BoolFlag{Name: "es-insecure", EnvVars: []string{"ESFS_ES_INSECURE"}, Usage: "do not verify the cluster's TLS certificate (unsafe)"},
+		&cli.DurationFlag{Name: "es-timeout", EnvVars: []string{"ESFS_ES_TIMEOUT"}, Value: 15 * time.Second, Usage: "bound on each request to Elasticsearch"},
+	}
+}
+
+// storeConfig reads the Elasticsearch flags of the root command.
+func storeConfig(c *cli.Context, log *slog.Logger) (store.Config, error) {
+	cfg := store.Config{
+		URLs:            []string{c.String("es-url")},
+		Prefix:          c.String("index"),
+		Username:        c.String("es-username"),
+		Password:        os.Getenv("ESFS_ES_PASSWORD"),
+		APIKey:          os.Getenv("ESFS_ES_API_KEY"),
+		CACertFile:      c.String("es-ca-cert"),
+		CertFingerprint: c.String("es-fingerprint"),
+		Insecure:        c.Bool("es-insecure"),
+		RequestTimeout:  c.Duration("es-timeout"),
+		Logger:          log,
+	}
+	if f := c.String("es-password-file"); f != "" {
+		pw, err := readSecret(f)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Password = pw
+	}
+	if f := c.String("es-api-key-file"); f != "" {
+		key, err := readSecret(f)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.APIKey = key
+	}
+	if cfg.RequestTimeout <= 0 {
+		return cfg, usagef("--es-timeout must be positive")
+	}
+	return cfg, nil
+}
+
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading secret: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// openStore connects to the cluster and opens the filesystem, turning the
+// usual mistakes into one line that says what to do.
+func openStore(ctx context.Context, c *cli.Context, log *slog.Logger, mustExist bool) (*store.Store, error) {
+	cfg, err := storeConfig(c, log)
+	if err != nil {
+		return nil, err
+	}
+	s, err := store.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !mustExist {
+		return s, nil
+	}
+	if err := s.Open(ctx); err != nil {
+		s.Close()
+		return nil, explain(err, c.String("es-url"))
+	}
+	return s, nil
+}
+
+// explain adds the likely cause to a connection-level error.
+func explain(err error, url string) error {
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		return fmt.Errorf("cannot reach Elasticsearch at %s (is it running? set ELASTICSEARCH_URL or --es-url): %w", redact(url), err)
+	case errors.Is(err, store.ErrAuth):
+		return fmt.Errorf("Elasticsearch at %s refused the credentials (check ESFS_ES_USERNAME/ESFS_ES_PASSWORD or the API key): %w", redact(url), err)
+	}
+	return oneLine(err)
+}
+
+// redact drops user:password@ from a URL for messages.
+func redact(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		if j := strings.LastIndex(u[i+3:], "@"); j >= 0 {
+			return u[:i+3] + u[i+3+j+1:]
+		}
+	}
+	return u
+}

@@ -1,0 +1,77 @@
+// Package cmd is esfs's command line: it parses flags and environment, builds
+// the store, and runs one command. It holds no package-level mutable state.
+package cmd
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Version is set at build time with -ldflags "-X github.com/esfs/esfs/cmd.Version=...".
+var Version = "dev"
+
+// Main runs the command line given in args (args[0] is the program name).
+func Main(args []string) error {
+	app := &cli.App{
+		Name:    "esfs",
+		Usage:   "a POSIX filesystem stored in Elasticsearch",
+		Version: Version,
+		Commands: []*cli.Command{
+			cmdMkfs(),
+			cmdMount(),
+			cmdUmount(),
+		},
+		// One clear line on stderr, from main, never a usage dump on an
+		// operational error.
+		HideHelpCommand:      true,
+		EnableBashCompletion: false,
+		ExitErrHandler:       func(*cli.Context, error) {},
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usageError{err}
+		},
+	}
+	return app.Run(args)
+}
+
+// usageError is a mistake on the command line (exit status 2).
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+// ExitCode maps an error to the process exit status: 2 for usage mistakes,
+// 1 for everything else.
+func ExitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// logger builds the process's structured logger.
+func logger(debug bool) *slog.Logger {
+	level := slog.LevelInfo
+	if debug {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// oneLine keeps an error message on one line, as a terminal user reads it.
+func oneLine(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if !strings.ContainsAny(msg, "\n\r") {
+		return err
+	}
+	return fmt.Errorf("%s", strings.Join(strings.Fields(msg), " "))
+}

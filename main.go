@@ -1,0 +1,16 @@
+// Command esfs mounts an Elasticsearch index as a POSIX filesystem.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/esfs/esfs/cmd"
+)
+
+func main() {
+	if err := cmd.Main(os.Args); err != nil {
+		fmt.Fprintf(os.Stderr, "esfs: %v\n", err)
+		os.Exit(cmd.ExitCode(err))
+	}
+}

@@ -1,0 +1,88 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinels. Callers test with errors.Is; the wrapped error carries the cause
+// (Elasticsearch's error type and reason, never credentials).
+var (
+	// ErrNotFound: the document does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrExists: a create-if-absent met an existing document.
+	ErrExists = errors.New("already exists")
+	// ErrConflict: a conditional write met a document whose sequence number
+	// changed since it was read (or that was deleted meanwhile).
+	ErrConflict = errors.New("version conflict")
+	// ErrUnavailable: the cluster could not be reached or did not answer in time,
+	// or answered 5xx/429. The outcome of a write that failed this way is unknown.
+	ErrUnavailable = errors.New("elasticsearch unavailable")
+	// ErrAuth: the cluster refused our credentials (401) or permissions (403).
+	ErrAuth = errors.New("elasticsearch refused the credentials")
+	// ErrNoIndex: an esfs index is missing; the filesystem was not created with mkfs.
+	ErrNoIndex = errors.New("index missing (run esfs mkfs)")
+	// ErrMapping: an index exists with a mapping esfs cannot use.
+	ErrMapping = errors.New("index mapping conflicts with esfs")
+	// ErrCorrupt: a document could not be decoded or breaks the model.
+	ErrCorrupt = errors.New("corrupt document")
+	// ErrInvalid: a request esfs refuses before sending (bad path, bad name).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrRejected: Elasticsearch refused the request as malformed (400); a bug
+	// or a cluster setting, never a condition to retry.
+	ErrRejected = errors.New("elasticsearch rejected the request")
+)
+
+// esError is Elasticsearch's error object, as found in responses and bulk items.
+type esError struct {
+	Type   string `json:"type"`
+	Reason string `json:"reason"`
+}
+
+func (e *esError) String() string {
+	if e == nil {
+		return ""
+	}
+	if e.Reason == "" {
+		return e.Type
+	}
+	return e.Type + ": " + e.Reason
+}
+
+// statusError maps an HTTP status (of a response or of one bulk item) to a
+// sentinel wrapped with what Elasticsearch said.
+func statusError(status int, what string, cause *esError) error {
+	var base error
+	switch {
+	case status == 404 && cause != nil && cause.Type == "index_not_found_exception":
+		base = ErrNoIndex
+	case status == 404:
+		base = ErrNotFound
+	case status == 409 && cause != nil && cause.Type == "version_conflict_engine_exception" && isCreateConflict(cause.Reason):
+		base = ErrExists
+	case status == 409:
+		base = ErrConflict
+	case status == 401 || status == 403:
+		base = ErrAuth
+	case status == 429 || status >= 500:
+		base = ErrUnavailable
+	case status == 400:
+		base = ErrRejected
+	default:
+		base = fmt.Errorf("unexpected HTTP status %d", status)
+	}
+	if c := cause.String(); c != "" {
+		return fmt.Errorf("%s: %w (%d %s)", what, base, status, c)
+	}
+	return fmt.Errorf("%s: %w (%d)", what, base, status)
+}
+
+// isCreateConflict tells a create that met an existing document from a
+// conditional write that met a changed one: both are 409 version conflicts,
+// and only the reason text tells them apart ("document already exists").
+func isCreateConflict(reason string) bool {
+	return strings.Contains(reason, "document already exists")
+}
+
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

@@ -1,0 +1,53 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+)
+
+// RawPut writes an arbitrary JSON document, bypassing the model, so that tests
+// can plant corrupt documents. which is "paths", "inodes" or "data".
+func (s *Store) RawPut(ctx context.Context, which, id string, doc any) error {
+	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data}[which]
+	body, _ := json.Marshal(doc)
+	res, err := s.do(ctx, "raw put", request{method: "PUT", path: "/" + url.PathEscape(index) + "/_doc/" + url.PathEscape(id), body: body})
+	if err != nil {
+		return err
+	}
+	if res.status/100 != 2 {
+		return failure(fmt.Sprintf("raw put %s", id), res)
+	}
+	return nil
+}
+
+// RawMapping returns the mapping of one of the filesystem's indices.
+func (s *Store) RawMapping(ctx context.Context, which string) (dynamic string, props map[string]map[string]any, err error) {
+	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data, "locks": s.idx.Locks, "sessions": s.idx.Sessions}[which]
+	m, err := s.getMapping(ctx, index)
+	if err != nil {
+		return "", nil, err
+	}
+	props = map[string]map[string]any{}
+	for k, v := range m.Properties {
+		props[k] = v
+	}
+	return m.Dynamic, props, nil
+}
+
+// RawCreateIndex creates an index with the given body (to provoke conflicts).
+func (s *Store) RawCreateIndex(ctx context.Context, which string, body any) error {
+	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data, "locks": s.idx.Locks, "sessions": s.idx.Sessions}[which]
+	b, _ := json.Marshal(body)
+	res, err := s.do(ctx, "raw create index", request{method: "PUT", path: "/" + url.PathEscape(index), body: b})
+	if err != nil {
+		return err
+	}
+	if res.status/100 != 2 {
+		return failure("raw create index", res)
+	}
+	return nil
+}
+
+var EncodeText, DecodeText = encodeText, decodeText

@@ -1,0 +1,293 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+)
+
+// FormatVersion is written into every index's _meta; Open refuses others.
+const FormatVersion = 1
+
+// DefaultChunkSize is the size of one data chunk. 1 MiB keeps a 256 MiB file to
+// 256 documents and each document far below http.max_content_length, while a
+// FUSE write (128 KiB to 1 MiB) touches at most two chunks.
+const DefaultChunkSize = 1 << 20
+
+// MkfsOptions shape a new filesystem. The zero value is a sensible default.
+type MkfsOptions struct {
+	Shards          int    // primary shards of the path and inode indices; default 1
+	Replicas        string // number_of_replicas or auto_expand_replicas range; default "0-1"
+	RefreshInterval string // default "1s"
+	ChunkSize       int64  // default DefaultChunkSize
+	RootUid         uint32
+	RootGid         uint32
+	RootMode        uint32 // default 0755
+}
+
+type field map[string]any
+
+func kw() field        { return field{"type": "keyword"} }
+func long() field      { return field{"type": "long"} }
+func opaque() field    { return field{"type": "object", "enabled": false} }
+func storedKw() field  { return field{"type": "keyword", "index": false, "doc_values": false} }
+func boolean() field   { return field{"type": "boolean"} }
+func textField() field { return field{"type": "text"} }
+
+// mappings returns each index's properties. Adding a field here is safe: mkfs
+// adds missing fields to an existing index. Changing a field's type is not.
+func (s *Store) mappings(chunkSize int64) map[string]map[string]field {
+	return map[string]map[string]field{
+		s.idx.Paths: {
+			// path must have no ignore_above: a subtree scan sorts and filters on it.
+			"path":   kw(),
+			"parent": kw(),
+			"name":   {"type": "keyword", "fields": map[string]any{"text": textField()}},
+			"ino":    long(),
+			"type":   kw(),
+			"op":     kw(),
+			"role":   kw(),
+		},
+		s.idx.Inodes: {
+			"ino": long(), "type": kw(), "mode": long(), "uid": long(), "gid": long(),
+			"size": long(), "nlink": long(),
+			"atime": long(), "mtime": long(), "ctime": long(), "btime": long(),
+			"target":  storedKw(),
+			"xattrs":  opaque(),
+			"content": textField(),
+			"op":      kw(),
+		},
+		s.idx.Data: {
+			"ino":   long(),
+			"chunk": long(),
+			"data":  {"type": "binary"},
+		},
+		s.idx.Locks: {
+			"kind":    kw(), // "lock" or "op"
+			"path":    kw(),
+			"holders": opaque(),
+			"waiters": opaque(),
+			"op":      kw(),
+			"state":   kw(),
+			"owner":   kw(),
+			"epoch":   long(),
+			"body":    opaque(),
+		},
+		s.idx.Sessions: {
+			"session": kw(),
+			"counter": long(),
+			"host":    kw(),
+			"pid":     long(),
+			"started": long(),
+			"lease":   long(),
+			"fenced":  boolean(),
+			"body":    opaque(),
+		},
+	}
+}
+
+func (s *Store) allIndices() []string {
+	return []string{s.idx.Paths, s.idx.Inodes, s.idx.Data, s.idx.Locks, s.idx.Sessions}
+}
+
+// Mkfs creates the filesystem's indices and its root directory. It is
+// idempotent: existing indices are checked (and missing fields added), an
+// existing root is kept. A mapping esfs cannot use is refused with ErrMapping.
+func (s *Store) Mkfs(ctx context.Context, o MkfsOptions) error {
+	if o.Shards <= 0 {
+		o.Shards = 1
+	}
+	if o.Replicas == "" {
+		o.Replicas = "0-1"
+	}
+	if o.RefreshInterval == "" {
+		o.RefreshInterval = "1s"
+	}
+	if o.ChunkSize <= 0 {
+		o.ChunkSize = DefaultChunkSize
+	}
+	if o.RootMode == 0 {
+		o.RootMode = 0o755
+	}
+	maps := s.mappings(o.ChunkSize)
+	for _, name := range s.allIndices() {
+		if err := s.ensureIndex(ctx, name, maps[name], o); err != nil {
+			return err
+		}
+	}
+	if err := s.Open(ctx); err != nil {
+		return err
+	}
+	now := time.Now().UnixNano()
+	root := Inode{Ino: RootIno, Type: TypeDir, Mode: o.RootMode, Uid: o.RootUid, Gid: o.RootGid,
+		Nlink: 2, Atime: now, Mtime: now, Ctime: now, Btime: now}
+	if _, err := s.CreateInode(ctx, root); err != nil && !errors.Is(err, ErrExists) {
+		return fmt.Errorf("creating the root inode: %w", err)
+	}
+	if _, err := s.CreateDentry(ctx, Dentry{Path: "/", Ino: RootIno, Type: TypeDir}); err != nil && !errors.Is(err, ErrExists) {
+		return fmt.Errorf("creating the root directory: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) ensureIndex(ctx context.Context, name string, props map[string]field, o MkfsOptions) error {
+	settings := map[string]any{
+		"number_of_shards": o.Shards,
+		// An explicit interval: without one, a shard that saw no search for
+		// 30s stops refreshing and the next search waits for a refresh.
+		"refresh_interval": o.RefreshInterval,
+	}
+	if strings.Contains(o.Replicas, "-") {
+		settings["auto_expand_replicas"] = o.Replicas
+	} else {
+		settings["number_of_replicas"] = o.Replicas
+	}
+	meta := map[string]any{"esfs_format": FormatVersion}
+	if name == s.idx.Data {
+		meta["chunk_size"] = o.ChunkSize
+	}
+	body, _ := json.Marshal(map[string]any{
+		"settings": map[string]any{"index": settings},
+		"mappings": map[string]any{"dynamic": "strict", "_meta": meta, "properties": props},
+	})
+	what := "creating index " + name
+	res, err := s.do(ctx, what, request{method: "PUT", path: "/" + url.PathEscape(name), body: body})
+	if err != nil {
+		return err
+	}
+	if res.status == 200 {
+		return nil
+	}
+	if res.status != 400 || !strings.Contains(string(res.body), "resource_already_exists_exception") {
+		return failure(what, res)
+	}
+	return s.checkMapping(ctx, name, props)
+}
+
+// checkMapping compares an existing index's mapping with the wanted one.
+func (s *Store) checkMapping(ctx context.Context, name string, want map[string]field) error {
+	got, err := s.getMapping(ctx, name)
+	if err != nil {
+		return err
+	}
+	if got.Dynamic != "strict" {
+		return fmt.Errorf("index %s exists with dynamic=%q, esfs needs \"strict\": %w", name, got.Dynamic, ErrMapping)
+	}
+	if f, ok := got.Meta["esfs_format"]; !ok || fmt.Sprint(f) != fmt.Sprint(FormatVersion) {
+		return fmt.Errorf("index %s exists but was not created by this esfs (format %v, want %d): %w", name, f, FormatVersion, ErrMapping)
+	}
+	missing := map[string]field{}
+	var conflicts []string
+	for fname, f := range want {
+		have, ok := got.Properties[fname]
+		if !ok {
+			missing[fname] = f
+			continue
+		}
+		wantType, _ := f["type"].(string)
+		haveType, _ := have["type"].(string)
+		if haveType == "" {
+			haveType = "object"
+		}
+		if wantType != haveType {
+			conflicts = append(conflicts, fmt.Sprintf("%s is %s, want %s", fname, haveType, wantType))
+		}
+		if e, ok := f["enabled"]; ok && fmt.Sprint(have["enabled"]) != fmt.Sprint(e) {
+			conflicts = append(conflicts, fmt.Sprintf("%s has enabled=%v, want %v", fname, have["enabled"], e))
+		}
+		if _, ok := have["ignore_above"]; ok {
+			conflicts = append(conflicts, fmt.Sprintf("%s has ignore_above, which would hide long paths", fname))
+		}
+	}
+	if len(conflicts) > 0 {
+		sort.Strings(conflicts)
+		return fmt.Errorf("index %s exists with a mapping esfs cannot use (%s): %w", name, strings.Join(conflicts, "; "), ErrMapping)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	body, _ := json.Marshal(map[string]any{"properties": missing})
+	what := "adding fields to index " + name
+	res, err := s.do(ctx, what, request{method: "PUT", path: "/" + url.PathEscape(name) + "/_mapping", body: body})
+	if err != nil {
+		return err
+	}
+	if res.status != 200 {
+		return failure(what, res)
+	}
+	return nil
+}
+
+type indexMapping struct {
+	Dynamic    string           `json:"dynamic"`
+	Meta       map[string]any   `json:"_meta"`
+	Properties map[string]field `json:"properties"`
+}
+
+func (s *Store) getMapping(ctx context.Context, name string) (indexMapping, error) {
+	what := "reading the mapping of index " + name
+	res, err := s.do(ctx, what, request{method: "GET", path: "/" + url.PathEscape(name) + "/_mapping"})
+	if err != nil {
+		return indexMapping{}, err
+	}
+	if res.status != 200 {
+		return indexMapping{}, failure(what, res)
+	}
+	var body map[string]struct {
+		Mappings indexMapping `json:"mappings"`
+	}
+	if err := json.Unmarshal(res.body, &body); err != nil {
+		return indexMapping{}, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+	}
+	m, ok := body[name]
+	if !ok {
+		return indexMapping{}, fmt.Errorf("%s: %w", what, ErrNoIndex)
+	}
+	return m.Mappings, nil
+}
+
+// Open checks that the filesystem exists and was made by a compatible esfs,
+// and reads the settings fixed at mkfs time. Every other method needs it.
+func (s *Store) Open(ctx context.Context) error {
+	for _, name := range s.allIndices() {
+		m, err := s.getMapping(ctx, name)
+		if errors.Is(err, ErrNoIndex) {
+			return fmt.Errorf("filesystem %q not found (index %s is missing; create it with: esfs mkfs --index %s): %w", s.idx.Paths, name, s.idx.Paths, ErrNoIndex)
+		}
+		if err != nil {
+			return err
+		}
+		if f := m.Meta["esfs_format"]; fmt.Sprint(f) != fmt.Sprint(FormatVersion) {
+			return fmt.Errorf("index %s was not made by esfs mkfs (format %v, want %d): %w", name, f, FormatVersion, ErrMapping)
+		}
+		if name == s.idx.Data {
+			cs, ok := m.Meta["chunk_size"].(float64)
+			if !ok || cs < 4096 || cs > 64<<20 {
+				return fmt.Errorf("index %s has no valid chunk_size in its _meta: %w", name, ErrMapping)
+			}
+			s.chunkSize = int64(cs)
+		}
+	}
+	return nil
+}
+
+// ChunkSize is the data chunk size of the opened filesystem.
+func (s *Store) ChunkSize() int64 { return s.chunkSize }
+
+// DeleteFilesystem deletes every index of the filesystem (tests, esfs rmfs).
+func (s *Store) DeleteFilesystem(ctx context.Context) error {
+	what := "deleting filesystem " + s.idx.Paths
+	res, err := s.do(ctx, what, request{method: "DELETE", path: "/" + strings.Join(s.allIndices(), ","), query: url.Values{"ignore_unavailable": {"true"}}})
+	if err != nil {
+		return err
+	}
+	if res.status != 200 {
+		return failure(what, res)
+	}
+	return nil
+}

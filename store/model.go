@@ -1,0 +1,267 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits of the namespace, as Linux sets them.
+const (
+	MaxName = 255  // bytes in one name
+	MaxPath = 4096 // bytes in a whole path, including the leading '/'
+)
+
+// RootIno is the inode number of "/", fixed so that mkfs is idempotent and
+// every mount agrees on it. FUSE reserves 1 for the root too.
+const RootIno uint64 = 1
+
+// FileType is what a path names. The zero value is not a valid type.
+type FileType uint8
+
+const (
+	TypeFile FileType = iota + 1
+	TypeDir
+	TypeSymlink
+)
+
+func (t FileType) String() string {
+	switch t {
+	case TypeFile:
+		return "file"
+	case TypeDir:
+		return "dir"
+	case TypeSymlink:
+		return "symlink"
+	}
+	return fmt.Sprintf("FileType(%d)", uint8(t))
+}
+
+func parseFileType(s string) (FileType, error) {
+	switch s {
+	case "file":
+		return TypeFile, nil
+	case "dir":
+		return TypeDir, nil
+	case "symlink":
+		return TypeSymlink, nil
+	}
+	return 0, fmt.Errorf("unknown file type %q", s)
+}
+
+// Version identifies one state of one document: Elasticsearch's sequence
+// number and primary term. A conditional write names the Version it read and
+// fails with ErrConflict if the document moved on. The zero Version is "unknown".
+type Version struct {
+	SeqNo       int64
+	PrimaryTerm int64
+}
+
+// Known reports whether v came from Elasticsearch (primary terms start at 1).
+func (v Version) Known() bool { return v.PrimaryTerm > 0 }
+
+// Role says which side of a rename an intent-marked path document is on.
+type Role string
+
+const (
+	RoleNone Role = ""
+	RoleSrc  Role = "src" // an old path, visible until the rename commits
+	RoleDst  Role = "dst" // a new path, visible once the rename commits
+)
+
+// Intent marks a path document that an unfinished operation wrote or will
+// remove; readers resolve it through the operation record (see locking/).
+type Intent struct {
+	Op   string
+	Role Role
+}
+
+// Dentry is one path document: a name in a directory, pointing at an inode.
+type Dentry struct {
+	Path   string // absolute, "/" for the root, no trailing slash; raw bytes
+	Parent string // Path's directory; "" for the root
+	Name   string // last component; "" for the root
+	Ino    uint64
+	Type   FileType
+	Intent Intent
+	Ver    Version // of the path document, set by reads and writes
+}
+
+// Inode is one attribute document, shared by every path that links to it.
+type Inode struct {
+	Ino   uint64
+	Type  FileType
+	Mode  uint32 // permission bits, setuid/setgid/sticky; never the type bits
+	Uid   uint32
+	Gid   uint32
+	Size  int64
+	Nlink uint32
+	// Times in nanoseconds since the Unix epoch, as the writing host saw them.
+	Atime, Mtime, Ctime, Btime int64
+	Target                     string            // symlink target, raw bytes
+	Xattrs                     map[string][]byte // extended attributes, names with their namespace
+	Ver                        Version           // of the inode document
+}
+
+// Node is a path joined with its inode: what a lookup returns.
+type Node struct {
+	Dentry
+	Attr Inode
+}
+
+// DocID is the _id of the path document for path: base64url(sha256(path)).
+// Paths can be 4096 bytes but _id is limited to 512, and a fixed-length hash
+// also keeps ids free of characters that need escaping in URLs.
+func DocID(path string) string {
+	sum := sha256.Sum256([]byte(path))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+func inodeID(ino uint64) string { return fmt.Sprintf("%d", ino) }
+
+// ChunkID is the _id of chunk n of inode ino in the data index.
+func chunkID(ino uint64, n int64) string { return fmt.Sprintf("%d.%d", ino, n) }
+
+// CheckName validates one path component against Linux's rules: any byte but
+// '/' and NUL, at most 255 bytes, and not "." or "..".
+func CheckName(name string) error {
+	switch {
+	case name == "" || name == "." || name == "..":
+		return fmt.Errorf("name %q: %w", name, ErrInvalid)
+	case len(name) > MaxName:
+		return fmt.Errorf("name of %d bytes: %w: %w", len(name), ErrInvalid, ErrNameTooLong)
+	case strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("name %q contains '/' or NUL: %w", name, ErrInvalid)
+	}
+	return nil
+}
+
+// ErrNameTooLong accompanies ErrInvalid when a name or path exceeds the limits,
+// so that fs/ can answer ENAMETOOLONG rather than EINVAL.
+var ErrNameTooLong = fmt.Errorf("name or path too long")
+
+// CheckPath validates an absolute, clean path.
+func CheckPath(path string) error {
+	if path == "/" {
+		return nil
+	}
+	if len(path) > MaxPath {
+		return fmt.Errorf("path of %d bytes: %w: %w", len(path), ErrInvalid, ErrNameTooLong)
+	}
+	if !strings.HasPrefix(path, "/") || strings.HasSuffix(path, "/") {
+		return fmt.Errorf("path %q is not absolute and clean: %w", path, ErrInvalid)
+	}
+	for _, c := range strings.Split(path[1:], "/") {
+		if err := CheckName(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Join returns the path of name inside dir.
+func Join(dir, name string) string {
+	if dir == "/" {
+		return "/" + name
+	}
+	return dir + "/" + name
+}
+
+// Split returns the directory and last component of a path; ("", "") for "/".
+func Split(path string) (dir, name string) {
+	if path == "/" {
+		return "", ""
+	}
+	i := strings.LastIndexByte(path, '/')
+	if i == 0 {
+		return "/", path[1:]
+	}
+	return path[:i], path[i+1:]
+}
+
+// IsWithin reports whether path is root or below it.
+func IsWithin(path, root string) bool {
+	if root == "/" || path == root {
+		return true
+	}
+	return strings.HasPrefix(path, root) && len(path) > len(root) && path[len(root)] == '/'
+}
+
+// Names and paths are arbitrary bytes but JSON carries only UTF-8, and
+// encoding/json silently turns invalid bytes into U+FFFD, so two different
+// names could collide. encodeText maps any byte string to valid UTF-8,
+// injectively and component by component (so prefixes and '/' survive):
+//
+//   - a byte that is not part of valid UTF-8 becomes U+10FF00+byte (>= U+10FF80);
+//   - a valid rune that is itself in U+10FF00..U+10FFFF is preceded by the
+//     escape rune U+10FF00;
+//   - everything else is itself.
+//
+// Those runes are in a private-use plane that real names practically never
+// use, so ordinary names are stored exactly as they are.
+const (
+	escBase = 0x10FF00
+)
+
+func needsEncoding(s string) bool {
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && n == 1) || r >= escBase {
+			return true
+		}
+		i += n
+	}
+	return false
+}
+
+func encodeText(s string) string {
+	if !needsEncoding(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			b.WriteRune(rune(escBase + int(s[i])))
+		case r >= escBase:
+			b.WriteRune(escBase)
+			b.WriteRune(r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+func decodeText(s string) (string, error) {
+	if !needsEncoding(s) {
+		return s, nil
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		i += n
+		switch {
+		case r == utf8.RuneError && n == 1:
+			return "", fmt.Errorf("invalid UTF-8 in stored text: %w", ErrCorrupt)
+		case r == escBase:
+			if i >= len(s) {
+				return "", fmt.Errorf("dangling escape in stored text: %w", ErrCorrupt)
+			}
+			r2, n2 := utf8.DecodeRuneInString(s[i:])
+			i += n2
+			b.WriteRune(r2)
+		case r > escBase && r >= escBase+0x80:
+			b.WriteByte(byte(r - escBase))
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String(), nil
+}

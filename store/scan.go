@@ -1,0 +1,170 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+)
+
+// Scanner pages through path documents in a stable order with search_after.
+// Searches are near-realtime: refresh first when the result must include
+// every acknowledged write. A Scanner holds O(page) memory whatever the
+// number of documents, and must be closed (it may hold a point-in-time).
+type Scanner struct {
+	s        *Store
+	query    map[string]any
+	sortKey  string
+	pageSize int
+	usePIT   bool
+	pit      string
+	after    []any
+	done     bool
+}
+
+// DefaultPageSize is the number of hits per search request.
+const DefaultPageSize = 1000
+
+// ListDir scans the children of dir in name order. It needs no point-in-time:
+// names are unique within a directory, so search_after on the name alone
+// returns each entry at most once, and entries that exist throughout are
+// returned, which is all POSIX asks of readdir.
+func (s *Store) ListDir(dir string, pageSize int) *Scanner {
+	return &Scanner{s: s, query: map[string]any{"term": map[string]any{"parent": encodeText(dir)}},
+		sortKey: "name", pageSize: pageSize}
+}
+
+// ScanTree scans root and every path below it in path order, over a
+// point-in-time, so that the scan sees one consistent snapshot of the index
+// however long it takes.
+func (s *Store) ScanTree(root string, pageSize int) *Scanner {
+	var q map[string]any
+	if root == "/" {
+		q = map[string]any{"match_all": map[string]any{}}
+	} else {
+		enc := encodeText(root)
+		q = map[string]any{"bool": map[string]any{"should": []any{
+			map[string]any{"term": map[string]any{"path": enc}},
+			map[string]any{"prefix": map[string]any{"path": enc + "/"}},
+		}, "minimum_should_match": 1}}
+	}
+	return &Scanner{s: s, query: q, sortKey: "path", pageSize: pageSize, usePIT: true}
+}
+
+// ScanOp scans the path documents that carry the intent of operation op.
+func (s *Store) ScanOp(op string, pageSize int) *Scanner {
+	return &Scanner{s: s, query: map[string]any{"term": map[string]any{"op": op}},
+		sortKey: "path", pageSize: pageSize, usePIT: true}
+}
+
+// Next returns the next page, or (nil, nil) at the end. Documents that fail
+// to decode are returned as errors in bad, the scan goes on: one corrupt
+// document must not hide a whole directory.
+func (sc *Scanner) Next(ctx context.Context) (page []Dentry, bad []error, err error) {
+	if sc.done {
+		return nil, nil, nil
+	}
+	if sc.pageSize <= 0 {
+		sc.pageSize = DefaultPageSize
+	}
+	s := sc.s
+	if sc.usePIT && sc.pit == "" {
+		what := "opening a point-in-time on " + s.idx.Paths
+		res, err := s.do(ctx, what, request{method: "POST", path: "/" + url.PathEscape(s.idx.Paths) + "/_pit", query: url.Values{"keep_alive": {"5m"}}})
+		if err != nil {
+			return nil, nil, err
+		}
+		if res.status != 200 {
+			return nil, nil, failure(what, res)
+		}
+		var pit struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(res.body, &pit); err != nil || pit.ID == "" {
+			return nil, nil, fmt.Errorf("%s: %w", what, ErrCorrupt)
+		}
+		sc.pit = pit.ID
+	}
+	req := map[string]any{
+		"size":                sc.pageSize,
+		"query":               sc.query,
+		"sort":                []any{map[string]any{sc.sortKey: "asc"}},
+		"seq_no_primary_term": true,
+		"track_total_hits":    false,
+	}
+	path := "/" + url.PathEscape(s.idx.Paths) + "/_search"
+	if sc.pit != "" {
+		req["pit"] = map[string]any{"id": sc.pit, "keep_alive": "5m"}
+		path = "/_search"
+	}
+	if sc.after != nil {
+		req["search_after"] = sc.after
+	}
+	body, _ := json.Marshal(req)
+	what := "searching " + s.idx.Paths
+	res, err := s.do(ctx, what, request{method: "POST", path: path, body: body})
+	if err != nil {
+		return nil, nil, err
+	}
+	if res.status != 200 {
+		return nil, nil, failure(what, res)
+	}
+	var out struct {
+		PitID string `json:"pit_id"`
+		Hits  struct {
+			Hits []struct {
+				ID          string          `json:"_id"`
+				SeqNo       int64           `json:"_seq_no"`
+				PrimaryTerm int64           `json:"_primary_term"`
+				Source      json.RawMessage `json:"_source"`
+				Sort        []any           `json:"sort"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	if err := json.Unmarshal(res.body, &out); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+	}
+	if out.PitID != "" {
+		sc.pit = out.PitID // the id may change between pages
+	}
+	hits := out.Hits.Hits
+	if len(hits) < sc.pageSize {
+		sc.done = true
+	}
+	if len(hits) > 0 {
+		sc.after = hits[len(hits)-1].Sort
+	}
+	page = make([]Dentry, 0, len(hits))
+	for _, h := range hits {
+		d, err := decodeDentry(h.Source, Version{SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm})
+		if err == nil && h.ID != DocID(d.Path) {
+			err = fmt.Errorf("document %s holds path %q, whose id differs: %w", h.ID, d.Path, ErrCorrupt)
+		}
+		if err != nil {
+			bad = append(bad, fmt.Errorf("document %s: %w", h.ID, err))
+			continue
+		}
+		page = append(page, d)
+	}
+	if sc.done {
+		sc.closePIT()
+	}
+	return page, bad, nil
+}
+
+// Close releases the point-in-time, if any. Safe to call twice.
+func (sc *Scanner) Close() {
+	sc.done = true
+	sc.closePIT()
+}
+
+func (sc *Scanner) closePIT() {
+	if sc.pit == "" {
+		return
+	}
+	body, _ := json.Marshal(map[string]any{"id": sc.pit})
+	sc.pit = ""
+	// Best effort with a fresh context: the caller's may be cancelled already,
+	// and a PIT left open only costs memory until its keep_alive ends.
+	_, _ = sc.s.do(context.Background(), "closing a point-in-time", request{method: "DELETE", path: "/_pit", body: body})
+}
