@@ -1,0 +1,332 @@
+package cmd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/esfs/esfs/cache"
+	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/store"
+	"github.com/urfave/cli/v2"
+)
+
+// daemonFD is the descriptor on which a --daemon child reports readiness.
+const daemonEnv = "ESFS_DAEMON_READY_FD"
+
+func cmdMount() *cli.Command {
+	return &cli.Command{
+		Name:      "mount",
+		Usage:     "mount a filesystem; runs until unmounted or signalled",
+		ArgsUsage: "MOUNTPOINT",
+		Flags: append(esFlags(), []cli.Flag{
+			&cli.BoolFlag{Name: "read-only", Aliases: []string{"ro"}, EnvVars: []string{"ESFS_READ_ONLY"}, Usage: "mount read-only"},
+			&cli.BoolFlag{Name: "allow-other", EnvVars: []string{"ESFS_ALLOW_OTHER"}, Usage: "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)"},
+			&cli.DurationFlag{Name: "attr-timeout", Value: time.Second, EnvVars: []string{"ESFS_ATTR_TIMEOUT"}, Usage: "how long the kernel caches attributes"},
+			&cli.DurationFlag{Name: "entry-timeout", Value: time.Second, EnvVars: []string{"ESFS_ENTRY_TIMEOUT"}, Usage: "how long the kernel caches names"},
+			&cli.DurationFlag{Name: "negative-timeout", Value: time.Second, EnvVars: []string{"ESFS_NEGATIVE_TIMEOUT"}, Usage: "how long the kernel caches missing names"},
+			&cli.DurationFlag{Name: "cache-ttl", Value: time.Second, EnvVars: []string{"ESFS_CACHE_TTL"}, Usage: "how long the daemon caches metadata (0 disables)"},
+			&cli.IntFlag{Name: "cache-size", Value: 64, EnvVars: []string{"ESFS_CACHE_SIZE"}, Usage: "daemon metadata cache size in MiB"},
+			&cli.BoolFlag{Name: "debug", EnvVars: []string{"ESFS_DEBUG"}, Usage: "log every FUSE request"},
+			&cli.BoolFlag{Name: "daemon", Aliases: []string{"d"}, Usage: "detach once mounted; the exit status says whether it mounted"},
+		}...),
+		Action: runMount,
+	}
+}
+
+func runMount(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return usagef("mount needs exactly one argument, the mount point")
+	}
+	for _, d := range []string{"attr-timeout", "entry-timeout", "negative-timeout", "cache-ttl"} {
+		if c.Duration(d) < 0 {
+			return usagef("--%s must not be negative", d)
+		}
+	}
+	if c.Int("cache-size") < 1 {
+		return usagef("--cache-size must be at least 1 (MiB)")
+	}
+	mp, err := filepath.Abs(c.Args().First())
+	if err != nil {
+		return err
+	}
+	if err := checkMountpoint(mp); err != nil {
+		return err
+	}
+	if c.Bool("daemon") && os.Getenv(daemonEnv) == "" {
+		return daemonize(mp)
+	}
+	err = serve(c, mp)
+	if fd := os.Getenv(daemonEnv); fd != "" && err != nil {
+		reportReady(err)
+	}
+	return err
+}
+
+// checkMountpoint catches the usual mistakes before anything is started.
+func checkMountpoint(mp string) error {
+	st, err := os.Stat(mp)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("mount point %s does not exist", mp)
+	}
+	if err != nil {
+		return fmt.Errorf("mount point %s: %w", mp, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("mount point %s is not a directory", mp)
+	}
+	if mounted, err := isMounted(mp); err != nil {
+		return err
+	} else if mounted {
+		return fmt.Errorf("%s is already a mount point (unmount it first: esfs umount %s)", mp, mp)
+	}
+	return nil
+}
+
+// isMounted reads /proc/self/mountinfo: the mount point is field 5, with
+// spaces and other bytes escaped as octal.
+func isMounted(mp string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountinfo(fields[4]) == mp {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, ch := range s[i+1 : i+4] {
+				if ch < '0' || ch > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + byte(ch-'0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func serve(c *cli.Context, mp string) error {
+	log := logger(c.Bool("debug"))
+	ctx, cancel := context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
+	st, err := openStore(ctx, c, log, true)
+	if err != nil {
+		cancel()
+		return err
+	}
+	defer st.Close()
+	_, err = st.GetDentry(ctx, "/")
+	cancel()
+	if err != nil {
+		return explain(fmt.Errorf("filesystem %q has no root directory (run esfs mkfs --index %s): %w", st.Prefix(), st.Prefix(), err), c.String("es-url"))
+	}
+	ch, err := cache.New(int64(c.Int("cache-size"))<<20, c.Duration("cache-ttl"), c.Duration("cache-ttl"))
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	fsys := fs.New(st, ch, fs.Options{
+		ReadOnly:        c.Bool("read-only"),
+		AllowOther:      c.Bool("allow-other"),
+		AttrTimeout:     c.Duration("attr-timeout"),
+		EntryTimeout:    c.Duration("entry-timeout"),
+		NegativeTimeout: c.Duration("negative-timeout"),
+		CacheTTL:        c.Duration("cache-ttl"),
+		Debug:           c.Bool("debug"),
+		Logger:          log,
+		FsName:          "esfs:" + st.Prefix(),
+	})
+	srv, err := fs.Mount(mp, fsys)
+	if err != nil {
+		return oneLine(err)
+	}
+	log.Info("mounted", "index", st.Prefix(), "mountpoint", mp, "pid", os.Getpid())
+	reportReady(nil)
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { srv.Wait(); close(done) }()
+	select {
+	case <-done:
+		log.Info("unmounted", "mountpoint", mp)
+		return nil
+	case s := <-sigs:
+		log.Info("signal: unmounting", "signal", s.String(), "mountpoint", mp)
+	}
+	if err := srv.Unmount(); err != nil {
+		return fmt.Errorf("unmounting %s: %v (still busy? try esfs umount --lazy %s)", mp, err, mp)
+	}
+	<-done
+	return nil
+}
+
+// daemonize starts this program again in the background, without
+// --daemon, and waits until the child reports that it mounted or failed.
+func daemonize(mp string) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := make([]string, 0, len(os.Args))
+	for _, a := range os.Args[1:] {
+		if a != "--daemon" && a != "-d" && a != "-daemon" {
+			args = append(args, a)
+		}
+	}
+	cmd := exec.Command(self, args...)
+	cmd.Env = append(os.Environ(), daemonEnv+"=3")
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Stdin = nil
+	cmd.Stdout = nil
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	w.Close()
+	msg, _ := io.ReadAll(r)
+	r.Close()
+	text := strings.TrimSpace(string(msg))
+	if text == "ok" {
+		fmt.Printf("mounted %s (pid %d)\n", mp, cmd.Process.Pid)
+		return nil
+	}
+	_ = cmd.Wait()
+	if text == "" {
+		return fmt.Errorf("the mount process exited before mounting %s", mp)
+	}
+	return errors.New(text)
+}
+
+// reportReady tells a waiting --daemon parent the outcome, once.
+func reportReady(err error) {
+	fdStr := os.Getenv(daemonEnv)
+	if fdStr == "" {
+		return
+	}
+	os.Unsetenv(daemonEnv)
+	f := os.NewFile(3, "ready")
+	if f == nil {
+		return
+	}
+	defer f.Close()
+	if err != nil {
+		fmt.Fprintln(f, err.Error())
+		return
+	}
+	fmt.Fprintln(f, "ok")
+	// Detach from the terminal's stdio now that the parent has exited.
+	if devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
+		_ = syscall.Dup2(int(devnull.Fd()), 0)
+	}
+}
+
+func cmdUmount() *cli.Command {
+	return &cli.Command{
+		Name:      "umount",
+		Aliases:   []string{"unmount"},
+		Usage:     "unmount a mounted filesystem",
+		ArgsUsage: "MOUNTPOINT",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "lazy", Aliases: []string{"l", "z"}, Usage: "detach now, clean up when no longer busy"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usagef("umount needs exactly one argument, the mount point")
+			}
+			mp, err := filepath.Abs(c.Args().First())
+			if err != nil {
+				return err
+			}
+			mounted, err := isMounted(mp)
+			if err != nil {
+				return err
+			}
+			if !mounted {
+				return fmt.Errorf("%s is not mounted", mp)
+			}
+			if err := unmount(mp, c.Bool("lazy")); err != nil {
+				return err
+			}
+			// Wait for the kernel to drop it, so that the caller can reuse the
+			// directory as soon as we return.
+			for i := 0; i < 100; i++ {
+				if m, _ := isMounted(mp); !m {
+					return nil
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			return fmt.Errorf("%s is still mounted", mp)
+		},
+	}
+}
+
+func unmount(mp string, lazy bool) error {
+	if os.Geteuid() == 0 {
+		flags := 0
+		if lazy {
+			flags = syscall.MNT_DETACH
+		}
+		err := syscall.Unmount(mp, flags)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, syscall.EBUSY) {
+			return fmt.Errorf("%s is busy (a process has files open there; try --lazy)", mp)
+		}
+		return fmt.Errorf("unmounting %s: %w", mp, err)
+	}
+	args := []string{"-u"}
+	if lazy {
+		args = append(args, "-z")
+	}
+	for _, prog := range []string{"fusermount3", "fusermount"} {
+		if p, err := exec.LookPath(prog); err == nil {
+			out, err := exec.Command(p, append(args, mp)...).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%s: %s", prog, strings.TrimSpace(string(out)))
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("cannot unmount %s: not root and no fusermount3 found", mp)
+}
+
+var _ = store.DefaultURL

@@ -1,0 +1,293 @@
+// Package fs is the FUSE face of esfs: it turns kernel requests into store
+// reads and writes through the cache. It is the only package that imports
+// go-fuse, and the only place where errors become errno (toErrno).
+//
+// Paths and inodes: the kernel addresses inodes, the store addresses paths.
+// A node learns its path from go-fuse's tree (parent + name, updated by
+// rename), and everything that does not need a path — attributes, data,
+// xattrs — is addressed by inode number, which a rename never changes. So an
+// open file keeps working whatever happens to its name, here or on another
+// mount.
+//
+// The daemon must never access its own mount point (it would deadlock on
+// itself); nothing here does.
+package fs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/esfs/esfs/cache"
+	"github.com/esfs/esfs/store"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Options configure a mount.
+type Options struct {
+	ReadOnly        bool
+	AllowOther      bool
+	AttrTimeout     time.Duration // kernel attribute cache
+	EntryTimeout    time.Duration // kernel name cache
+	NegativeTimeout time.Duration // kernel cache of "no such name"
+	CacheTTL        time.Duration // daemon cache (ristretto) entries
+	CacheBytes      int64
+	// DirtyLimit is how many bytes of written data a file may buffer before
+	// they are sent to the store (they always are on flush, fsync and close).
+	DirtyLimit int64
+	Debug      bool
+	Logger     *slog.Logger
+	FsName     string
+}
+
+// FS is one mounted filesystem.
+type FS struct {
+	st    *store.Store
+	cache *cache.Cache
+	opts  Options
+	log   *slog.Logger
+
+	// writes counts path-index writes of this mount and refreshed the value
+	// of writes when the last refresh started: a listing refreshes first
+	// only when this mount wrote since, which gives read-your-writes without
+	// a refresh per operation.
+	writes    atomic.Uint64
+	refreshed atomic.Uint64
+	refreshMu sync.Mutex // one refresh at a time; waiters reuse its result
+
+	mu sync.Mutex // protects the following
+	// open holds the shared state of every inode with open handles in this
+	// mount (data buffers, size), so that handles see each other's writes
+	// and an unlinked file stays readable until its last close.
+	open map[uint64]*openFile
+
+	statfsMu   sync.Mutex
+	statfsAt   time.Time
+	statfsLast fuse.StatfsOut
+}
+
+// New builds the filesystem over an opened store.
+func New(st *store.Store, c *cache.Cache, o Options) *FS {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.DirtyLimit <= 0 {
+		o.DirtyLimit = 32 << 20
+	}
+	return &FS{st: st, cache: c, opts: o, log: o.Logger, open: map[uint64]*openFile{}}
+}
+
+// newIno picks an inode number no one uses: random 63-bit numbers, made
+// unique by creating the inode document with op_type=create. No counter
+// document, so creates on different mounts never contend.
+func newIno() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		ino := binary.LittleEndian.Uint64(b[:]) >> 1
+		if ino > 1<<20 { // keep small numbers for fixed inodes like the root
+			return ino
+		}
+	}
+}
+
+// ctxOf gives a kernel request its own deadline, a small multiple of the
+// store's timeout, so that no operation can hang however the cluster
+// behaves. It deliberately drops the kernel's cancellation: the Go runtime
+// preempts threads with SIGURG, and a thread blocked in a FUSE call turns
+// each one into an INTERRUPT, so honouring them would fail close() and
+// friends at random. A request runs to its end or to its deadline.
+func (f *FS) ctxOf(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 2*f.st.Timeout())
+}
+
+// noteWrite records a write to the path index (see writes).
+func (f *FS) noteWrite() { f.writes.Add(1) }
+
+// refreshIfDirty makes this mount's own path writes visible to search.
+func (f *FS) refreshIfDirty(ctx context.Context) error {
+	w := f.writes.Load()
+	if f.refreshed.Load() >= w {
+		return nil
+	}
+	f.refreshMu.Lock()
+	defer f.refreshMu.Unlock()
+	if f.refreshed.Load() >= w {
+		return nil // someone refreshed after our writes while we waited
+	}
+	start := f.writes.Load()
+	if err := f.st.Refresh(ctx); err != nil {
+		return err
+	}
+	f.refreshed.Store(start)
+	return nil
+}
+
+// toErrno is the one place where errors become errno. Unknown errors are
+// logged and become EIO.
+func (f *FS) toErrno(op string, err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, store.ErrNotFound):
+		return syscall.ENOENT
+	case errors.Is(err, store.ErrExists):
+		return syscall.EEXIST
+	case errors.Is(err, store.ErrNameTooLong):
+		return syscall.ENAMETOOLONG
+	case errors.Is(err, store.ErrInvalid):
+		return syscall.EINVAL
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, store.ErrUnavailable):
+		f.log.Warn("store unavailable", "op", op, "err", err)
+		return syscall.EIO
+	case errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	case errors.Is(err, store.ErrCorrupt):
+		f.log.Error("corrupt document", "op", op, "err", err)
+		return syscall.EIO
+	}
+	f.log.Error("operation failed", "op", op, "err", err)
+	return syscall.EIO
+}
+
+// errnoErr lets inner functions return an errno through error values.
+func errnoErr(e syscall.Errno, format string, a ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), e)
+}
+
+// resolve returns the node at path: from the cache, or with realtime GETs.
+func (f *FS) resolve(ctx context.Context, path string) (store.Node, error) {
+	if n, neg, ok := f.cache.Lookup(path); ok {
+		if neg {
+			return store.Node{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
+		}
+		return n, nil
+	}
+	return f.resolveFresh(ctx, path)
+}
+
+// resolveFresh reads path from the store, bypassing the cache, and caches it.
+func (f *FS) resolveFresh(ctx context.Context, path string) (store.Node, error) {
+	gen := f.cache.Gen()
+	d, err := f.st.GetDentry(ctx, path)
+	if errors.Is(err, store.ErrNotFound) {
+		f.cache.PutNegative(path, gen)
+		return store.Node{}, err
+	}
+	if err != nil {
+		return store.Node{}, err
+	}
+	if !f.visible(d) {
+		f.cache.PutNegative(path, gen)
+		return store.Node{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
+	}
+	attr, err := f.inode(ctx, d.Ino, gen)
+	if errors.Is(err, store.ErrNotFound) {
+		// A path whose inode is gone: a create that failed halfway, or
+		// damage. Not a file anyone can use; fsck removes it.
+		return store.Node{}, fmt.Errorf("path %q points at missing inode %d: %w", path, d.Ino, store.ErrCorrupt)
+	}
+	if err != nil {
+		return store.Node{}, err
+	}
+	if attr.Type != d.Type {
+		return store.Node{}, fmt.Errorf("path %q is a %s but inode %d is a %s: %w", path, d.Type, d.Ino, attr.Type, store.ErrCorrupt)
+	}
+	n := store.Node{Dentry: d, Attr: attr}
+	f.cache.PutNode(n, gen)
+	return n, nil
+}
+
+// visible tells whether a path document is part of the tree. Documents that
+// carry the intent of an unfinished rename are resolved by the locking
+// layer; until it exists, a document with an intent is invisible.
+func (f *FS) visible(d store.Dentry) bool {
+	return d.Intent.Op == ""
+}
+
+// inode returns the attributes of ino, from the cache or the store. gen is
+// the cache generation read before the caller's first store read.
+func (f *FS) inode(ctx context.Context, ino uint64, gen uint64) (store.Inode, error) {
+	if n, ok := f.cache.Inode(ino); ok {
+		return n, nil
+	}
+	n, err := f.st.GetInode(ctx, ino)
+	if err != nil {
+		return store.Inode{}, err
+	}
+	f.cache.PutInode(n, gen)
+	return n, nil
+}
+
+// freshInode reads the attributes of ino from the store, bypassing the cache.
+func (f *FS) freshInode(ctx context.Context, ino uint64) (store.Inode, error) {
+	gen := f.cache.Gen()
+	n, err := f.st.GetInode(ctx, ino)
+	if err != nil {
+		return store.Inode{}, err
+	}
+	f.cache.PutInode(n, gen)
+	return n, nil
+}
+
+// updateInode applies change to the attributes of ino with compare-and-set,
+// re-reading and re-applying on conflict: concurrent setattrs, writes and
+// link count changes from any mount all serialize on the inode document.
+func (f *FS) updateInode(ctx context.Context, ino uint64, change func(*store.Inode) error) (store.Inode, error) {
+	for attempt := 0; ; attempt++ {
+		n, err := f.freshInode(ctx, ino)
+		if err != nil {
+			return store.Inode{}, err
+		}
+		if err := change(&n); err != nil {
+			return store.Inode{}, err
+		}
+		f.cache.InvalidateInode(ino)
+		v, err := f.st.PutInode(ctx, n, n.Ver)
+		if errors.Is(err, store.ErrConflict) && attempt < 50 {
+			backoff(ctx, attempt)
+			continue
+		}
+		if err != nil {
+			return store.Inode{}, err
+		}
+		n.Ver = v
+		f.cache.PutInode(n, f.cache.Gen())
+		return n, nil
+	}
+}
+
+// backoff sleeps a little, more after each attempt, with jitter.
+func backoff(ctx context.Context, attempt int) {
+	d := time.Duration(1<<min(attempt, 6)) * time.Millisecond
+	var b [1]byte
+	_, _ = rand.Read(b[:])
+	d += time.Duration(b[0]) * d / 256
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// touchDir sets a directory's mtime and ctime after a change of its entries.
+func (f *FS) touchDir(ctx context.Context, ino uint64) error {
+	now := time.Now().UnixNano()
+	_, err := f.updateInode(ctx, ino, func(n *store.Inode) error {
+		n.Mtime, n.Ctime = now, now
+		return nil
+	})
+	return err
+}
+
+func now() int64 { return time.Now().UnixNano() }

@@ -1,0 +1,155 @@
+package fs
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/esfs/esfs/store"
+)
+
+// Extended attributes live in the inode document. Only the user namespace
+// (and trusted, for root) is stored: security.* and system.* (ACLs) carry
+// meaning esfs does not enforce, so they are refused rather than silently
+// kept.
+const (
+	maxXattrName  = 255
+	maxXattrValue = 64 << 10 // XATTR_SIZE_MAX
+	maxXattrTotal = 1 << 20  // per inode, to keep the inode document small
+)
+
+func xattrAllowed(ctx context.Context, name string) syscall.Errno {
+	if len(name) > maxXattrName || name == "" {
+		return syscall.ERANGE
+	}
+	switch {
+	case strings.HasPrefix(name, "user."):
+		return 0
+	case strings.HasPrefix(name, "trusted."):
+		if uid, _ := caller(ctx); uid == 0 {
+			return 0
+		}
+		return syscall.EPERM
+	}
+	return syscall.EOPNOTSUPP
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if strings.HasPrefix(attr, "security.") || strings.HasPrefix(attr, "system.") {
+		return 0, syscall.ENODATA // asked on every write by the kernel; cheap answer
+	}
+	if e := xattrAllowed(ctx, attr); e != 0 {
+		return 0, e
+	}
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	a, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
+	if err != nil {
+		return 0, n.f.toErrno("getxattr", err)
+	}
+	v, ok := a.Xattrs[attr]
+	if !ok {
+		return 0, syscall.ENODATA
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if n.f.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	if e := xattrAllowed(ctx, attr); e != 0 {
+		return e
+	}
+	if len(data) > maxXattrValue {
+		return syscall.E2BIG
+	}
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	t := now()
+	_, err := n.f.updateInode(ctx, n.ino(), func(a *store.Inode) error {
+		_, exists := a.Xattrs[attr]
+		if flags&0x1 != 0 && exists { // XATTR_CREATE
+			return syscall.EEXIST
+		}
+		if flags&0x2 != 0 && !exists { // XATTR_REPLACE
+			return syscall.ENODATA
+		}
+		total := len(attr) + len(data)
+		for k, v := range a.Xattrs {
+			if k != attr {
+				total += len(k) + len(v)
+			}
+		}
+		if total > maxXattrTotal {
+			return syscall.ENOSPC
+		}
+		if a.Xattrs == nil {
+			a.Xattrs = map[string][]byte{}
+		}
+		a.Xattrs[attr] = append([]byte{}, data...)
+		a.Ctime = t
+		return nil
+	})
+	return n.f.toErrno("setxattr", err)
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if n.f.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	if e := xattrAllowed(ctx, attr); e != 0 {
+		if e == syscall.EOPNOTSUPP {
+			return syscall.ENODATA
+		}
+		return e
+	}
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	t := now()
+	_, err := n.f.updateInode(ctx, n.ino(), func(a *store.Inode) error {
+		if _, ok := a.Xattrs[attr]; !ok {
+			return syscall.ENODATA
+		}
+		delete(a.Xattrs, attr)
+		a.Ctime = t
+		return nil
+	})
+	return n.f.toErrno("removexattr", err)
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	a, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
+	if err != nil {
+		return 0, n.f.toErrno("listxattr", err)
+	}
+	uid, _ := caller(ctx)
+	names := make([]string, 0, len(a.Xattrs))
+	for k := range a.Xattrs {
+		if strings.HasPrefix(k, "trusted.") && uid != 0 {
+			continue
+		}
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	size := 0
+	for _, k := range names {
+		size += len(k) + 1
+	}
+	if len(dest) < size {
+		return uint32(size), syscall.ERANGE
+	}
+	off := 0
+	for _, k := range names {
+		off += copy(dest[off:], k)
+		dest[off] = 0
+		off++
+	}
+	return uint32(size), 0
+}
