@@ -32,8 +32,21 @@ func Main(args []string) error {
 		EnableBashCompletion: false,
 		ExitErrHandler:       func(*cli.Context, error) {},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return usageError{err}
+			return usageError{fmt.Errorf("%w (see esfs --help)", err)}
 		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("unknown command %q (see esfs --help)", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
+		},
+	}
+	for _, cmd := range app.Commands {
+		name := cmd.Name
+		cmd.HideHelpCommand = true
+		cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error {
+			return usageError{fmt.Errorf("%s: %w (see esfs %s --help)", name, err, name)}
+		}
 	}
 	return app.Run(args)
 }

@@ -38,6 +38,7 @@ func cmdMount() *cli.Command {
 			&cli.IntFlag{Name: "cache-size", Value: 64, EnvVars: []string{"ESFS_CACHE_SIZE"}, Usage: "daemon metadata cache size in MiB"},
 			&cli.BoolFlag{Name: "debug", EnvVars: []string{"ESFS_DEBUG"}, Usage: "log every FUSE request"},
 			&cli.BoolFlag{Name: "daemon", Aliases: []string{"d"}, Usage: "detach once mounted; the exit status says whether it mounted"},
+			&cli.StringFlag{Name: "log-file", EnvVars: []string{"ESFS_LOG_FILE"}, Usage: "with --daemon, append the daemon's log here (default: discarded)"},
 		}...),
 		Action: runMount,
 	}
@@ -63,7 +64,7 @@ func runMount(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("daemon") && os.Getenv(daemonEnv) == "" {
-		return daemonize(mp)
+		return daemonize(mp, c.String("log-file"))
 	}
 	err = serve(c, mp)
 	if fd := os.Getenv(daemonEnv); fd != "" && err != nil {
@@ -195,7 +196,17 @@ func serve(c *cli.Context, mp string) error {
 
 // daemonize starts this program again in the background, without
 // --daemon, and waits until the child reports that it mounted or failed.
-func daemonize(mp string) error {
+// The child keeps none of our stdio: a caller reading our output through a
+// pipe must see it close when we exit.
+func daemonize(mp, logFile string) error {
+	logOut, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if logFile != "" {
+		logOut, err = os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	}
+	if err != nil {
+		return fmt.Errorf("log file: %w", err)
+	}
+	defer logOut.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -214,8 +225,8 @@ func daemonize(mp string) error {
 	cmd.Env = append(os.Environ(), daemonEnv+"=3")
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Stdin = nil
-	cmd.Stdout = nil
-	cmd.Stderr = os.Stderr
+	cmd.Stdout = logOut
+	cmd.Stderr = logOut
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return err
@@ -252,10 +263,6 @@ func reportReady(err error) {
 		return
 	}
 	fmt.Fprintln(f, "ok")
-	// Detach from the terminal's stdio now that the parent has exited.
-	if devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
-		_ = syscall.Dup2(int(devnull.Fd()), 0)
-	}
 }
 
 func cmdUmount() *cli.Command {
