@@ -1,0 +1,57 @@
+package test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/esfs/esfs/test/mounttest"
+)
+
+// TestLayering keeps the dependency direction of DESIGN.md true without
+// anyone remembering it: only fs imports go-fuse, only store imports
+// go-elasticsearch, and the lower layers never import the upper ones.
+func TestLayering(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json", "./...")
+	cmd.Dir = mounttest.RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mod = "github.com/esfs/esfs"
+	forbidden := map[string][]string{
+		mod + "/store":   {"github.com/hanwen/go-fuse", mod + "/fs", mod + "/cache", mod + "/locking", mod + "/cmd"},
+		mod + "/cache":   {"github.com/hanwen/go-fuse", "github.com/elastic/", mod + "/fs", mod + "/locking", mod + "/cmd"},
+		mod + "/locking": {"github.com/hanwen/go-fuse", "github.com/elastic/", mod + "/fs", mod + "/cache", mod + "/cmd"},
+		mod + "/fs":      {"github.com/elastic/", mod + "/cmd"},
+		mod + "/cmd":     {"github.com/hanwen/go-fuse", "github.com/elastic/"},
+		mod:              {"github.com/hanwen/go-fuse", "github.com/elastic/"},
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	seen := 0
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		bad, ok := forbidden[p.ImportPath]
+		if !ok {
+			continue
+		}
+		seen++
+		for _, imp := range p.Imports {
+			for _, b := range bad {
+				if strings.HasPrefix(imp, b) {
+					t.Errorf("%s imports %s", p.ImportPath, imp)
+				}
+			}
+		}
+	}
+	if seen < 5 {
+		t.Fatalf("checked only %d packages; the package list changed", seen)
+	}
+}

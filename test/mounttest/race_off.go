@@ -1,0 +1,5 @@
+//go:build !race
+
+package mounttest
+
+const raceEnabled = false
