@@ -187,10 +187,11 @@ func serve(c *cli.Context, mp string) error {
 	case s := <-sigs:
 		log.Info("signal: unmounting", "signal", s.String(), "mountpoint", mp)
 	}
-	if err := srv.Unmount(); err != nil {
-		return fmt.Errorf("unmounting %s: %v (still busy? try esfs umount --lazy %s)", mp, err, mp)
+	if err := srv.Shutdown(mp); err != nil {
+		return oneLine(err)
 	}
 	<-done
+	log.Info("unmounted", "mountpoint", mp)
 	return nil
 }
 

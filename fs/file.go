@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"syscall"
 
@@ -39,6 +40,26 @@ type openFile struct {
 }
 
 const cleanChunks = 4
+
+// FlushAll makes the buffered writes of every open file durable.
+func (f *FS) FlushAll(ctx context.Context) error {
+	f.mu.Lock()
+	files := make([]*openFile, 0, len(f.open))
+	for _, of := range f.open {
+		files = append(files, of)
+	}
+	f.mu.Unlock()
+	var first error
+	for _, of := range files {
+		of.mu.Lock()
+		err := of.flush(ctx)
+		of.mu.Unlock()
+		if err != nil && first == nil {
+			first = fmt.Errorf("flushing inode %d: %w", of.ino, err)
+		}
+	}
+	return first
+}
 
 // openState returns the open state of ino in this mount, or nil.
 func (f *FS) openState(ino uint64) *openFile {

@@ -1,8 +1,12 @@
 package fs
 
 import (
+	"context"
 	"fmt"
 	"log"
+	"os"
+	"os/exec"
+	"syscall"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -59,17 +63,41 @@ func Mount(mountpoint string, f *FS) (*Server, error) {
 // Wait blocks until the filesystem is unmounted.
 func (s *Server) Wait() { s.srv.Wait() }
 
-// Unmount asks the kernel to unmount; open files are flushed by the
-// releases the kernel sends first.
-func (s *Server) Unmount() error {
+// Shutdown makes every buffered write durable, then unmounts. If processes
+// still have files open there, the mount is detached (lazy unmount): it
+// disappears from the namespace at once, and their open files keep working
+// until they close them, which is when Wait returns.
+func (s *Server) Shutdown(mountpoint string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	flushErr := s.fs.FlushAll(ctx)
 	var err error
-	for i := 0; i < 20; i++ {
+	for i := 0; i < 4; i++ {
 		if err = s.srv.Unmount(); err == nil {
+			return flushErr
+		}
+		time.Sleep(250 * time.Millisecond) // a process may be about to close
+	}
+	if lerr := lazyUnmount(mountpoint); lerr != nil {
+		return fmt.Errorf("unmounting %s: %v; lazy unmount: %v", mountpoint, err, lerr)
+	}
+	s.fs.log.Warn("mount point busy: detached; serving open files until they are closed", "mountpoint", mountpoint)
+	return flushErr
+}
+
+func lazyUnmount(mountpoint string) error {
+	if os.Geteuid() == 0 {
+		return syscall.Unmount(mountpoint, syscall.MNT_DETACH)
+	}
+	for _, prog := range []string{"fusermount3", "fusermount"} {
+		if p, err := exec.LookPath(prog); err == nil {
+			if out, err := exec.Command(p, "-u", "-z", mountpoint).CombinedOutput(); err != nil {
+				return fmt.Errorf("%s: %s", prog, out)
+			}
 			return nil
 		}
-		time.Sleep(250 * time.Millisecond) // busy: a process is still using it
 	}
-	return err
+	return fmt.Errorf("no fusermount3 to detach %s", mountpoint)
 }
 
 // logWriter sends go-fuse's diagnostics to the structured log.

@@ -279,3 +279,17 @@ func Sh(t testing.TB, dir, script string) string {
 	}
 	return string(out)
 }
+
+// Signal sends sig to the mount process.
+func (m *Mount) Signal(sig os.Signal) { _ = m.cmd.Process.Signal(sig) }
+
+// WaitExit waits up to limit for the mount process to end and returns its
+// exit error; ok is false on timeout.
+func (m *Mount) WaitExit(limit time.Duration) (err error, ok bool) {
+	select {
+	case <-m.done:
+		return m.err, true
+	case <-time.After(limit):
+		return nil, false
+	}
+}
