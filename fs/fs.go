@@ -280,14 +280,4 @@ func backoff(ctx context.Context, attempt int) {
 	}
 }
 
-// touchDir sets a directory's mtime and ctime after a change of its entries.
-func (f *FS) touchDir(ctx context.Context, ino uint64) error {
-	now := time.Now().UnixNano()
-	_, err := f.updateInode(ctx, ino, func(n *store.Inode) error {
-		n.Mtime, n.Ctime = now, now
-		return nil
-	})
-	return err
-}
-
 func now() int64 { return time.Now().UnixNano() }

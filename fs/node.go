@@ -448,7 +448,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		}
 		return nil, n.f.toErrno("link", err)
 	}
-	n.f.touchDirAsync(n.ino(), t)
+	n.f.touchDir(n.ino(), t)
 	d.Ver = v
 	d.Parent, d.Name = store.Split(path)
 	sn := store.Node{Dentry: d, Attr: a}
@@ -457,8 +457,10 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	return tn.EmbeddedInode(), 0
 }
 
-// touchDirAsync updates a directory's times with a partial update.
-func (f *FS) touchDirAsync(ino uint64, t int64) {
+// touchDir sets a directory's mtime and ctime after a change of its
+// entries, with a partial update (no read, no conflict with siblings). It
+// is synchronous: a later explicit utimens (rsync, tar) must win over it.
+func (f *FS) touchDir(ino uint64, t int64) {
 	f.cache.InvalidateInode(ino)
 	ctx, cancel := context.WithTimeout(context.Background(), f.st.Timeout())
 	defer cancel()
@@ -532,7 +534,7 @@ func (n *node) remove(ctx context.Context, name string, wantDir bool) error {
 		if err != nil {
 			return err
 		}
-		n.f.touchDirAsync(n.ino(), now())
+		n.f.touchDir(n.ino(), now())
 		return n.f.dropLink(ctx, sn.Ino)
 	}
 }

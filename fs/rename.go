@@ -96,7 +96,11 @@ func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newN
 			}
 		}
 	}
-	defer f.cache.InvalidateAllPaths()
+	if s.Type == store.TypeDir {
+		// Every cached path below src is wrong now, and the cache cannot
+		// enumerate them.
+		defer f.cache.InvalidateAllPaths()
+	}
 	f.cache.InvalidatePath(src)
 	f.cache.InvalidatePath(dst)
 	f.noteWrite()
@@ -123,9 +127,9 @@ func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newN
 		return conflictIsRace(err, src)
 	}
 	t := now()
-	f.touchDirAsync(from.ino(), t)
+	f.touchDir(from.ino(), t)
 	if to != from {
-		f.touchDirAsync(to.ino(), t)
+		f.touchDir(to.ino(), t)
 	}
 	if _, err := f.updateInode(ctx, s.Ino, func(a *store.Inode) error { a.Ctime = t; return nil }); err != nil {
 		f.log.Warn("could not update ctime after rename", "ino", s.Ino, "err", err)
