@@ -95,13 +95,20 @@ func openStore(ctx context.Context, c *cli.Context, log *slog.Logger, mustExist 
 	return s, nil
 }
 
-// explain adds the likely cause to a connection-level error.
+// explain adds the likely cause, and what to set, to a connection-level
+// error. The store's part says what was sent and trusted (never a secret).
 func explain(err error, url string) error {
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
 		return fmt.Errorf("cannot reach Elasticsearch at %s (is it running? set ELASTICSEARCH_URL or --es-url): %w", redact(url), err)
+	case errors.Is(err, store.ErrForbidden):
+		return fmt.Errorf("Elasticsearch at %s denied the request (the user or API key lacks privileges on the esfs indices): %w", redact(url), err)
 	case errors.Is(err, store.ErrAuth):
-		return fmt.Errorf("Elasticsearch at %s refused the credentials (check ESFS_ES_USERNAME/ESFS_ES_PASSWORD or the API key): %w", redact(url), err)
+		return fmt.Errorf("Elasticsearch at %s refused to authenticate esfs (check ESFS_ES_USERNAME with ESFS_ES_PASSWORD or --es-password-file, or ESFS_ES_API_KEY or --es-api-key-file): %w", redact(url), err)
+	case errors.Is(err, store.ErrTLS):
+		return fmt.Errorf("cannot verify the TLS certificate of Elasticsearch at %s (give the CA that signed it with --es-ca-cert or ESFS_ES_CA_CERT, or its SHA-256 with --es-fingerprint): %w", redact(url), err)
+	case errors.Is(err, store.ErrScheme):
+		return fmt.Errorf("wrong scheme in the Elasticsearch URL %s (set ELASTICSEARCH_URL or --es-url): %w", redact(url), err)
 	}
 	return oneLine(err)
 }

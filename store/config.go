@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +18,8 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/elastic/go-elasticsearch/v8"
@@ -30,8 +35,10 @@ type Config struct {
 	APIKey   string // base64 "id:key", as Elasticsearch returns it
 	// CACertFile is a PEM file of the CA that signed the cluster's certificate.
 	CACertFile string
-	// CertFingerprint is the hex SHA-256 of the cluster's certificate, as
-	// Elasticsearch prints on first start; an alternative to CACertFile.
+	// CertFingerprint is the hex SHA-256 of the cluster's certificate (or of
+	// a CA certificate the node sends along), as Elasticsearch prints on first
+	// start; an alternative to CACertFile. Colons, spaces and case are
+	// ignored, so openssl's "AB:CD:..." works too.
 	CertFingerprint string
 	// Insecure skips TLS verification. Only ever set from an explicit flag.
 	Insecure bool
@@ -68,6 +75,14 @@ type Store struct {
 	idx     indices
 	timeout time.Duration
 	log     *slog.Logger
+	// auth says which credentials requests carry ("as user \"x\"", ...), and
+	// trust which certificates are trusted, for error messages. No secrets.
+	auth, trust string
+	// plainHosts are the host:port of the http:// URLs, for speaksTLS;
+	// answered is set by the first HTTP answer, after which a broken
+	// connection is never taken for a scheme mistake.
+	plainHosts []string
+	answered   atomic.Bool
 	// chunkSize is the data chunk size of this filesystem, read from the data
 	// index's _meta at Open (fixed at mkfs time; 0 before Open).
 	chunkSize int64
@@ -108,6 +123,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.URLs = []string{DefaultURL}
 	}
 	addrs := make([]string, 0, len(cfg.URLs))
+	var plainHosts []string
 	for _, raw := range cfg.URLs {
 		for _, one := range strings.Split(raw, ",") {
 			one = strings.TrimSpace(one)
@@ -126,10 +142,20 @@ func New(cfg Config) (*Store, error) {
 				u.User = nil
 			}
 			addrs = append(addrs, strings.TrimRight(u.String(), "/"))
+			if u.Scheme == "http" {
+				plainHosts = append(plainHosts, u.Host)
+			}
 		}
 	}
 	if len(addrs) == 0 {
 		return nil, fmt.Errorf("no elasticsearch URL given: %w", ErrInvalid)
+	}
+	if cfg.CertFingerprint != "" {
+		fp, err := normalizeFingerprint(cfg.CertFingerprint)
+		if err != nil {
+			return nil, err
+		}
+		cfg.CertFingerprint = fp
 	}
 
 	tr := &http.Transport{
@@ -164,13 +190,58 @@ func New(cfg Config) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading CA certificate: %w", err)
 		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA certificate file %s holds no PEM certificate: %w", cfg.CACertFile, ErrInvalid)
+		}
 		esCfg.CACert = pem
 	}
 	es, err := elasticsearch.NewClient(esCfg)
 	if err != nil {
 		return nil, fmt.Errorf("elasticsearch client: %s: %w", scrub(err.Error(), cfg), ErrInvalid)
 	}
-	return &Store{es: es, idx: indexNames(cfg.Prefix), timeout: cfg.RequestTimeout, log: cfg.Logger}, nil
+	return &Store{es: es, idx: indexNames(cfg.Prefix), timeout: cfg.RequestTimeout, log: cfg.Logger,
+		auth: describeAuth(cfg), trust: describeTrust(cfg), plainHosts: plainHosts}, nil
+}
+
+// normalizeFingerprint turns "AB:CD:..." or "abcd..." into the 64 lowercase
+// hex digits the client compares against; anything else is refused here,
+// since the client would silently never match it.
+func normalizeFingerprint(fp string) (string, error) {
+	clean := strings.ToLower(strings.NewReplacer(":", "", " ", "").Replace(strings.TrimSpace(fp)))
+	if b, err := hex.DecodeString(clean); err != nil || len(b) != 32 {
+		return "", fmt.Errorf("certificate fingerprint: want the SHA-256 as 64 hex digits (colons allowed): %w", ErrInvalid)
+	}
+	return clean, nil
+}
+
+// describeAuth names the credentials a request carries, without secrets: an
+// API key's id is public (it shows in every API key listing), its key is not.
+func describeAuth(cfg Config) string {
+	switch {
+	case cfg.APIKey != "":
+		raw, err := base64.StdEncoding.DecodeString(cfg.APIKey)
+		id, _, ok := strings.Cut(string(raw), ":")
+		if err != nil || !ok || id == "" {
+			return `with an API key that is not base64 of "id:key" (use the "encoded" value Elasticsearch returns)`
+		}
+		return fmt.Sprintf("with API key id %q", id)
+	case cfg.Username != "":
+		return fmt.Sprintf("as user %q", cfg.Username)
+	}
+	return "without credentials"
+}
+
+// describeTrust names what a certificate must match to be trusted.
+func describeTrust(cfg Config) string {
+	switch {
+	case cfg.Insecure:
+		return "verification disabled"
+	case cfg.CertFingerprint != "":
+		return "trusting only the given SHA-256 fingerprint"
+	case cfg.CACertFile != "":
+		return "trusting the CA in " + cfg.CACertFile
+	}
+	return "trusting the system's CAs; none given"
 }
 
 // Prefix returns the index prefix this store works on.
@@ -209,6 +280,7 @@ type request struct {
 type response struct {
 	status int
 	body   []byte
+	auth   string // Store.auth, for failure
 }
 
 // do sends one request with the store's timeout. Transport failures and
@@ -240,14 +312,34 @@ func (s *Store) do(ctx context.Context, what string, r request) (response, error
 		return response{}, s.transportError(ctx, what, err)
 	}
 	defer res.Body.Close()
+	s.answered.Store(true)
 	data, err := io.ReadAll(res.Body)
 	if err != nil {
 		return response{}, s.transportError(ctx, what, err)
 	}
-	return response{status: res.StatusCode, body: data}, nil
+	return response{status: res.StatusCode, body: data, auth: s.auth}, nil
 }
 
 func (s *Store) transportError(ctx context.Context, what string, err error) error {
+	// A TLS or scheme mistake is configuration: say so, instead of leaving
+	// it to look like an unreachable cluster.
+	var verr *tls.CertificateVerificationError
+	var rerr tls.RecordHeaderError
+	switch {
+	case errors.As(err, &verr):
+		return fmt.Errorf("%s: %v (%s): %w", what, verr.Err, s.trust, ErrTLS)
+	case errors.As(err, &rerr):
+		return fmt.Errorf("%s: the node does not speak TLS (%v): use an http:// URL: %w", what, err, ErrScheme)
+	case strings.Contains(err.Error(), "fingerprint mismatch"):
+		// The client's message repeats the configured fingerprint; the
+		// node's own is left out on purpose, lest it be copied unchecked.
+		return fmt.Errorf("%s: no certificate the node sent has the given SHA-256 fingerprint: %w", what, ErrTLS)
+	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("%s: the node answers plain HTTP, not HTTPS: use an http:// URL: %w", what, ErrScheme)
+	}
+	if u := s.speaksTLS(err); u != "" {
+		return fmt.Errorf("%s: %s speaks HTTPS, not plain HTTP: use an https:// URL: %w", what, u, ErrScheme)
+	}
 	msg := redactURL(err.Error())
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		msg = fmt.Sprintf("no answer within %s (%s)", s.timeout, msg)
@@ -260,8 +352,40 @@ func (s *Store) transportError(ctx context.Context, what string, err error) erro
 	return fmt.Errorf("%s: %s: %w", what, msg, ErrUnavailable)
 }
 
-// failure turns a non-2xx response into a sentinel error.
+// speaksTLS tells an http:// request that failed because the node only
+// speaks TLS: such a node (Elasticsearch among them) closes the connection
+// on the first plain byte, which reads as EOF or a reset. To be sure, it
+// makes one TLS handshake (nothing sent, nothing verified) with each http://
+// node, at most three, and returns the host:port of the first that answers
+// it; "" otherwise. The client does not say which node failed. Only until
+// the cluster first answered: later, a broken connection is just that.
+func (s *Store) speaksTLS(err error) string {
+	if len(s.plainHosts) == 0 || s.answered.Load() || !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || strings.Contains(err.Error(), "malformed HTTP response")) {
+		return ""
+	}
+	for _, host := range s.plainHosts[:min(3, len(s.plainHosts))] {
+		d := tls.Dialer{
+			NetDialer: &net.Dialer{Timeout: 2 * time.Second},
+			Config:    &tls.Config{InsecureSkipVerify: true}, // only asks "is this TLS?"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		c, derr := d.DialContext(ctx, "tcp", host)
+		cancel()
+		if derr == nil {
+			c.Close()
+			return host
+		}
+	}
+	return ""
+}
+
+// failure turns a non-2xx response into a sentinel error. A refusal by
+// security also says which credentials were sent.
 func failure(what string, res response) error {
+	if (res.status == 401 || res.status == 403) && res.auth != "" {
+		what += " " + res.auth
+	}
 	var body struct {
 		Error  json.RawMessage `json:"error"`
 		Status int             `json:"status"`

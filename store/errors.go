@@ -19,8 +19,18 @@ var (
 	// ErrUnavailable: the cluster could not be reached or did not answer in time,
 	// or answered 5xx/429. The outcome of a write that failed this way is unknown.
 	ErrUnavailable = errors.New("elasticsearch unavailable")
-	// ErrAuth: the cluster refused our credentials (401) or permissions (403).
+	// ErrAuth: the cluster refused our credentials (401) or permissions (403,
+	// which is also ErrForbidden).
 	ErrAuth = errors.New("elasticsearch refused the credentials")
+	// ErrForbidden: the cluster knows who we are but denies the request (403):
+	// the user or API key lacks privileges. It matches ErrAuth too.
+	ErrForbidden error = forbidden{}
+	// ErrTLS: the cluster's TLS certificate failed verification (unknown CA,
+	// wrong host name, expired, not the configured fingerprint). A matter of
+	// configuration, never worth a retry, so it is not ErrUnavailable.
+	ErrTLS = errors.New("TLS certificate not trusted")
+	// ErrScheme: the URL says http:// and the node speaks HTTPS, or the reverse.
+	ErrScheme = errors.New("wrong URL scheme")
 	// ErrNoIndex: an esfs index is missing; the filesystem was not created with mkfs.
 	ErrNoIndex = errors.New("index missing (run esfs mkfs)")
 	// ErrMapping: an index exists with a mapping esfs cannot use.
@@ -34,20 +44,32 @@ var (
 	ErrRejected = errors.New("elasticsearch rejected the request")
 )
 
+type forbidden struct{}
+
+func (forbidden) Error() string        { return "elasticsearch denied the request (missing privileges)" }
+func (forbidden) Is(target error) bool { return target == ErrAuth }
+
 // esError is Elasticsearch's error object, as found in responses and bulk items.
 type esError struct {
 	Type   string `json:"type"`
 	Reason string `json:"reason"`
+	// Additional is security's word on credentials it could not use, e.g.
+	// "API key: unable to find apikey with id ..." (ids only, never secrets).
+	Additional string `json:"additional_unsuccessful_credentials"`
 }
 
 func (e *esError) String() string {
 	if e == nil {
 		return ""
 	}
-	if e.Reason == "" {
-		return e.Type
+	s := e.Type
+	if e.Reason != "" {
+		s += ": " + e.Reason
 	}
-	return e.Type + ": " + e.Reason
+	if e.Additional != "" {
+		s += " (" + e.Additional + ")"
+	}
+	return s
 }
 
 // statusError maps an HTTP status (of a response or of one bulk item) to a
@@ -63,8 +85,10 @@ func statusError(status int, what string, cause *esError) error {
 		base = ErrExists
 	case status == 409:
 		base = ErrConflict
-	case status == 401 || status == 403:
+	case status == 401:
 		base = ErrAuth
+	case status == 403:
+		base = ErrForbidden
 	case status == 429 || status >= 500:
 		base = ErrUnavailable
 	case status == 400:

@@ -14,11 +14,13 @@ readonly PROG=es.sh
 
 usage() {
 	cat <<'EOF'
-Usage: test/es.sh COMMAND [OPTIONS]
+Usage: test/es.sh COMMAND [--secure] [OPTIONS]
 
-Runs a local, loopback-only Elasticsearch (plain HTTP, security disabled)
-for esfs tests. Everything (distribution, data, logs, tmp, pid files)
-lives under $ESFS_ES_HOME.
+Runs a local, loopback-only Elasticsearch for esfs tests: plain HTTP with
+security disabled, or with --secure (or ESFS_ES_SECURE=1) a second,
+independent cluster with security on (TLS, users, API keys). Everything
+(distribution, data, logs, tmp, pid files) lives under $ESFS_ES_HOME, the
+secure cluster's under $ESFS_ES_HOME/secure; both can run at once.
 
 Commands:
   start [--nodes N]    Download (once, via mvn) and unzip (once) the
@@ -41,10 +43,36 @@ Commands:
   url                  Print the URL of the running cluster (exit 1 if none).
   logs [I]             Print the last 100 lines of node I's log (default 0).
   clean                stop, then delete data and logs (keeps the unzipped
-                       distribution, so the next start stays warm).
+                       distribution, so the next start stays warm; with
+                       --secure also keeps certificates and password).
+  secure-env           (implies --secure) Print shell `export` lines for
+                       the running secure cluster: ELASTICSEARCH_URL,
+                       ESFS_ES_USERNAME, ESFS_ES_PASSWORD, ESFS_ES_CA_CERT.
+                       The only command that ever prints the password.
+  api-key [NAME]       (implies --secure) Create an API key as user elastic
+                       (POST /_security/api_key) and print its `encoded`
+                       form, ready for ESFS_ES_API_KEY.
   help                 This text.
 
+Every command takes --secure to act on the secure cluster instead.
 Progress and errors go to stderr; stdout only carries results.
+
+Secure mode: the same distribution with x-pack security on.
+  - TLS on HTTP and on the transport layer (ES 8 requires transport TLS
+    with security on as soon as there is more than one node), with a CA
+    and a node certificate for 127.0.0.1, ::1 and localhost, made once by
+    the distribution's bin/elasticsearch-certutil. The CA (PEM) stays at
+    $ESFS_ES_HOME/secure/certs/ca.crt across restarts and `clean`.
+  - User `elastic`, whose password is the keystore's bootstrap.password:
+    random, made once, kept in $ESFS_ES_HOME/secure/secrets (mode 0700).
+  - Own ports (9250 HTTP, 9450 transport), heap 512m per node.
+  - A tiny plugin, esfs-analysis-shim, built once with the JDK's javac:
+    the security index (API keys, users) needs three analysis components
+    of the analysis-common module, which this distribution lacks.
+  Typical use:
+    test/es.sh start --secure
+    eval "$(test/es.sh secure-env)"    # esfs now finds URL, user, CA
+    export ESFS_ES_API_KEY=$(test/es.sh api-key)   # or: an API key
 
 Environment:
   ESFS_ES_HOME           state directory (default /var/tmp/esfs-es)
@@ -55,6 +83,12 @@ Environment:
   ESFS_ES_NODES          default for --nodes (default 1)
   ESFS_ES_HEAP           heap per node, e.g. 1g or 768m (default: 1g for one
                          node, 768m each for 2-3 nodes, 512m each for more)
+  ESFS_ES_SECURE         1: act on the secure cluster, as with --secure
+  ESFS_ES_SECURE_PORT, ESFS_ES_SECURE_TRANSPORT_PORT, ESFS_ES_SECURE_HEAP
+                         ESFS_ES_PORT, ESFS_ES_TRANSPORT_PORT and
+                         ESFS_ES_HEAP of the secure cluster (defaults 9250,
+                         9450, 512m); separate, so that moving one cluster
+                         never moves the other onto it
   ESFS_ES_START_TIMEOUT  seconds to wait for the cluster (default 180)
   ESFS_ES_STOP_TIMEOUT   seconds to wait for a clean shutdown (default 60)
   ESFS_ES_EXTRA_ARGS     extra node settings, whitespace-separated
@@ -73,31 +107,63 @@ Examples:
   url=$(test/es.sh start)            # single node, http://127.0.0.1:9200
   test/es.sh restart --nodes 3       # 3-node cluster on ports 9200-9202
   ESFS_ES_PORT=9500 ESFS_ES_HOME=/tmp/es2 test/es.sh start
+  url=$(test/es.sh start --secure)   # single node, https://127.0.0.1:9250
+  test/es.sh status --secure; test/es.sh stop --secure
 EOF
 }
 
 # ---------------------------------------------------------------- config --
 
 ES_VERSION=${ESFS_ES_VERSION:-8.19.7}
-HTTP_PORT=${ESFS_ES_PORT:-9200}
-TRANSPORT_PORT=${ESFS_ES_TRANSPORT_PORT:-9400}
 START_TIMEOUT=${ESFS_ES_START_TIMEOUT:-180}
 STOP_TIMEOUT=${ESFS_ES_STOP_TIMEOUT:-60}
 ES_USER=${ESFS_ES_USER:-esfs-es}
 M2_REPO=${ESFS_M2_REPO:-${HOME:-/root}/.m2/repository}
-CLUSTER_NAME=esfs
 HOST=127.0.0.1
 MIN_JAVA=17
+# The superuser of the secure cluster (a reserved user: its password is the
+# keystore's bootstrap.password until someone changes it through the API).
+SECURE_USER=elastic
 
 # Resolve symlinks once: the path we hand to bin/elasticsearch ends up in
 # the JVM command line (-Des.path.home=...), which is how we recognise our
 # own processes later, so it must be spelled the same way every time.
-ES_HOME_DIR=$(realpath -m -- "${ESFS_ES_HOME:-/var/tmp/esfs-es}")
-DIST_ROOT=$ES_HOME_DIR/dist
-DIST=$DIST_ROOT/elasticsearch-$ES_VERSION
-RUN_DIR=$ES_HOME_DIR/run
-STATE_FILE=$RUN_DIR/cluster.env # describes the cluster last started
-STAMP_FILE=$RUN_DIR/data.stamp  # what the data directories were made for
+BASE_HOME=$(realpath -m -- "${ESFS_ES_HOME:-/var/tmp/esfs-es}")
+
+# Set the mode-dependent configuration; SECURE must be set (0 or 1). The
+# secure cluster is a complete second home under $BASE_HOME/secure, with
+# its own copy of the distribution: process recognition (is_ours), lock,
+# pid and state files then keep both clusters apart with no extra logic,
+# and a plain `stop` can never touch a secure node or vice versa.
+configure() {
+	if ((SECURE)); then
+		SCHEME=https
+		HTTP_PORT=${ESFS_ES_SECURE_PORT:-9250}
+		TRANSPORT_PORT=${ESFS_ES_SECURE_TRANSPORT_PORT:-9450}
+		CLUSTER_NAME=esfs-secure
+		ES_HOME_DIR=$BASE_HOME/secure
+		MODE_OPT=' --secure' # for hints in messages
+	else
+		SCHEME=http
+		HTTP_PORT=${ESFS_ES_PORT:-9200}
+		TRANSPORT_PORT=${ESFS_ES_TRANSPORT_PORT:-9400}
+		CLUSTER_NAME=esfs
+		ES_HOME_DIR=$BASE_HOME
+		MODE_OPT=''
+	fi
+	DIST_ROOT=$ES_HOME_DIR/dist
+	DIST=$DIST_ROOT/elasticsearch-$ES_VERSION
+	RUN_DIR=$ES_HOME_DIR/run
+	STATE_FILE=$RUN_DIR/cluster.env # describes the cluster last started
+	STAMP_FILE=$RUN_DIR/data.stamp  # what the data directories were made for
+	# Secure mode only. Certificates are public and world-readable (clients
+	# need the CA); the secrets directory is the invoking user's alone.
+	CERT_DIR=$ES_HOME_DIR/certs
+	CA_CERT=$CERT_DIR/ca.crt
+	SECRET_DIR=$ES_HOME_DIR/secrets
+	PASSWORD_FILE=$SECRET_DIR/elastic.password
+	KEYSTORE=$SECRET_DIR/elasticsearch.keystore
+}
 
 # Set while `start` owns nodes that must be torn down if it fails.
 CLEANUP_ON_EXIT=0
@@ -118,10 +184,21 @@ check_port_number() { # name value
 	fi
 }
 
-url_for() { printf 'http://%s:%s' "$HOST" "$1"; }
+url_for() { printf '%s://%s:%s' "$SCHEME" "$HOST" "$1"; }
 
 # curl against loopback; --noproxy so a CI-wide http_proxy is not used.
-es_curl() { curl -sS --noproxy '*' "$@"; }
+# In secure mode it trusts our CA and logs in as the superuser; the
+# credentials go through a config on stdin (-K -), never on the command
+# line, where every user of the machine could read them.
+es_curl() {
+	if ((SECURE)) && [[ -r $PASSWORD_FILE ]]; then
+		local pw
+		pw=$(<"$PASSWORD_FILE")
+		curl -sS --noproxy '*' --cacert "$CA_CERT" -K - "$@" <<<"user = \"$SECURE_USER:$pw\""
+	else
+		curl -sS --noproxy '*' "$@"
+	fi
+}
 
 # Extract a scalar field from a flat JSON response without needing jq.
 json_field() { # key json
@@ -303,25 +380,43 @@ fetch_zip() {
 	[[ -s $zip ]] || die "mvn succeeded but $zip is missing (custom localRepository? set ESFS_M2_REPO)"
 }
 
+extract_zip() { # zip dir
+	if command -v unzip >/dev/null; then
+		unzip -q "$1" -d "$2" || die "unzip of $1 failed"
+	elif command -v python3 >/dev/null; then
+		python3 -m zipfile -e "$1" "$2" || die "unzip of $1 failed"
+	else
+		die "need unzip (or python3) to unpack $1"
+	fi
+}
+
 # Unzip into a temp dir and rename, so an interrupted unzip never leaves a
 # half-populated directory that later runs would take as cached.
 ensure_dist() {
 	[[ -x $DIST/bin/elasticsearch ]] && return 0
-	fetch_zip
 	mkdir -p "$DIST_ROOT"
 	rm -rf "$DIST_ROOT"/.unzip.* # leftovers of interrupted runs (we hold the lock)
 	local tmp zip
+	# The secure cluster needs its own path.home (see configure), but not
+	# its own bytes: hard links to the plain cluster's unzipped copy cost
+	# no disk and no time. That copy is only ever created by a rename, so
+	# if it is there it is complete, even without holding its lock.
+	local plain=$BASE_HOME/dist/elasticsearch-$ES_VERSION
+	if ((SECURE)) && [[ -x $plain/bin/elasticsearch ]]; then
+		tmp=$(mktemp -d "$DIST_ROOT/.unzip.XXXXXX")
+		if cp -al "$plain" "$tmp/" 2>/dev/null; then
+			mv "$tmp/elasticsearch-$ES_VERSION" "$DIST"
+			rm -rf "$tmp"
+			return 0
+		fi
+		rm -rf "$tmp" # another file system, say: unzip instead
+	fi
+	fetch_zip
 	zip=$(zip_path)
 	tmp=$(mktemp -d "$DIST_ROOT/.unzip.XXXXXX")
 	log "unzipping $(basename "$zip") into $DIST_ROOT"
-	if command -v unzip >/dev/null; then
-		unzip -q "$zip" -d "$tmp" || die "unzip of $zip failed"
-	elif command -v python3 >/dev/null; then
-		python3 -m zipfile -e "$zip" "$tmp" || die "unzip of $zip failed"
-		chmod +x "$tmp/elasticsearch-$ES_VERSION"/bin/* # zipfile drops modes
-	else
-		die "need unzip (or python3) to unpack $zip"
-	fi
+	extract_zip "$zip" "$tmp"
+	chmod +x "$tmp/elasticsearch-$ES_VERSION"/bin/* 2>/dev/null || true # python's zipfile drops modes
 	[[ -x $tmp/elasticsearch-$ES_VERSION/bin/elasticsearch ]] ||
 		die "$zip does not contain elasticsearch-$ES_VERSION/bin/elasticsearch"
 	# The distribution stays owned by the invoking user; the node user
@@ -331,10 +426,236 @@ ensure_dist() {
 	rm -rf "$tmp"
 }
 
+# -------------------------------------------------------------- security --
+
+# Run one of the distribution's CLI tools (certutil, keystore) as the
+# invoking user, with our JDK and none of the caller's JVM options.
+es_tool() { # tool args...
+	local tool=$1
+	shift
+	env -u JAVA_HOME -u JAVA_TOOL_OPTIONS -u _JAVA_OPTIONS -u JAVA_OPTS -u ES_JAVA_OPTS \
+		ES_JAVA_HOME="$JAVA_HOME_RESOLVED" "$DIST/bin/elasticsearch-$tool" "$@" 9>&-
+}
+
+# Run a tool whose output only matters when it fails; then the last line
+# of that output goes into the one-line error.
+quiet_tool() { # what tool args...
+	local what=$1 out
+	shift
+	out=$(es_tool "$@" 2>&1 </dev/null) || die "$what failed: $(tail -n 1 <<<"$out")"
+}
+
+# The CA and the node certificate, made once with elasticsearch-certutil
+# (PEM, --silent) and kept across restarts, so that clients can hold on to
+# the CA. A file only counts once it is in place, and the CA's certificate
+# goes last: an interrupted run is simply redone. A new CA drops the node
+# certificate it did not sign.
+ensure_certs() {
+	local tmp ca_key=$CERT_DIR/ca.key node_crt=$CERT_DIR/node.crt node_key=$CERT_DIR/node.key
+	[[ -s $CA_CERT && -s $ca_key && -s $node_crt && -s $node_key ]] && return 0
+	mkdir -p "$CERT_DIR"
+	rm -rf "$ES_HOME_DIR"/.certs.* # leftovers of interrupted runs (we hold the lock)
+	tmp=$(mktemp -d "$ES_HOME_DIR/.certs.XXXXXX") # 0700: it will hold keys
+	if [[ ! -s $CA_CERT || ! -s $ca_key ]]; then
+		log "making a CA with elasticsearch-certutil"
+		rm -f "$node_crt" "$node_key" "$CA_CERT"
+		quiet_tool "elasticsearch-certutil ca" certutil ca --pem --silent \
+			--ca-dn "CN=esfs test CA" --out "$tmp/ca.zip"
+		extract_zip "$tmp/ca.zip" "$tmp"
+		install -m 600 "$tmp/ca/ca.key" "$ca_key"
+		install -m 644 "$tmp/ca/ca.crt" "$CA_CERT"
+	fi
+	if [[ ! -s $node_crt || ! -s $node_key ]]; then
+		log "making the node certificate (127.0.0.1, ::1, localhost) with elasticsearch-certutil"
+		quiet_tool "elasticsearch-certutil cert" certutil cert --pem --silent \
+			--ca-cert "$CA_CERT" --ca-key "$ca_key" --name esfs-node \
+			--ip 127.0.0.1 --ip ::1 --dns localhost --out "$tmp/node.zip"
+		extract_zip "$tmp/node.zip" "$tmp"
+		install -m 600 "$tmp/esfs-node/esfs-node.key" "$node_key"
+		install -m 644 "$tmp/esfs-node/esfs-node.crt" "$node_crt"
+	fi
+	rm -rf "$tmp"
+}
+
+# The elastic user's password, random and made once, and a keystore that
+# holds it as bootstrap.password (the reserved realm accepts that until a
+# password is set through the API). Both stay in SECRET_DIR, readable by
+# the invoking user only; the keystore is copied into each node's config.
+ensure_password() {
+	local pw tmp
+	mkdir -p "$SECRET_DIR"
+	chmod 700 "$SECRET_DIR"
+	if [[ ! -s $PASSWORD_FILE ]]; then
+		log "making a random password for user $SECURE_USER"
+		rm -f "$KEYSTORE" # holds the old one
+		# 128 bits, hex: nothing to quote in a shell, a URL or curl's config.
+		pw=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+		((${#pw} == 32)) || die "could not read random bytes from /dev/urandom"
+		rm -f "$PASSWORD_FILE.tmp"
+		(umask 077 && printf '%s' "$pw" >"$PASSWORD_FILE.tmp")
+		mv "$PASSWORD_FILE.tmp" "$PASSWORD_FILE"
+	fi
+	[[ -s $KEYSTORE ]] && return 0
+	pw=$(<"$PASSWORD_FILE")
+	rm -rf "$SECRET_DIR"/.keystore.*
+	tmp=$(mktemp -d "$SECRET_DIR/.keystore.XXXXXX")
+	log "making the keystore with elasticsearch-keystore"
+	# -x reads the value from stdin, so it is never on a command line; -f
+	# creates the keystore.
+	local out
+	out=$(ES_PATH_CONF=$tmp es_tool keystore add -x -f bootstrap.password 2>&1 <<<"$pw") ||
+		die "elasticsearch-keystore add failed: $(tail -n 1 <<<"$out")"
+	[[ -s $tmp/elasticsearch.keystore ]] || die "elasticsearch-keystore made no keystore in $tmp"
+	mv "$tmp/elasticsearch.keystore" "$KEYSTORE"
+	rm -rf "$tmp"
+}
+
+# The integ-test distribution lacks the analysis-common module, yet the
+# security index (.security-7: API keys, native users, built-in roles) is
+# created with an `email` analyzer made of three of its components: the
+# uax_url_email tokenizer and the pattern_capture and unique filters.
+# Without them POST /_security/api_key fails with "Unknown filter type
+# [pattern_capture] for [email]". analysis-common is not on Maven Central,
+# so the secure cluster gets a tiny plugin with just these three, built
+# once with the JDK's javac on the Lucene classes the distribution ships.
+SHIM=esfs-analysis-shim
+ensure_analysis_shim() {
+	local dest=$DIST/plugins/$SHIM tmp out
+	local javac=$JAVA_HOME_RESOLVED/bin/javac jar=$JAVA_HOME_RESOLVED/bin/jar
+	[[ -s $dest/$SHIM.jar ]] && return 0
+	[[ -x $javac && -x $jar ]] ||
+		die "the secure cluster needs javac and jar to build $SHIM, and $JAVA_HOME_RESOLVED is not a full JDK"
+	rm -rf "$DIST_ROOT"/.shim.* # leftovers of interrupted runs (we hold the lock)
+	tmp=$(mktemp -d "$DIST_ROOT/.shim.XXXXXX")
+	mkdir -p "$tmp/src" "$tmp/classes" "$tmp/$SHIM"
+	shim_source >"$tmp/src/AnalysisShim.java"
+	log "building the $SHIM plugin with javac"
+	out=$(env -u JAVA_TOOL_OPTIONS -u _JAVA_OPTIONS "$javac" --release "$MIN_JAVA" -proc:none \
+		-cp "$DIST/lib/*" -d "$tmp/classes" "$tmp/src/AnalysisShim.java" 2>&1 9>&-) ||
+		die "javac could not build $SHIM: $(head -n 1 <<<"$out")"
+	out=$("$jar" cf "$tmp/$SHIM/$SHIM.jar" -C "$tmp/classes" . 2>&1 9>&-) ||
+		die "jar could not pack $SHIM: $(head -n 1 <<<"$out")"
+	cat >"$tmp/$SHIM/plugin-descriptor.properties" <<EOF
+name=$SHIM
+description=esfs tests: the analysis components the security index needs
+version=$ES_VERSION
+classname=esfs.shim.AnalysisShim
+java.version=$MIN_JAVA
+elasticsearch.version=$ES_VERSION
+EOF
+	chmod -R a+rX "$tmp/$SHIM"
+	mkdir -p "$DIST/plugins"
+	mv "$tmp/$SHIM" "$dest"
+	rm -rf "$tmp"
+}
+
+shim_source() {
+	cat <<'JAVA'
+package esfs.shim;
+
+import java.io.IOException;
+import java.util.Arrays;
+import java.util.Map;
+import java.util.function.UnaryOperator;
+import java.util.regex.Pattern;
+
+import org.apache.lucene.analysis.CharArraySet;
+import org.apache.lucene.analysis.TokenFilter;
+import org.apache.lucene.analysis.TokenStream;
+import org.apache.lucene.analysis.email.UAX29URLEmailTokenizer;
+import org.apache.lucene.analysis.pattern.PatternCaptureGroupTokenFilter;
+import org.apache.lucene.analysis.tokenattributes.CharTermAttribute;
+import org.elasticsearch.index.analysis.TokenFilterFactory;
+import org.elasticsearch.index.analysis.TokenizerFactory;
+import org.elasticsearch.indices.analysis.AnalysisModule.AnalysisProvider;
+import org.elasticsearch.plugins.AnalysisPlugin;
+import org.elasticsearch.plugins.Plugin;
+
+/** The analysis components of the security indices that only analysis-common has. */
+public class AnalysisShim extends Plugin implements AnalysisPlugin {
+    @Override
+    public Map<String, AnalysisProvider<TokenFilterFactory>> getTokenFilters() {
+        AnalysisProvider<TokenFilterFactory> patternCapture = (index, env, name, settings) -> {
+            Pattern[] patterns = settings.getAsList("patterns").stream().map(Pattern::compile).toArray(Pattern[]::new);
+            boolean preserve = settings.getAsBoolean("preserve_original", true);
+            return filter(name, in -> new PatternCaptureGroupTokenFilter(in, preserve, patterns));
+        };
+        AnalysisProvider<TokenFilterFactory> unique = (index, env, name, settings) -> filter(name, Unique::new);
+        return Map.of("pattern_capture", AnalysisPlugin.requiresAnalysisSettings(patternCapture), "unique", unique);
+    }
+
+    @Override
+    public Map<String, AnalysisProvider<TokenizerFactory>> getTokenizers() {
+        AnalysisProvider<TokenizerFactory> uax = (index, env, name, settings) -> TokenizerFactory.newFactory(name, UAX29URLEmailTokenizer::new);
+        return Map.of("uax_url_email", uax);
+    }
+
+    private static TokenFilterFactory filter(String name, UnaryOperator<TokenStream> make) {
+        return new TokenFilterFactory() {
+            @Override
+            public String name() {
+                return name;
+            }
+
+            @Override
+            public TokenStream create(TokenStream in) {
+                return make.apply(in);
+            }
+        };
+    }
+
+    /** Drops every term already seen in the stream. */
+    private static final class Unique extends TokenFilter {
+        private final CharTermAttribute term = addAttribute(CharTermAttribute.class);
+        private final CharArraySet seen = new CharArraySet(8, false);
+
+        Unique(TokenStream in) {
+            super(in);
+        }
+
+        @Override
+        public boolean incrementToken() throws IOException {
+            while (input.incrementToken()) {
+                if (!seen.contains(term.buffer(), 0, term.length())) {
+                    seen.add(Arrays.copyOf(term.buffer(), term.length()));
+                    return true;
+                }
+            }
+            return false;
+        }
+
+        @Override
+        public void reset() throws IOException {
+            super.reset();
+            seen.clear();
+        }
+    }
+}
+JAVA
+}
+
+ensure_security() {
+	ensure_analysis_shim
+	ensure_certs
+	ensure_password
+}
+
+# Put certificates and keystore into a node's fresh config dir (prepare_nodes
+# hands the whole dir to the node user afterwards).
+install_security_files() { # config dir
+	mkdir -p "$1/certs"
+	install -m 644 "$CA_CERT" "$CERT_DIR/node.crt" "$1/certs/"
+	install -m 600 "$CERT_DIR/node.key" "$1/certs/"
+	install -m 600 "$KEYSTORE" "$1/elasticsearch.keystore"
+}
+
 # ----------------------------------------------------------------- nodes --
 
 default_heap() { # nodes
-	if [[ -n ${ESFS_ES_HEAP:-} ]]; then
+	if ((SECURE)); then
+		# Tests only: a small heap leaves room for the plain cluster.
+		echo "${ESFS_ES_SECURE_HEAP:-512m}"
+	elif [[ -n ${ESFS_ES_HEAP:-} ]]; then
 		echo "$ESFS_ES_HEAP"
 	elif (($1 == 1)); then
 		echo 1g
@@ -357,12 +678,21 @@ port_busy() { # port
 	echo "${who:-unknown process}"
 }
 
+# The variables that move the ports of the cluster we act on.
+port_vars() {
+	if ((SECURE)); then
+		echo "ESFS_ES_SECURE_PORT / ESFS_ES_SECURE_TRANSPORT_PORT"
+	else
+		echo "ESFS_ES_PORT / ESFS_ES_TRANSPORT_PORT"
+	fi
+}
+
 check_ports_free() { # nodes
 	local i p who
 	for ((i = 0; i < $1; i++)); do
 		for p in $((HTTP_PORT + i)) $((TRANSPORT_PORT + i)); do
 			if who=$(port_busy "$p"); then
-				die "port $p on $HOST is already in use by $who, not by our node (set ESFS_ES_PORT / ESFS_ES_TRANSPORT_PORT)"
+				die "port $p on $HOST is already in use by $who, not by our node (set $(port_vars))"
 			fi
 		done
 	done
@@ -393,6 +723,7 @@ prepare_nodes() { # nodes
 		mkdir -p "$nd/data" "$nd/logs" "$nd/tmp"
 		rm -rf "$nd/config" "$nd/es.pid"
 		cp -R "$DIST/config" "$nd/config"
+		((SECURE)) && install_security_files "$nd/config"
 		: >"$nd/launcher.log"
 		if ((EUID == 0)); then
 			chown -R "$ES_USER:$(id -g "$ES_USER")" "$nd"
@@ -402,8 +733,30 @@ prepare_nodes() { # nodes
 	echo "$stamp" >"$STAMP_FILE"
 }
 
-# Settings for node i of n, one key=value per line. Add mode-specific
-# settings here (a later secure mode can hook in next to the security line).
+# Security settings of a node. SSL file paths are relative to the node's
+# config dir, where install_security_files put them (ES only reads key
+# material from inside its config dir). Transport TLS is on even for one
+# node, so that --nodes N works the same (ES 8 refuses to form a secured
+# multi-node cluster without it); all nodes share one certificate, which
+# names 127.0.0.1, so full hostname verification holds on both layers.
+security_settings() {
+	if ((!SECURE)); then
+		echo "xpack.security.enabled=false"
+		return 0
+	fi
+	local layer
+	echo "xpack.security.enabled=true"
+	for layer in http transport; do
+		echo "xpack.security.$layer.ssl.enabled=true"
+		echo "xpack.security.$layer.ssl.key=certs/node.key"
+		echo "xpack.security.$layer.ssl.certificate=certs/node.crt"
+		echo "xpack.security.$layer.ssl.certificate_authorities=certs/ca.crt"
+	done
+	# On by default in ES 8; explicit because the tests depend on it.
+	echo "xpack.security.authc.api_key.enabled=true"
+}
+
+# Settings for node i of n, one key=value per line.
 node_settings() { # i n fresh
 	local i=$1 n=$2 fresh=$3 nd j seeds="" masters=""
 	nd=$(node_dir "$i")
@@ -415,9 +768,9 @@ http.port=$((HTTP_PORT + i))
 transport.port=$((TRANSPORT_PORT + i))
 path.data=$nd/data
 path.logs=$nd/logs
-xpack.security.enabled=false
 cluster.routing.allocation.disk.threshold_enabled=false
 EOF
+	security_settings
 	# The setting belongs to the ingest-geoip module, which the integ-test
 	# distribution lacks; ES rejects settings no module registered.
 	[[ -d $DIST/modules/ingest-geoip ]] && echo "ingest.geoip.downloader.enabled=false"
@@ -613,8 +966,10 @@ parse_nodes() { # args... ; sets NODES
 
 cmd_start() {
 	parse_nodes "$@"
-	check_port_number ESFS_ES_PORT "$HTTP_PORT"
-	check_port_number ESFS_ES_TRANSPORT_PORT "$TRANSPORT_PORT"
+	local pv
+	pv=$(port_vars)
+	check_port_number "${pv%% /*}" "$HTTP_PORT"
+	check_port_number "${pv##*/ }" "$TRANSPORT_PORT"
 	is_uint "$START_TIMEOUT" || die "ESFS_ES_START_TIMEOUT must be a number of seconds"
 	local url t0=$SECONDS
 	url=$(url_for "$HTTP_PORT")
@@ -628,12 +983,13 @@ cmd_start() {
 			$S_TPORT == "$TRANSPORT_PORT" && $S_VERSION == "$ES_VERSION" ]]; then
 			if healthy "$NODES" 10; then
 				log "already running ($NODES node(s), $HEALTH_STATUS)"
+				((SECURE)) && log_secure_hints
 				echo "$url"
 				return 0
 			fi
 			log "running cluster is not healthy; restarting it"
 		else
-			die "a $S_NODES-node Elasticsearch $S_VERSION is already running at $(url_for "$S_PORT") (wanted $NODES node(s), $ES_VERSION, $url); run 'test/es.sh stop' or 'test/es.sh restart' first"
+			die "a $S_NODES-node Elasticsearch $S_VERSION is already running at $(url_for "$S_PORT") (wanted $NODES node(s), $ES_VERSION, $url); run 'test/es.sh stop$MODE_OPT' or 'test/es.sh restart$MODE_OPT' first"
 		fi
 	fi
 	# Anything of ours still around at this point is stale or unhealthy.
@@ -641,6 +997,7 @@ cmd_start() {
 
 	find_java
 	ensure_dist
+	((SECURE)) && ensure_security
 	setup_run_user
 	check_ports_free "$NODES"
 	raise_nofile
@@ -661,7 +1018,14 @@ cmd_start() {
 		log "node esfs-$i: $(url_for $((HTTP_PORT + i))) (transport $HOST:$((TRANSPORT_PORT + i)))"
 	done
 	log "cluster is $HEALTH_STATUS with $NODES node(s) after $((SECONDS - t0))s"
+	((SECURE)) && log_secure_hints
 	echo "$url"
+}
+
+# Where a client finds what it needs; never the password itself.
+log_secure_hints() {
+	log "CA certificate: $CA_CERT"
+	log "user $SECURE_USER; for the password and the rest: eval \"\$(test/es.sh secure-env)\""
 }
 
 cmd_stop() {
@@ -680,7 +1044,7 @@ cmd_status() {
 		local -a strays=()
 		mapfile -t strays < <(scan_our_pids)
 		if ((${#strays[@]} > 0)); then
-			echo "state:   broken (process(es) ${strays[*]} of ours without pid file; run: test/es.sh stop)"
+			echo "state:   broken (process(es) ${strays[*]} of ours without pid file; run: test/es.sh stop$MODE_OPT)"
 		else
 			echo "state:   stopped"
 		fi
@@ -703,19 +1067,60 @@ cmd_status() {
 	echo "version: ${version:-?}"
 	echo "health:  $health"
 	echo "home:    $ES_HOME_DIR"
+	if ((SECURE)); then
+		echo "user:    $SECURE_USER (password: test/es.sh secure-env)"
+		echo "ca:      $CA_CERT"
+	fi
 	[[ ($status == green || $status == yellow) && $nnodes == "$S_NODES" &&
 		${#running[@]} == "$S_NODES" ]] && ok=1
 	((ok)) || return 1
 }
 
-cmd_url() {
+# Dies unless a cluster of ours is running; loads its state into S_*.
+require_running() {
 	local -a running=()
 	mapfile -t running < <(pidfile_pids)
 	if ! read_state || ((${#running[@]} == 0)); then
-		die "not running (start it with: test/es.sh start)"
+		die "not running (start it with: test/es.sh start$MODE_OPT)"
 	fi
+}
+
+cmd_url() {
+	require_running
 	url_for "$S_PORT"
 	echo
+}
+
+# Shell code for `eval`: everything esfs (and curl users) need. %q quotes
+# whatever the values hold.
+cmd_secure_env() {
+	require_running
+	[[ -r $PASSWORD_FILE ]] ||
+		die "cannot read $PASSWORD_FILE (run as the user who started the secure cluster)"
+	local pw
+	pw=$(<"$PASSWORD_FILE")
+	printf 'export %s=%q\n' \
+		ELASTICSEARCH_URL "$(url_for "$S_PORT")" \
+		ESFS_ES_USERNAME "$SECURE_USER" \
+		ESFS_ES_PASSWORD "$pw" \
+		ESFS_ES_CA_CERT "$CA_CERT"
+}
+
+# A new API key, made by the superuser through the API; prints the
+# `encoded` form (base64 of id:key), which is what ESFS_ES_API_KEY takes.
+cmd_api_key() { # [name]
+	local name=${1:-esfs-test} body key
+	[[ $name =~ ^[A-Za-z0-9_.-]{1,64}$ ]] ||
+		die "api-key: the name must be 1-64 letters, digits, '_', '.' or '-', got '$name'"
+	require_running
+	[[ -r $PASSWORD_FILE ]] ||
+		die "cannot read $PASSWORD_FILE (run as the user who started the secure cluster)"
+	body=$(es_curl --max-time 30 -X POST -H 'Content-Type: application/json' \
+		--data "{\"name\":\"$name\"}" "$(url_for "$S_PORT")/_security/api_key") ||
+		die "cannot reach the secure cluster at $(url_for "$S_PORT")"
+	key=$(json_field encoded "$body")
+	[[ -n $key ]] || die "Elasticsearch did not make an API key: ${body:0:300}"
+	echo "$key"
 }
 
 cmd_logs() {
@@ -730,7 +1135,11 @@ cmd_clean() {
 	take_lock
 	stop_all || true
 	rm -rf "$RUN_DIR"
-	log "removed $RUN_DIR (distribution kept in $DIST_ROOT)"
+	if ((SECURE)); then
+		log "removed $RUN_DIR (distribution, certificates and password kept in $ES_HOME_DIR)"
+	else
+		log "removed $RUN_DIR (distribution kept in $DIST_ROOT)"
+	fi
 }
 
 # Stop whatever this run started (on failure or interrupt during start).
@@ -757,8 +1166,26 @@ main() {
 	trap on_exit EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
-	local cmd=${1:-help}
+	local cmd=${1:-help} arg
 	(($#)) && shift
+	# --secure may stand anywhere after the command; ESFS_ES_SECURE=1 is the
+	# same for callers that cannot change the command line.
+	case ${ESFS_ES_SECURE:-0} in
+	1 | true | yes) SECURE=1 ;;
+	0 | false | no | '') SECURE=0 ;;
+	*) die "ESFS_ES_SECURE must be 1 or 0, got '$ESFS_ES_SECURE'" ;;
+	esac
+	case $cmd in secure-env | api-key) SECURE=1 ;; esac
+	local -a args=()
+	for arg in "$@"; do
+		if [[ $arg == --secure ]]; then
+			SECURE=1
+		else
+			args+=("$arg")
+		fi
+	done
+	set -- "${args[@]}"
+	configure
 	case $cmd in
 	start) cmd_start "$@" ;;
 	restart)
@@ -771,6 +1198,8 @@ main() {
 	url) cmd_url ;;
 	logs) cmd_logs "$@" ;;
 	clean) cmd_clean ;;
+	secure-env) cmd_secure_env ;;
+	api-key) cmd_api_key "$@" ;;
 	help | -h | --help) usage ;;
 	*)
 		usage >&2

@@ -3,21 +3,48 @@
 #
 # Uses the cluster ELASTICSEARCH_URL names; without one it starts a local
 # cluster with test/es.sh and stops it again at the end (unless one was
-# already running, which it then leaves alone). Extra arguments go to
-# `go test` (e.g. -run TestPosix).
+# already running, which it then leaves alone). The same goes for the
+# secured cluster (TLS, users, API keys; `test/es.sh start --secure`) that
+# test/secure_test.go needs: ESFS_TEST_SECURE_URL names one (then with
+# ESFS_ES_USERNAME, ESFS_ES_PASSWORD and ESFS_ES_CA_CERT), else it is
+# started here; ESFS_TEST_SKIP_SECURE=1 does without it (those tests then
+# skip). Extra arguments go to `go test` (e.g. -run TestPosix).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+stop_plain=0 stop_secure=0
+# Stop only what this run started, also on failure or Ctrl-C.
+cleanup() {
+	if [ "$stop_secure" = 1 ]; then test/es.sh stop --secure || true; fi
+	if [ "$stop_plain" = 1 ]; then test/es.sh stop || true; fi
+}
+trap cleanup EXIT
 
 if [ -z "${ELASTICSEARCH_URL:-}" ]; then
 	if test/es.sh status >/dev/null 2>&1; then
 		ELASTICSEARCH_URL=$(test/es.sh url)
 	else
-		trap 'test/es.sh stop' EXIT
+		stop_plain=1
 		ELASTICSEARCH_URL=$(test/es.sh start | tail -n 1)
 	fi
 	export ELASTICSEARCH_URL
 fi
-echo "run.sh: testing against $ELASTICSEARCH_URL" >&2
+
+if [ -z "${ESFS_TEST_SECURE_URL:-}" ] && [ "${ESFS_TEST_SKIP_SECURE:-}" != 1 ]; then
+	if ! test/es.sh status --secure >/dev/null 2>&1; then
+		stop_secure=1
+		test/es.sh start --secure >/dev/null # the URL comes with secure-env
+	fi
+	# secure-env's export lines name the secure cluster ELASTICSEARCH_URL,
+	# which must keep naming the plain one here. The credentials stay in
+	# the environment of the whole suite: the plain cluster ignores them.
+	plain_url=$ELASTICSEARCH_URL
+	eval "$(test/es.sh secure-env)"
+	ESFS_TEST_SECURE_URL=$ELASTICSEARCH_URL
+	ELASTICSEARCH_URL=$plain_url
+	export ESFS_TEST_SECURE_URL ESFS_ES_USERNAME ESFS_ES_PASSWORD ESFS_ES_CA_CERT
+fi
+echo "run.sh: testing against $ELASTICSEARCH_URL${ESFS_TEST_SECURE_URL:+ and, secured, $ESFS_TEST_SECURE_URL}" >&2
 
 go vet ./...
 # -race everywhere: the daemon is concurrent, and the integration tests build
