@@ -16,6 +16,7 @@ import (
 
 	"github.com/esfs/esfs/cache"
 	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	"github.com/urfave/cli/v2"
 )
@@ -36,6 +37,9 @@ func cmdMount() *cli.Command {
 			&cli.DurationFlag{Name: "negative-timeout", Value: time.Second, EnvVars: []string{"ESFS_NEGATIVE_TIMEOUT"}, Usage: "how long the kernel caches missing names"},
 			&cli.DurationFlag{Name: "cache-ttl", Value: time.Second, EnvVars: []string{"ESFS_CACHE_TTL"}, Usage: "how long the daemon caches metadata (0 disables)"},
 			&cli.IntFlag{Name: "cache-size", Value: 64, EnvVars: []string{"ESFS_CACHE_SIZE"}, Usage: "daemon metadata cache size in MiB"},
+			&cli.StringFlag{Name: "locking", Value: "tree", EnvVars: []string{"ESFS_LOCKING"}, Usage: "cross-mount locking strategy: tree, document or global"},
+			&cli.DurationFlag{Name: "lease", Value: 10 * time.Second, EnvVars: []string{"ESFS_LEASE"}, Usage: "session lease: a mount silent this long (plus half of it) is declared dead and its work recovered"},
+			&cli.DurationFlag{Name: "lock-timeout", Value: 30 * time.Second, EnvVars: []string{"ESFS_LOCK_TIMEOUT"}, Usage: "how long an operation waits for locks before failing with EAGAIN"},
 			&cli.BoolFlag{Name: "debug", EnvVars: []string{"ESFS_DEBUG"}, Usage: "log every FUSE request"},
 			&cli.BoolFlag{Name: "daemon", Aliases: []string{"d"}, Usage: "detach once mounted; the exit status says whether it mounted"},
 			&cli.StringFlag{Name: "log-file", EnvVars: []string{"ESFS_LOG_FILE"}, Usage: "with --daemon, append the daemon's log here (default: discarded)"},
@@ -55,6 +59,12 @@ func runMount(c *cli.Context) error {
 	}
 	if c.Int("cache-size") < 1 {
 		return usagef("--cache-size must be at least 1 (MiB)")
+	}
+	if _, err := locking.NewStrategy(c.String("locking")); err != nil {
+		return usagef("--locking %q: want tree, document or global", c.String("locking"))
+	}
+	if c.Duration("lease") < 500*time.Millisecond || c.Duration("lock-timeout") <= 0 {
+		return usagef("--lease must be at least 500ms and --lock-timeout positive")
 	}
 	mp, err := filepath.Abs(c.Args().First())
 	if err != nil {
@@ -158,7 +168,21 @@ func serve(c *cli.Context, mp string) error {
 		return err
 	}
 	defer ch.Close()
-	fsys := fs.New(st, ch, fs.Options{
+	ctx, cancel = context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
+	co, err := locking.Start(ctx, st, locking.Config{Strategy: c.String("locking"), Lease: c.Duration("lease"),
+		LockTimeout: c.Duration("lock-timeout"), Mount: mp, Log: log})
+	cancel()
+	if err != nil {
+		return explain(err, c.String("es-url"))
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*c.Duration("es-timeout"))
+		defer cancel()
+		if err := co.Close(ctx); err != nil {
+			log.Warn("ending the session", "err", err)
+		}
+	}()
+	fsys := fs.New(st, co, ch, fs.Options{
 		ReadOnly:        c.Bool("read-only"),
 		AllowOther:      c.Bool("allow-other"),
 		AttrTimeout:     c.Duration("attr-timeout"),

@@ -90,7 +90,11 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		}
 		d.page = d.page[:0]
 		for _, e := range page {
-			if f.visible(e) {
+			e, ok, err := f.co.Visible(ctx, e)
+			if err != nil {
+				return nil, f.toErrno("readdir", err)
+			}
+			if ok {
 				d.page = append(d.page, e)
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/esfs/esfs/cache"
+	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -50,6 +51,7 @@ type Options struct {
 // FS is one mounted filesystem.
 type FS struct {
 	st    *store.Store
+	co    *locking.Coordinator
 	cache *cache.Cache
 	opts  Options
 	log   *slog.Logger
@@ -73,15 +75,20 @@ type FS struct {
 	statfsLast fuse.StatfsOut
 }
 
-// New builds the filesystem over an opened store.
-func New(st *store.Store, c *cache.Cache, o Options) *FS {
+// New builds the filesystem over an opened store and the mount's side of
+// the locking protocol.
+func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *FS {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	if o.DirtyLimit <= 0 {
 		o.DirtyLimit = 32 << 20
 	}
-	return &FS{st: st, cache: c, opts: o, log: o.Logger, open: map[uint64]*openFile{}}
+	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, open: map[uint64]*openFile{}}
+	// A rename that replaced a file, finished by whichever mount, drops the
+	// replaced inode's link through the same path as unlink.
+	co.Journal.DropLink = f.dropLink
+	return f
 }
 
 // newIno picks an inode number no one uses: random 63-bit numbers, made
@@ -144,6 +151,12 @@ func (f *FS) toErrno(op string, err error) syscall.Errno {
 		return syscall.ENOENT
 	case errors.Is(err, store.ErrExists):
 		return syscall.EEXIST
+	case errors.Is(err, locking.ErrLocked):
+		f.log.Warn("lock wait timed out", "op", op, "err", err)
+		return syscall.EAGAIN
+	case errors.Is(err, locking.ErrLeaseLost), errors.Is(err, locking.ErrAborted):
+		f.log.Error("operation fenced: this mount lost its session", "op", op, "err", err)
+		return syscall.EIO
 	case errors.Is(err, store.ErrNameTooLong):
 		return syscall.ENAMETOOLONG
 	case errors.Is(err, store.ErrInvalid):
@@ -188,7 +201,11 @@ func (f *FS) resolveFresh(ctx context.Context, path string) (store.Node, error) 
 	if err != nil {
 		return store.Node{}, err
 	}
-	if !f.visible(d) {
+	d, ok, err := f.co.Visible(ctx, d)
+	if err != nil {
+		return store.Node{}, err
+	}
+	if !ok {
 		f.cache.PutNegative(path, gen)
 		return store.Node{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
 	}
@@ -209,11 +226,18 @@ func (f *FS) resolveFresh(ctx context.Context, path string) (store.Node, error) 
 	return n, nil
 }
 
-// visible tells whether a path document is part of the tree. Documents that
-// carry the intent of an unfinished rename are resolved by the locking
-// layer; until it exists, a document with an intent is invisible.
-func (f *FS) visible(d store.Dentry) bool {
-	return d.Intent.Op == ""
+// begin takes the locks of an entry change (create, remove, link) of path
+// in directory dir.
+func (f *FS) begin(ctx context.Context, dir, path string) (*locking.Txn, error) {
+	return f.co.Begin(ctx, f.co.Strategy.Entry(dir, path))
+}
+
+// end releases a transaction's locks; a failed release turns success into
+// the release's error (a lost session means someone may have undone us).
+func (f *FS) end(ctx context.Context, txn *locking.Txn, err *error) {
+	if rerr := txn.End(ctx); rerr != nil && *err == nil {
+		*err = rerr
+	}
 }
 
 // inode returns the attributes of ino, from the cache or the store. gen is

@@ -263,12 +263,27 @@ func (n *node) create(ctx context.Context, name string, typ store.FileType, mode
 	if err := store.CheckName(name); err != nil {
 		return store.Node{}, err
 	}
-	dir, err := n.dirPath(ctx, true)
-	if err != nil {
-		return store.Node{}, err
+	dir, ok := n.path()
+	if !ok {
+		return store.Node{}, errnoErr(syscall.ENOENT, "directory inode %d was removed", n.ino())
 	}
 	path := store.Join(dir, name)
 	if err := store.CheckPath(path); err != nil {
+		return store.Node{}, err
+	}
+	txn, err := n.f.begin(ctx, dir, path)
+	if err != nil {
+		return store.Node{}, err
+	}
+	sn, err := n.createLocked(ctx, dir, path, typ, mode, target)
+	n.f.end(ctx, txn, &err)
+	return sn, err
+}
+
+// createLocked is create under the locks: it re-checks, with realtime
+// reads, that the directory is still there and still this inode.
+func (n *node) createLocked(ctx context.Context, dir, path string, typ store.FileType, mode uint32, target string) (store.Node, error) {
+	if _, err := n.dirPath(ctx, true); err != nil {
 		return store.Node{}, err
 	}
 	parent, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
@@ -311,6 +326,17 @@ func (n *node) create(ctx context.Context, name string, typ store.FileType, mode
 			if _, derr := n.f.st.DeleteInode(ctx, a.Ino, res[0].Ver); derr != nil {
 				n.f.log.Warn("could not remove the inode of a failed create", "ino", a.Ino, "err", derr)
 			}
+		}
+		if errors.Is(res[1].Err, store.ErrExists) {
+			// Taken by a visible entry, or by the garbage of an aborted or
+			// finished rename, which we may clear since we hold its name.
+			if cleared, err := n.f.clearGarbage(ctx, path); err != nil || !cleared {
+				if err != nil {
+					return store.Node{}, err
+				}
+				return store.Node{}, res[1].Err
+			}
+			return n.createLocked(ctx, dir, path, typ, mode, target)
 		}
 		return store.Node{}, res[1].Err
 	}
@@ -415,13 +441,29 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if err := store.CheckName(name); err != nil {
 		return nil, n.f.toErrno("link", err)
 	}
-	dir, err := n.dirPath(ctx, true)
-	if err != nil {
-		return nil, n.f.toErrno("link", err)
+	dir, ok := n.path()
+	if !ok {
+		return nil, syscall.ENOENT
 	}
 	path := store.Join(dir, name)
 	if err := store.CheckPath(path); err != nil {
 		return nil, n.f.toErrno("link", err)
+	}
+	txn, err := n.f.begin(ctx, dir, path)
+	if err != nil {
+		return nil, n.f.toErrno("link", err)
+	}
+	child, err := n.linkLocked(ctx, tn, path, out)
+	n.f.end(ctx, txn, &err)
+	if err != nil {
+		return nil, n.f.toErrno("link", err)
+	}
+	return child, 0
+}
+
+func (n *node) linkLocked(ctx context.Context, tn *node, path string, out *fuse.EntryOut) (*gofs.Inode, error) {
+	if _, err := n.dirPath(ctx, true); err != nil {
+		return nil, err
 	}
 	// Count the link first: a crash in between leaves a count one too high
 	// (a leak fsck reclaims), never a path to an inode that thinks it has
@@ -436,17 +478,22 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 		return nil
 	})
 	if err != nil {
-		return nil, n.f.toErrno("link", err)
+		return nil, err
 	}
 	d := store.Dentry{Path: path, Ino: a.Ino, Type: a.Type}
 	n.f.cache.InvalidatePath(path)
 	n.f.noteWrite()
 	v, err := n.f.st.CreateDentry(ctx, d)
+	if errors.Is(err, store.ErrExists) {
+		if cleared, cerr := n.f.clearGarbage(ctx, path); cerr == nil && cleared {
+			v, err = n.f.st.CreateDentry(ctx, d)
+		}
+	}
 	if err != nil {
 		if _, uerr := n.f.updateInode(ctx, a.Ino, func(a *store.Inode) error { a.Nlink--; return nil }); uerr != nil {
 			n.f.log.Warn("could not undo a link count", "ino", a.Ino, "err", uerr)
 		}
-		return nil, n.f.toErrno("link", err)
+		return nil, err
 	}
 	n.f.touchDir(n.ino(), t)
 	d.Ver = v
@@ -454,7 +501,27 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	sn := store.Node{Dentry: d, Attr: a}
 	n.f.cache.PutNode(sn, n.f.cache.Gen())
 	n.f.fillAttr(a, &out.Attr)
-	return tn.EmbeddedInode(), 0
+	return tn.EmbeddedInode(), nil
+}
+
+// clearGarbage removes the document at path if it is not part of the tree
+// (an intent of an aborted or finished rename). The caller holds the
+// exclusive lock of path.
+func (f *FS) clearGarbage(ctx context.Context, path string) (bool, error) {
+	d, err := f.st.GetDentry(ctx, path)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if _, ok, err := f.co.Visible(ctx, d); err != nil || ok {
+		return false, err
+	}
+	if _, err := f.st.DeleteDentry(ctx, path, d.Ver); err != nil && !errors.Is(err, store.ErrConflict) {
+		return false, err
+	}
+	return true, nil
 }
 
 // touchDir sets a directory's mtime and ctime after a change of its
@@ -497,11 +564,24 @@ func (n *node) remove(ctx context.Context, name string, wantDir bool) error {
 	if err := store.CheckName(name); err != nil {
 		return err
 	}
-	dir, err := n.dirPath(ctx, true)
+	dir, ok := n.path()
+	if !ok {
+		return syscall.ENOENT
+	}
+	path := store.Join(dir, name)
+	txn, err := n.f.begin(ctx, dir, path)
 	if err != nil {
 		return err
 	}
-	path := store.Join(dir, name)
+	err = n.removeLocked(ctx, path, wantDir)
+	n.f.end(ctx, txn, &err)
+	return err
+}
+
+func (n *node) removeLocked(ctx context.Context, path string, wantDir bool) error {
+	if _, err := n.dirPath(ctx, true); err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
 		sn, err := n.f.resolveFresh(ctx, path)
 		if err != nil {
@@ -560,8 +640,8 @@ func (f *FS) isEmptyDir(ctx context.Context, path string) (bool, error) {
 			return true, nil
 		}
 		for _, d := range page {
-			if f.visible(d) {
-				return false, nil
+			if _, ok, err := f.co.Visible(ctx, d); err != nil || ok {
+				return false, err
 			}
 		}
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"syscall"
 
+	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 )
@@ -33,10 +35,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	return n.f.toErrno("rename", err)
 }
 
-// rename moves a path, and for a directory its whole subtree, to a new path.
-// File data and attributes are keyed by inode and never move; only path
-// documents are rewritten. New documents are written before old ones are
-// deleted, so a crash in between can leave a duplicate but never lose a path.
+// rename moves a path, and for a directory its whole subtree, to a new
+// path, as one journaled operation under the strategy's locks (see
+// locking.Journal): other mounts see either the old paths or the new ones.
+// File data and attributes are keyed by inode and never move.
 func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newName string, noReplace bool) error {
 	if err := store.CheckName(name); err != nil {
 		return err
@@ -44,37 +46,134 @@ func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newN
 	if err := store.CheckName(newName); err != nil {
 		return err
 	}
-	srcDir, err := from.dirPath(ctx, true)
-	if err != nil {
-		return err
-	}
-	dstDir := srcDir
-	if to != from {
-		if dstDir, err = to.dirPath(ctx, true); err != nil {
-			return err
-		}
+	srcDir, ok1 := from.path()
+	dstDir, ok2 := to.path()
+	if !ok1 || !ok2 {
+		return syscall.ENOENT
 	}
 	src, dst := store.Join(srcDir, name), store.Join(dstDir, newName)
 	if err := store.CheckPath(dst); err != nil {
 		return err
 	}
-	if src == dst {
-		_, err := f.resolveFresh(ctx, src)
-		return err
-	}
-	if store.IsWithin(dst, src) {
+	if store.IsWithin(dst, src) && src != dst {
 		return errnoErr(syscall.EINVAL, "cannot move %q into itself", src)
 	}
-	s, err := f.resolveFresh(ctx, src)
+	for attempt := 0; ; attempt++ {
+		var subtree []string
+		if f.co.Strategy.NeedsSubtree() {
+			var err error
+			if subtree, err = f.subtreePaths(ctx, src); err != nil {
+				return err
+			}
+		}
+		txn, err := f.co.Begin(ctx, f.co.Strategy.Rename(src, dst, subtree))
+		if err != nil {
+			return err
+		}
+		err = f.renameLocked(ctx, txn, from, to, src, dst, noReplace, subtree)
+		if errors.Is(err, errSubtreeGrew) && attempt < 5 {
+			_ = txn.End(ctx)
+			continue
+		}
+		if rerr := txn.End(ctx); rerr != nil && err == nil {
+			err = rerr
+		}
+		return err
+	}
+}
+
+var errSubtreeGrew = errors.New("subtree changed before its locks were granted")
+
+// subtreePaths lists the paths below src (for the document strategy, which
+// locks each of them).
+func (f *FS) subtreePaths(ctx context.Context, src string) ([]string, error) {
+	d, err := f.resolveFresh(ctx, src)
+	if err != nil || d.Type != store.TypeDir {
+		return nil, nil // the locked re-check reports it
+	}
+	if err := f.st.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	sc := f.st.ScanTree(src, store.DefaultPageSize)
+	defer sc.Close()
+	var out []string
+	for {
+		page, _, err := sc.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if page == nil {
+			sort.Strings(out)
+			return out, nil
+		}
+		for _, d := range page {
+			if d.Path != src {
+				out = append(out, d.Path)
+			}
+		}
+	}
+}
+
+func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to *node, src, dst string, noReplace bool, subtree []string) error {
+	// Re-check everything with realtime reads now that nothing can change
+	// (the source may have been moved away while we waited for the locks):
+	// both directories, source and destination, in one mget.
+	srcDir, _ := store.Split(src)
+	dstDir, _ := store.Split(dst)
+	res, err := f.st.GetDentries(ctx, []string{srcDir, dstDir, src, dst})
 	if err != nil {
 		return err
 	}
-	d, err := f.resolveFresh(ctx, dst)
-	dstExists := err == nil
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
+	var docs [4]store.Dentry
+	var found [4]bool
+	for i, r := range res {
+		if r.Err != nil {
+			if !errors.Is(r.Err, store.ErrNotFound) {
+				return r.Err
+			}
+			continue
+		}
+		d, ok, err := f.co.Visible(ctx, r.Dentry)
+		if err != nil {
+			return err
+		}
+		docs[i], found[i] = d, ok
 	}
-	if dstExists {
+	for i, n := range []*node{from, to} {
+		switch {
+		case !found[i]:
+			return errnoErr(syscall.ESTALE, "directory %q is gone", res[i].Dentry.Path)
+		case docs[i].Ino != n.ino():
+			return errnoErr(syscall.ESTALE, "directory %q is now another inode", docs[i].Path)
+		case docs[i].Type != store.TypeDir:
+			return syscall.ENOTDIR
+		}
+	}
+	if !found[2] {
+		return fmt.Errorf("%q: %w", src, store.ErrNotFound)
+	}
+	s := docs[2]
+	if src == dst {
+		return nil
+	}
+	if f.co.Strategy.NeedsSubtree() && s.Type == store.TypeDir {
+		now, err := f.subtreePaths(ctx, src)
+		if err != nil {
+			return err
+		}
+		locked := map[string]bool{}
+		for _, p := range subtree {
+			locked[p] = true
+		}
+		for _, p := range now {
+			if !locked[p] {
+				return errSubtreeGrew
+			}
+		}
+	}
+	var target *store.Dentry
+	if found[3] {
+		d := docs[3]
 		if noReplace {
 			return syscall.EEXIST
 		}
@@ -95,7 +194,16 @@ func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newN
 				return syscall.ENOTEMPTY
 			}
 		}
+		d.Intent = store.Intent{} // the visible state, at the stored version
+		target = &d
+	} else if res[3].Err == nil {
+		// Garbage of an aborted or finished rename holds the name.
+		if _, err := f.clearGarbage(ctx, dst); err != nil {
+			return err
+		}
 	}
+	s.Intent = store.Intent{}
+
 	if s.Type == store.TypeDir {
 		// Every cached path below src is wrong now, and the cache cannot
 		// enumerate them.
@@ -104,115 +212,20 @@ func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newN
 	f.cache.InvalidatePath(src)
 	f.cache.InvalidatePath(dst)
 	f.noteWrite()
-
-	// The top of the rename: create dst, or replace it atomically by
-	// overwriting its document with compare-and-set.
-	top := store.Dentry{Path: dst, Ino: s.Ino, Type: s.Type}
-	if dstExists {
-		if _, err := f.st.PutDentry(ctx, top, d.Ver); err != nil {
-			return conflictIsRace(err, dst)
-		}
-	} else if _, err := f.st.CreateDentry(ctx, top); err != nil {
-		if errors.Is(err, store.ErrExists) {
-			return fmt.Errorf("%q appeared meanwhile: %w", dst, syscall.EEXIST)
-		}
-		return err
-	}
-	if s.Type == store.TypeDir {
-		if err := f.moveChildren(ctx, src, dst); err != nil {
-			return err
-		}
-	}
-	if _, err := f.st.DeleteDentry(ctx, src, s.Ver); err != nil {
-		return conflictIsRace(err, src)
+	defer f.noteWrite() // the finish phase writes too
+	if err := txn.Rename(ctx, locking.RenameSpec{Src: s, Dst: dst, Target: target}); err != nil {
+		return fmt.Errorf("rename %q to %q: %w", src, dst, err)
 	}
 	t := now()
-	f.touchDir(from.ino(), t)
+	f.cache.InvalidateInode(from.ino())
+	f.cache.InvalidateInode(to.ino())
+	f.cache.InvalidateInode(s.Ino)
+	ops := []store.BulkOp{f.st.OpTouchInode(from.ino(), t, t), f.st.OpSetCtime(s.Ino, t)}
 	if to != from {
-		f.touchDir(to.ino(), t)
+		ops = append(ops, f.st.OpTouchInode(to.ino(), t, t))
 	}
-	if _, err := f.updateInode(ctx, s.Ino, func(a *store.Inode) error { a.Ctime = t; return nil }); err != nil {
-		f.log.Warn("could not update ctime after rename", "ino", s.Ino, "err", err)
-	}
-	if dstExists {
-		return f.dropLink(ctx, d.Ino)
-	}
-	return nil
-}
-
-func conflictIsRace(err error, path string) error {
-	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("%q changed during the rename: %w", path, syscall.EAGAIN)
-	}
-	return err
-}
-
-// moveChildren rewrites every path below src to the same path below dst:
-// all creates first, then all deletes, each phase in parallel bulks.
-func (f *FS) moveChildren(ctx context.Context, src, dst string) error {
-	if err := f.st.Refresh(ctx); err != nil {
-		return err
-	}
-	sc := f.st.ScanTree(src, store.DefaultPageSize)
-	defer sc.Close()
-	type old struct {
-		path string
-		ver  store.Version
-	}
-	var olds []old
-	for {
-		page, bad, err := sc.Next(ctx)
-		if err != nil {
-			return err
-		}
-		if len(bad) > 0 {
-			return fmt.Errorf("cannot move a subtree with a corrupt document: %w", bad[0])
-		}
-		if page == nil {
-			break
-		}
-		ops := make([]store.BulkOp, 0, len(page))
-		for _, d := range page {
-			if d.Path == src || !f.visible(d) {
-				continue
-			}
-			nd := store.Dentry{Path: dst + d.Path[len(src):], Ino: d.Ino, Type: d.Type}
-			if err := store.CheckPath(nd.Path); err != nil {
-				return err
-			}
-			op, err := f.st.OpCreateDentry(nd)
-			if err != nil {
-				return err
-			}
-			ops = append(ops, op)
-			olds = append(olds, old{d.Path, d.Ver})
-		}
-		res, err := f.st.Bulk(ctx, ops)
-		if err != nil {
-			return err
-		}
-		for _, r := range res {
-			if r.Err != nil {
-				return r.Err
-			}
-		}
-	}
-	ops := make([]store.BulkOp, 0, len(olds))
-	for _, o := range olds {
-		op, err := f.st.OpDeleteDentry(o.path, o.ver)
-		if err != nil {
-			return err
-		}
-		ops = append(ops, op)
-	}
-	res, err := f.st.Bulk(ctx, ops)
-	if err != nil {
-		return err
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			return r.Err
-		}
+	if _, err := f.st.Bulk(ctx, ops); err != nil {
+		f.log.Warn("could not update times after rename", "src", src, "err", err)
 	}
 	return nil
 }

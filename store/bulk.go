@@ -234,3 +234,13 @@ func (s *Store) OpTouchInode(ino uint64, mtime, ctime int64) BulkOp {
 	o.retryOnConflict = 5
 	return o
 }
+
+// OpSetCtime sets an inode's ctime with a partial update (a rename changes
+// the ctime of what it moves).
+func (s *Store) OpSetCtime(ino uint64, ctime int64) BulkOp {
+	o, _ := s.op("update", s.idx.Inodes, inodeID(ino), Version{},
+		map[string]any{"doc": map[string]int64{"ctime": ctime}},
+		fmt.Sprintf("setting the ctime of inode %d", ino))
+	o.retryOnConflict = 5
+	return o
+}

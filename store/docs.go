@@ -10,20 +10,26 @@ import (
 
 // pathDoc is the JSON of a path document. Text fields hold encodeText values.
 type pathDoc struct {
-	Path   string `json:"path"`
-	Parent string `json:"parent"`
-	Name   string `json:"name"`
-	Ino    uint64 `json:"ino"`
-	Type   string `json:"type"`
-	Op     string `json:"op,omitempty"`
-	Role   string `json:"role,omitempty"`
+	Path    string `json:"path"`
+	Parent  string `json:"parent"`
+	Name    string `json:"name"`
+	Ino     uint64 `json:"ino"`
+	Type    string `json:"type"`
+	Op      string `json:"op,omitempty"`
+	Role    string `json:"role,omitempty"`
+	NewIno  uint64 `json:"new_ino,omitempty"`
+	NewType string `json:"new_type,omitempty"`
 }
 
 func encodeDentry(d Dentry) pathDoc {
-	return pathDoc{
+	p := pathDoc{
 		Path: encodeText(d.Path), Parent: encodeText(d.Parent), Name: encodeText(d.Name),
 		Ino: d.Ino, Type: d.Type.String(), Op: d.Intent.Op, Role: string(d.Intent.Role),
 	}
+	if d.Intent.Role == RoleOvr {
+		p.NewIno, p.NewType = d.Intent.NewIno, d.Intent.NewType.String()
+	}
+	return p
 }
 
 func decodeDentry(src []byte, v Version) (Dentry, error) {
@@ -52,8 +58,16 @@ func decodeDentry(src []byte, v Version) (Dentry, error) {
 	}
 	switch d.Intent.Role {
 	case RoleNone, RoleSrc, RoleDst:
+	case RoleOvr:
+		d.Intent.NewIno = p.NewIno
+		if d.Intent.NewType, err = parseFileType(p.NewType); err != nil || p.NewIno == 0 {
+			return Dentry{}, fmt.Errorf("path document %q: replacement without inode or type: %w", d.Path, ErrCorrupt)
+		}
 	default:
 		return Dentry{}, fmt.Errorf("path document %q has unknown role %q: %w", d.Path, d.Intent.Role, ErrCorrupt)
+	}
+	if (d.Intent.Role == RoleNone) != (d.Intent.Op == "") {
+		return Dentry{}, fmt.Errorf("path document %q has a half intent (op %q, role %q): %w", d.Path, d.Intent.Op, d.Intent.Role, ErrCorrupt)
 	}
 	return d, nil
 }

@@ -45,13 +45,15 @@ func (s *Store) mappings(chunkSize int64) map[string]map[string]field {
 	return map[string]map[string]field{
 		s.idx.Paths: {
 			// path must have no ignore_above: a subtree scan sorts and filters on it.
-			"path":   kw(),
-			"parent": kw(),
-			"name":   {"type": "keyword", "fields": map[string]any{"text": textField()}},
-			"ino":    long(),
-			"type":   kw(),
-			"op":     kw(),
-			"role":   kw(),
+			"path":     kw(),
+			"parent":   kw(),
+			"name":     {"type": "keyword", "fields": map[string]any{"text": textField()}},
+			"ino":      long(),
+			"type":     kw(),
+			"op":       kw(),
+			"role":     kw(),
+			"new_ino":  long(),
+			"new_type": kw(),
 		},
 		s.idx.Inodes: {
 			"ino": long(), "type": kw(), "mode": long(), "uid": long(), "gid": long(),

@@ -69,13 +69,18 @@ const (
 	RoleNone Role = ""
 	RoleSrc  Role = "src" // an old path, visible until the rename commits
 	RoleDst  Role = "dst" // a new path, visible once the rename commits
+	// RoleOvr marks an existing target that a rename replaces: it names
+	// its old inode until the rename commits, NewIno afterwards.
+	RoleOvr Role = "ovr"
 )
 
 // Intent marks a path document that an unfinished operation wrote or will
 // remove; readers resolve it through the operation record (see locking/).
 type Intent struct {
-	Op   string
-	Role Role
+	Op      string
+	Role    Role
+	NewIno  uint64   // RoleOvr only
+	NewType FileType // RoleOvr only
 }
 
 // Dentry is one path document: a name in a directory, pointing at an inode.

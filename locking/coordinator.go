@@ -1,0 +1,284 @@
+package locking
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/esfs/esfs/store"
+)
+
+// Config configures a mount's coordinator.
+type Config struct {
+	Strategy    string        // tree (default), document or global
+	Lease       time.Duration // session lease (default 10s)
+	Grace       time.Duration // added before declaring another session dead (default Lease/2)
+	LockTimeout time.Duration // how long an operation waits for locks (default 30s)
+	Mount       string
+	Log         *slog.Logger
+	// NoSweeper turns off the background recovery (for tools that only
+	// read, and for tests of the sweeper itself).
+	NoSweeper bool
+}
+
+// Coordinator is one mount's side of the protocol: its session, lock
+// manager, journal, strategy and the background sweeper.
+type Coordinator struct {
+	b   Backend
+	cfg Config
+	log *slog.Logger
+
+	Strategy Strategy
+	Locks    *Manager
+	Journal  *Journal
+
+	mu   sync.Mutex // protects sess and obs
+	sess *Session
+	obs  *Observer
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// Start registers a session and starts the sweeper.
+func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
+	if cfg.Lease <= 0 {
+		cfg.Lease = 10 * time.Second
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = cfg.Lease / 2
+	}
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	strategy, err := NewStrategy(cfg.Strategy)
+	if err != nil {
+		return nil, err
+	}
+	sess, err := StartSession(ctx, b, SessionConfig{Lease: cfg.Lease, Grace: cfg.Grace, Mount: cfg.Mount, Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	c := &Coordinator{b: b, cfg: cfg, log: cfg.Log, Strategy: strategy, sess: sess,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	c.obs = NewObserver(b, sess.ID(), cfg.Grace, cfg.Log)
+	c.Locks = NewManager(b, c.obs, cfg.LockTimeout, cfg.Log)
+	c.Journal = NewJournal(b, c.Locks, c.Session, cfg.Log)
+	go c.run()
+	return c, nil
+}
+
+// Session returns the mount's current session. When a session is declared
+// dead, the mount starts a new one: operations that began under the old
+// one fail (EIO), later ones work.
+func (c *Coordinator) Session() *Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sess
+}
+
+func (c *Coordinator) renewSession(ctx context.Context) {
+	c.mu.Lock()
+	old := c.sess
+	c.mu.Unlock()
+	select {
+	case <-old.Lost():
+	default:
+		return
+	}
+	sess, err := StartSession(ctx, c.b, SessionConfig{Lease: c.cfg.Lease, Grace: c.cfg.Grace, Mount: c.cfg.Mount, Log: c.cfg.Log})
+	if err != nil {
+		c.log.Warn("could not start a new session", "err", err)
+		return
+	}
+	c.mu.Lock()
+	c.sess = sess
+	c.obs = NewObserver(c.b, sess.ID(), c.cfg.Grace, c.cfg.Log)
+	c.Locks.obs = c.obs
+	c.mu.Unlock()
+	c.log.Warn("started a new session after the old one was declared dead", "old", old.ID(), "new", sess.ID())
+}
+
+// Txn is one operation holding its locks.
+type Txn struct {
+	c    *Coordinator
+	Sess *Session
+	Op   string
+	n    int64
+	Held *Held
+	done bool
+}
+
+// Begin takes the locks of one operation.
+func (c *Coordinator) Begin(ctx context.Context, reqs []Request) (*Txn, error) {
+	sess := c.Session()
+	op, n := sess.BeginOp()
+	held, err := c.Locks.Acquire(ctx, sess, op, reqs)
+	if err != nil {
+		sess.EndOp(n)
+		return nil, err
+	}
+	return &Txn{c: c, Sess: sess, Op: op, n: n, Held: held}, nil
+}
+
+// End releases the operation's locks. The release is also the check that
+// nobody judged us dead meanwhile: then the operation must report EIO even
+// if its writes went through, since someone may have done conflicting work
+// (LOCKING-REVIEW item 3).
+func (t *Txn) End(ctx context.Context) error {
+	if t.done {
+		return nil
+	}
+	t.done = true
+	defer t.Sess.EndOp(t.n)
+	ctx = context.WithoutCancel(ctx)
+	return t.c.Locks.Release(ctx, t.Held)
+}
+
+// Rename runs a journaled rename under the transaction's locks; on success
+// the journal has released them.
+func (t *Txn) Rename(ctx context.Context, spec RenameSpec) error {
+	spec.Op, spec.Held = t.Op, t.Held
+	err := t.c.Journal.Rename(ctx, t.Sess, spec)
+	if err == nil {
+		t.done = true
+		t.Sess.EndOp(t.n)
+	}
+	return err
+}
+
+// Visible resolves a path document's intent (see Journal.Visible).
+func (c *Coordinator) Visible(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
+	return c.Journal.Visible(ctx, d)
+}
+
+// run is the sweeper: it watches every session's heartbeat so that deaths
+// are noticed within lease + grace, finishes or undoes the operations of
+// dead mounts even when nobody trips over them, removes their leftover lock
+// entries, and collects finished records.
+func (c *Coordinator) run() {
+	defer close(c.done)
+	if c.cfg.NoSweeper {
+		<-c.stop
+		return
+	}
+	t := time.NewTicker(c.cfg.Lease / 3)
+	defer t.Stop()
+	doneSeen := map[string]time.Duration{}
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.Session().Lost():
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Lease)
+			c.renewSession(ctx)
+			cancel()
+			continue
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 4*c.cfg.Lease)
+		if err := c.Sweep(ctx, doneSeen); err != nil {
+			c.log.Debug("sweep", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Sweep runs one round of the sweeper. doneSeen remembers, on this
+// machine's clock, since when each finished record was seen finished.
+func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Duration) error {
+	if err := c.Session().Check(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	obs := c.obs
+	c.mu.Unlock()
+	if _, err := obs.Watch(ctx); err != nil {
+		return err
+	}
+	recs, err := c.b.SearchOps(ctx)
+	if err != nil {
+		return err
+	}
+	now := bootNow()
+	live := map[string]bool{}
+	for _, rec := range recs {
+		live[rec.ID] = true
+		if rec.State == store.OpDone {
+			first, ok := doneSeen[rec.ID]
+			if !ok {
+				doneSeen[rec.ID] = now
+				continue
+			}
+			// Finished records are kept a while so that readers meeting a
+			// stray document of the operation learn it is garbage; after
+			// that, a missing record reads as aborted anyway.
+			if now-first > 20*c.cfg.Lease {
+				if err := c.b.DeleteOp(ctx, rec.ID, rec.Ver); err == nil {
+					delete(doneSeen, rec.ID)
+				}
+			}
+			continue
+		}
+		dead, err := obs.Dead(ctx, rec.Owner)
+		if err != nil || !dead {
+			continue
+		}
+		if err := c.Journal.Recover(ctx, rec); err != nil {
+			c.log.Warn("recovering an operation of a dead mount", "op", rec.ID, "err", err)
+		}
+	}
+	for id := range doneSeen {
+		if !live[id] {
+			delete(doneSeen, id)
+		}
+	}
+	locks, err := c.b.SearchLocks(ctx)
+	if err != nil {
+		return err
+	}
+	for _, d := range locks {
+		var keep []store.Holder
+		changed := false
+		for _, h := range d.Holders {
+			gone, err := c.Locks.holderGone(ctx, h)
+			if err != nil {
+				return err
+			}
+			if gone {
+				changed = true
+				continue
+			}
+			keep = append(keep, h)
+		}
+		var waiters []store.Waiter
+		for _, w := range d.Waiters {
+			if dead, err := obs.Dead(ctx, w.Session); err == nil && dead {
+				changed = true
+				continue
+			}
+			waiters = append(waiters, w)
+		}
+		if !changed {
+			continue
+		}
+		nd := d
+		nd.Holders, nd.Waiters = keep, waiters
+		if _, err := c.b.WriteLocks(ctx, []store.LockWrite{{Doc: nd, Delete: len(keep) == 0 && len(waiters) == 0}}); err != nil {
+			c.log.Debug("dropping leftover lock entries", "lock", d.Path, "err", err)
+		}
+	}
+	return nil
+}
+
+// Close stops the sweeper and ends the session cleanly. Call it after
+// every operation finished.
+func (c *Coordinator) Close(ctx context.Context) error {
+	close(c.stop)
+	<-c.done
+	return c.Session().Close(ctx)
+}

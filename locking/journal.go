@@ -1,0 +1,603 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/esfs/esfs/store"
+)
+
+// Journal runs renames as journaled operations and resolves the intents
+// they leave on path documents.
+//
+// A rename, once its locks are granted and its preconditions re-checked:
+//
+//  1. creates its record PREPARED (op_type=create: a record that already
+//     exists means recovery fenced this operation off);
+//  2. stages: every new path is created carrying the intent {op, dst},
+//     every old path is marked {op, src}, an overwritten target is marked
+//     {op, ovr} with the replacing inode beside the old one; every item is
+//     confirmed before going on;
+//  3. commits: one compare-and-set of the record to COMMITTED (the commit
+//     point: readers switch from the old paths to the new ones here);
+//  4. finishes: deletes the old paths, strips the intents, and once a
+//     refresh + search finds no document carrying the op, sets DONE;
+//  5. releases its locks.
+//
+// Readers resolve an intent through the record: before the commit point
+// they see only the old paths, after it only the new ones, never both and
+// never neither. Whoever takes over a dead owner's record (bumping its
+// epoch with a compare-and-set) rolls it forward if committed and back
+// otherwise; every step is idempotent and conditional, so a paused former
+// owner that wakes up can only make writes that nobody sees.
+type Journal struct {
+	b   Backend
+	m   *Manager
+	log *slog.Logger
+	// DropLink removes one link from an inode replaced by a rename (the fs
+	// layer owns inodes). It is called at most once per rename.
+	DropLink func(ctx context.Context, ino uint64) error
+	// Session returns the current session of this mount.
+	Session func() *Session
+
+	mu   sync.Mutex                // protects done
+	done map[string]store.OpRecord // records in a final state, which never change
+}
+
+// NewJournal wires a journal to a lock manager, which it also serves as the
+// recovery of dead owners' operations.
+func NewJournal(b Backend, m *Manager, session func() *Session, log *slog.Logger) *Journal {
+	if log == nil {
+		log = slog.Default()
+	}
+	j := &Journal{b: b, m: m, log: log, Session: session, done: map[string]store.OpRecord{}}
+	m.Recover = j.Recover
+	return j
+}
+
+// RenameSpec is a rename whose locks are held and whose preconditions were
+// re-checked with realtime reads after the grant.
+type RenameSpec struct {
+	Op     string
+	Src    store.Dentry  // the source path document, as read under the locks
+	Dst    string        // the destination path
+	Target *store.Dentry // the existing destination document, or nil
+	Held   *Held
+}
+
+// Rename runs the journaled rename of spec. On success the rename is DONE
+// and its locks are released. On failure before the commit point the
+// rename is rolled back; ErrLeaseLost means this mount lost its session.
+func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec) error {
+	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1,
+		Src: spec.Src.Path, Dst: spec.Dst, SrcIno: spec.Src.Ino, SrcType: spec.Src.Type,
+		Locks: spec.Held.Refs(), Created: time.Now().UnixNano()}
+	if spec.Target != nil {
+		rec.Overwritten, rec.OverwrittenType = spec.Target.Ino, spec.Target.Type
+	}
+	if err := sess.Check(); err != nil {
+		return err
+	}
+	v, err := j.b.CreateOp(ctx, rec)
+	if errors.Is(err, store.ErrExists) {
+		return fmt.Errorf("rename %s was fenced off by recovery: %w", spec.Op, ErrLeaseLost)
+	}
+	if err != nil {
+		return err
+	}
+	rec.Ver = v
+	if err := crashPoint("rename-after-record"); err != nil {
+		return err
+	}
+	known, err := j.stage(ctx, sess, spec)
+	if err != nil {
+		j.log.Warn("rename failed while staging: rolling back", "op", spec.Op, "err", err)
+		if rerr := j.abort(ctx, sess, rec); rerr != nil {
+			j.log.Error("rollback failed; recovery will finish it", "op", spec.Op, "err", rerr)
+		}
+		return err
+	}
+	if err := crashPoint("rename-before-commit"); err != nil {
+		return err
+	}
+	// The commit point. A lapsed lease means someone may be taking over:
+	// do not commit on a lease we cannot vouch for.
+	if err := sess.Check(); err != nil {
+		if rerr := j.abort(ctx, sess, rec); rerr != nil {
+			j.log.Error("rollback failed; recovery will finish it", "op", spec.Op, "err", rerr)
+		}
+		return err
+	}
+	committed := rec
+	committed.State = store.OpCommitted
+	v, err = j.b.PutOp(ctx, committed, rec.Ver)
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("rename %s was taken over before its commit: %w", spec.Op, ErrLeaseLost)
+		}
+		// Unknown outcome: read the record to learn it.
+		cur, gerr := j.b.GetOp(ctx, spec.Op)
+		if gerr != nil || cur.Owner != sess.ID() || cur.Epoch != rec.Epoch {
+			return fmt.Errorf("rename %s: commit outcome unknown: %v: %w", spec.Op, err, ErrLeaseLost)
+		}
+		if cur.State != store.OpCommitted {
+			if rerr := j.abort(ctx, sess, cur); rerr != nil {
+				j.log.Error("rollback failed; recovery will finish it", "op", spec.Op, "err", rerr)
+			}
+			return err
+		}
+		v = cur.Ver
+	}
+	committed.Ver = v
+	if err := crashPoint("rename-after-commit"); err != nil {
+		return err
+	}
+	// From here on the rename has happened; finishing is cleanup that
+	// anyone can redo, so errors are reported but do not undo anything.
+	done, err := j.finish(ctx, committed, known)
+	if err != nil {
+		return fmt.Errorf("rename %s committed, cleanup left to recovery: %w", spec.Op, err)
+	}
+	if err := crashPoint("rename-before-release"); err != nil {
+		return err
+	}
+	if err := j.m.Release(ctx, spec.Held); err != nil {
+		return err
+	}
+	j.remember(done)
+	return nil
+}
+
+// staged is one path document the rename wrote, with the version the write
+// returned: the owner finishes or undoes exactly these without a search.
+type staged struct {
+	doc store.Dentry
+}
+
+// stage writes every intent of the rename and confirms each item.
+func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]staged, error) {
+	var out []staged
+	src := spec.Src
+	top := make([]store.BulkOp, 0, 2)
+	var topDocs []store.Dentry
+	if spec.Target != nil {
+		t := *spec.Target
+		t.Intent = store.Intent{Op: spec.Op, Role: store.RoleOvr, NewIno: src.Ino, NewType: src.Type}
+		o, err := j.b.OpPutDentry(t, spec.Target.Ver)
+		if err != nil {
+			return nil, err
+		}
+		top, topDocs = append(top, o), append(topDocs, t)
+	} else {
+		d := store.Dentry{Path: spec.Dst, Ino: src.Ino, Type: src.Type, Intent: store.Intent{Op: spec.Op, Role: store.RoleDst}}
+		o, err := j.b.OpCreateDentry(d)
+		if err != nil {
+			return nil, err
+		}
+		top, topDocs = append(top, o), append(topDocs, d)
+	}
+	s := src
+	s.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
+	o, err := j.b.OpPutDentry(s, src.Ver)
+	if err != nil {
+		return nil, err
+	}
+	top, topDocs = append(top, o), append(topDocs, s)
+	vers, err := j.bulkAll(ctx, top)
+	if err != nil {
+		return nil, err
+	}
+	for i, d := range topDocs {
+		d.Ver = vers[i]
+		out = append(out, staged{doc: d})
+	}
+	if src.Type != store.TypeDir {
+		return out, nil
+	}
+	// The subtree: scan a refreshed snapshot. Nothing can be added below
+	// src while we hold our locks, so the snapshot is the whole subtree.
+	if err := j.b.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	sc := j.b.ScanTree(src.Path, store.DefaultPageSize)
+	defer sc.Close()
+	pages := 0
+	for {
+		page, bad, err := sc.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if len(bad) > 0 {
+			return nil, fmt.Errorf("cannot move a subtree with a corrupt document: %w", bad[0])
+		}
+		if page == nil {
+			return out, nil
+		}
+		if err := sess.Check(); err != nil {
+			return nil, err
+		}
+		ops := make([]store.BulkOp, 0, 2*len(page))
+		docs := make([]store.Dentry, 0, 2*len(page))
+		for _, d := range page {
+			if d.Path == src.Path {
+				continue
+			}
+			if d.Intent.Op != "" {
+				vis, ok, err := j.Visible(ctx, d)
+				if err != nil {
+					return nil, err
+				}
+				if !ok {
+					continue // garbage of a finished or aborted operation
+				}
+				d = store.Dentry{Path: vis.Path, Ino: vis.Ino, Type: vis.Type, Ver: d.Ver}
+			}
+			nd := store.Dentry{Path: spec.Dst + d.Path[len(src.Path):], Ino: d.Ino, Type: d.Type,
+				Intent: store.Intent{Op: spec.Op, Role: store.RoleDst}}
+			c, err := j.b.OpCreateDentry(nd)
+			if err != nil {
+				return nil, err
+			}
+			marked := d
+			marked.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
+			mk, err := j.b.OpPutDentry(marked, d.Ver)
+			if err != nil {
+				return nil, err
+			}
+			ops, docs = append(ops, c, mk), append(docs, nd, marked)
+		}
+		vers, err := j.bulkAll(ctx, ops)
+		if err != nil {
+			return nil, err
+		}
+		for i, d := range docs {
+			d.Ver = vers[i]
+			out = append(out, staged{doc: d})
+		}
+		pages++
+		if pages == 2 {
+			if err := crashPoint("rename-mid-stage"); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// bulkAll sends ops and requires every item to succeed; it returns the
+// versions written.
+func (j *Journal) bulkAll(ctx context.Context, ops []store.BulkOp) ([]store.Version, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	res, err := j.b.Bulk(ctx, ops)
+	if err != nil {
+		return nil, err
+	}
+	vers := make([]store.Version, len(res))
+	for i, r := range res {
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		vers[i] = r.Ver
+	}
+	return vers, nil
+}
+
+// fixKnown applies fix to the documents the owner staged, at the versions
+// its writes returned. It reports false when any of them changed since (a
+// takeover, or damage): the caller then falls back to the search.
+func (j *Journal) fixKnown(ctx context.Context, docs []staged, fix func(store.Dentry) (store.BulkOp, bool, error)) (bool, error) {
+	ops := make([]store.BulkOp, 0, len(docs))
+	for _, s := range docs {
+		o, ok, err := fix(s.doc)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			ops = append(ops, o)
+		}
+	}
+	res, err := j.b.Bulk(ctx, ops)
+	if err != nil {
+		return false, err
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func finishFix(b Backend) func(store.Dentry) (store.BulkOp, bool, error) {
+	return func(d store.Dentry) (store.BulkOp, bool, error) {
+		switch d.Intent.Role {
+		case store.RoleSrc:
+			o, err := b.OpDeleteDentry(d.Path, d.Ver)
+			return o, true, err
+		case store.RoleDst:
+			c := d
+			c.Intent = store.Intent{}
+			o, err := b.OpPutDentry(c, d.Ver)
+			return o, true, err
+		case store.RoleOvr:
+			c := d
+			c.Ino, c.Type, c.Intent = d.Intent.NewIno, d.Intent.NewType, store.Intent{}
+			o, err := b.OpPutDentry(c, d.Ver)
+			return o, true, err
+		}
+		return store.BulkOp{}, false, nil
+	}
+}
+
+func rollbackFix(b Backend) func(store.Dentry) (store.BulkOp, bool, error) {
+	return func(d store.Dentry) (store.BulkOp, bool, error) {
+		switch d.Intent.Role {
+		case store.RoleDst:
+			o, err := b.OpDeleteDentry(d.Path, d.Ver)
+			return o, true, err
+		case store.RoleSrc, store.RoleOvr:
+			c := d
+			c.Intent = store.Intent{}
+			o, err := b.OpPutDentry(c, d.Ver)
+			return o, true, err
+		}
+		return store.BulkOp{}, false, nil
+	}
+}
+
+// finish rolls a committed rename forward until no document carries it,
+// then sets it DONE. Idempotent: a taker and a woken former owner may run
+// it at the same time; only the record's current owner can set DONE.
+// known, when the owner passes what it staged (every item confirmed, none
+// resent), is finished directly; no other document can carry the op. Else,
+// or if one of them changed, a refreshed search finds them all.
+func (j *Journal) finish(ctx context.Context, rec store.OpRecord, known []staged) (store.OpRecord, error) {
+	ok := false
+	if known != nil {
+		var err error
+		if ok, err = j.fixKnown(ctx, known, finishFix(j.b)); err != nil {
+			return rec, err
+		}
+	}
+	if err := crashPoint("rename-mid-finish"); err != nil {
+		return rec, err
+	}
+	if !ok {
+		if err := j.resolveDocs(ctx, rec.ID, finishFix(j.b)); err != nil {
+			return rec, err
+		}
+	}
+	if rec.Overwritten != 0 && !rec.LinkDropped {
+		marked := rec
+		marked.LinkDropped = true
+		v, err := j.b.PutOp(ctx, marked, rec.Ver)
+		if err != nil {
+			return rec, fmt.Errorf("marking the replaced inode's link as dropped: %w", err)
+		}
+		marked.Ver = v
+		rec = marked
+		if j.DropLink != nil {
+			if err := j.DropLink(ctx, rec.Overwritten); err != nil {
+				j.log.Warn("could not drop the link of a replaced inode (fsck reclaims it)", "ino", rec.Overwritten, "err", err)
+			}
+		}
+	}
+	return j.setDone(ctx, rec, false)
+}
+
+// abort rolls back a rename that has not committed: first the record goes
+// to ABORTED (so that readers ignore its new paths at once), then its
+// documents are undone, then it is DONE.
+func (j *Journal) abort(ctx context.Context, sess *Session, rec store.OpRecord) error {
+	if rec.State == store.OpPrepared {
+		a := rec
+		a.State = store.OpAborted
+		v, err := j.b.PutOp(ctx, a, rec.Ver)
+		if err != nil {
+			return err
+		}
+		a.Ver = v
+		rec = a
+	}
+	if rec.State != store.OpAborted {
+		return fmt.Errorf("operation %s is %s, not abortable", rec.ID, rec.State)
+	}
+	if err := j.rollback(ctx, rec); err != nil {
+		return err
+	}
+	if sess != nil && rec.Owner == sess.ID() {
+		return nil // the caller releases its own locks
+	}
+	return nil
+}
+
+func (j *Journal) rollback(ctx context.Context, rec store.OpRecord) error {
+	if err := j.resolveDocs(ctx, rec.ID, rollbackFix(j.b)); err != nil {
+		return err
+	}
+	_, err := j.setDone(ctx, rec, true)
+	return err
+}
+
+// resolveDocs applies fix to every path document carrying op until a
+// refreshed search finds none. Conflicts (a concurrent finisher, or a late
+// write of a former owner) just mean another round.
+func (j *Journal) resolveDocs(ctx context.Context, op string, fix func(store.Dentry) (store.BulkOp, bool, error)) error {
+	for round := 0; ; round++ {
+		if err := j.b.Refresh(ctx); err != nil {
+			return err
+		}
+		sc := j.b.ScanOp(op, store.DefaultPageSize)
+		found := 0
+		for {
+			page, bad, err := sc.Next(ctx)
+			if err != nil {
+				sc.Close()
+				return err
+			}
+			if len(bad) > 0 {
+				sc.Close()
+				return fmt.Errorf("operation %s: %w", op, bad[0])
+			}
+			if page == nil {
+				break
+			}
+			found += len(page)
+			ops := make([]store.BulkOp, 0, len(page))
+			for _, d := range page {
+				o, ok, err := fix(d)
+				if err != nil {
+					sc.Close()
+					return err
+				}
+				if ok {
+					ops = append(ops, o)
+				}
+			}
+			res, err := j.b.Bulk(ctx, ops)
+			if err != nil {
+				sc.Close()
+				return err
+			}
+			for _, r := range res {
+				if r.Err != nil && !errors.Is(r.Err, store.ErrConflict) && !errors.Is(r.Err, store.ErrNotFound) {
+					sc.Close()
+					return r.Err
+				}
+			}
+		}
+		sc.Close()
+		if found == 0 {
+			return nil
+		}
+		if round > 50 {
+			return fmt.Errorf("operation %s: documents keep changing", op)
+		}
+	}
+}
+
+// setDone marks the record DONE (aborted or not), at its version.
+func (j *Journal) setDone(ctx context.Context, rec store.OpRecord, aborted bool) (store.OpRecord, error) {
+	d := rec
+	d.State, d.Aborted = store.OpDone, aborted
+	v, err := j.b.PutOp(ctx, d, rec.Ver)
+	if err != nil {
+		return rec, fmt.Errorf("setting operation %s done: %w", rec.ID, err)
+	}
+	d.Ver = v
+	return d, nil
+}
+
+// Recover takes over the record of a dead owner (compare-and-set: new
+// owner, epoch+1), rolls it forward or back, and releases its locks.
+func (j *Journal) Recover(ctx context.Context, rec store.OpRecord) error {
+	sess := j.Session()
+	if err := sess.Check(); err != nil {
+		return err
+	}
+	from := rec.Owner
+	took := rec
+	took.Owner, took.Epoch = sess.ID(), rec.Epoch+1
+	if rec.State == store.OpPrepared {
+		took.State = store.OpAborted
+	}
+	if rec.State != store.OpDone {
+		v, err := j.b.PutOp(ctx, took, rec.Ver)
+		if errors.Is(err, store.ErrConflict) {
+			return nil // someone else moved it on: the caller looks again
+		}
+		if err != nil {
+			return err
+		}
+		took.Ver = v
+		j.log.Warn("took over an operation of a dead mount", "op", rec.ID, "state", rec.State, "from", from, "epoch", took.Epoch)
+		var ferr error
+		switch took.State {
+		case store.OpCommitted:
+			took, ferr = j.finish(ctx, took, nil)
+		case store.OpAborted:
+			ferr = j.rollback(ctx, took)
+		}
+		if ferr != nil {
+			return ferr
+		}
+	}
+	reqs := make([]Request, len(rec.Locks))
+	for i, l := range rec.Locks {
+		reqs[i] = Request{ID: l.ID, Path: l.Path, Mode: l.Mode}
+	}
+	return j.m.ReleaseOp(ctx, from, rec.ID, reqs)
+}
+
+// Visible resolves a path document's intent through its operation record:
+// it returns the document as readers must see it, or ok=false when it is
+// not part of the tree.
+func (j *Journal) Visible(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
+	if d.Intent.Op == "" {
+		return d, true, nil
+	}
+	rec, err := j.record(ctx, d.Intent.Op)
+	if err != nil {
+		return d, false, err
+	}
+	committed := rec.State == store.OpCommitted || (rec.State == store.OpDone && !rec.Aborted)
+	switch d.Intent.Role {
+	case store.RoleSrc:
+		return d, !committed, nil
+	case store.RoleDst:
+		// After DONE no legitimate document carries the op: a stray.
+		return d, rec.State == store.OpCommitted, nil
+	case store.RoleOvr:
+		if committed {
+			d.Ino, d.Type = d.Intent.NewIno, d.Intent.NewType
+		}
+		return d, true, nil
+	}
+	return d, false, fmt.Errorf("path %q has role %q: %w", d.Path, d.Intent.Role, store.ErrCorrupt)
+}
+
+// record reads an operation record; records in a final state are cached.
+// A missing record is created ABORTED (never concluded from one stale read)
+// so that its owner, if it is merely slow, cannot start it afterwards.
+func (j *Journal) record(ctx context.Context, op string) (store.OpRecord, error) {
+	j.mu.Lock()
+	rec, ok := j.done[op]
+	j.mu.Unlock()
+	if ok {
+		return rec, nil
+	}
+	rec, err := j.b.GetOp(ctx, op)
+	if errors.Is(err, store.ErrNotFound) {
+		sess := j.Session()
+		aborted := store.OpRecord{ID: op, State: store.OpDone, Aborted: true, Owner: sess.ID(), Epoch: 1,
+			SrcType: store.TypeFile, Created: time.Now().UnixNano()}
+		if _, cerr := j.b.CreateOp(ctx, aborted); cerr != nil && !errors.Is(cerr, store.ErrExists) {
+			return rec, cerr
+		}
+		rec, err = j.b.GetOp(ctx, op)
+	}
+	if err != nil {
+		return rec, err
+	}
+	if rec.State == store.OpDone {
+		j.remember(rec)
+	}
+	return rec, nil
+}
+
+func (j *Journal) remember(rec store.OpRecord) {
+	if rec.State != store.OpDone {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if len(j.done) > 100000 {
+		j.done = map[string]store.OpRecord{}
+	}
+	j.done[rec.ID] = rec
+}

@@ -1,0 +1,67 @@
+// Package locking is the cross-mount protocol of esfs: sessions with
+// heartbeat leases, lock documents with one entry per holder (global,
+// document and tree strategies), the rename journal with its commit point,
+// and recovery of what a dead mount left half done.
+//
+// It reaches Elasticsearch only through Backend, which store.Store
+// implements, and never imports go-fuse. Every decision it makes is a
+// conditional write that Elasticsearch checks (op_type=create, or
+// if_seq_no + if_primary_term): nothing here relies on reading and then
+// writing without a condition, and no two machines' clocks are compared.
+//
+// LOCK ORDERING (in-process mutexes): Manager.mu may be held while taking
+// Session.mu, never the reverse. No mutex is held across a request to
+// Elasticsearch except Session.mu in the heartbeat, which only the
+// heartbeat goroutine and Check take.
+package locking
+
+import (
+	"context"
+	"errors"
+
+	"github.com/esfs/esfs/store"
+)
+
+// Sentinels.
+var (
+	// ErrLocked: the locks could not be had before the deadline.
+	ErrLocked = errors.New("locked by another operation")
+	// ErrLeaseLost: this mount's session expired or was declared dead; it
+	// must not write (fenced) until a new session starts.
+	ErrLeaseLost = errors.New("session lease lost")
+	// ErrAborted: the operation was rolled back (by recovery, or because it
+	// lost its locks) and had no effect.
+	ErrAborted = errors.New("operation aborted")
+)
+
+// Backend is what locking needs from the store. *store.Store implements it.
+type Backend interface {
+	GetLocks(ctx context.Context, ids []string) ([]store.LockDoc, error)
+	WriteLocks(ctx context.Context, ws []store.LockWrite) ([]store.BulkResult, error)
+	SearchLocks(ctx context.Context) ([]store.LockDoc, error)
+
+	GetOp(ctx context.Context, id string) (store.OpRecord, error)
+	CreateOp(ctx context.Context, r store.OpRecord) (store.Version, error)
+	PutOp(ctx context.Context, r store.OpRecord, ifVer store.Version) (store.Version, error)
+	DeleteOp(ctx context.Context, id string, ifVer store.Version) error
+	SearchOps(ctx context.Context, states ...store.OpState) ([]store.OpRecord, error)
+
+	GetSession(ctx context.Context, id string) (store.SessionDoc, error)
+	GetSessions(ctx context.Context, ids []string) (map[string]store.SessionDoc, error)
+	CreateSession(ctx context.Context, d store.SessionDoc) (store.Version, error)
+	PutSession(ctx context.Context, d store.SessionDoc, ifVer store.Version) (store.Version, error)
+	DeleteSession(ctx context.Context, id string, ifVer store.Version) error
+	ListSessions(ctx context.Context) ([]store.SessionDoc, error)
+
+	// Path documents, for the rename journal and recovery.
+	GetDentries(ctx context.Context, paths []string) ([]store.DentryResult, error)
+	Bulk(ctx context.Context, ops []store.BulkOp) ([]store.BulkResult, error)
+	OpCreateDentry(d store.Dentry) (store.BulkOp, error)
+	OpPutDentry(d store.Dentry, ifVer store.Version) (store.BulkOp, error)
+	OpDeleteDentry(path string, ifVer store.Version) (store.BulkOp, error)
+	Refresh(ctx context.Context) error
+	ScanTree(root string, pageSize int) *store.Scanner
+	ScanOp(op string, pageSize int) *store.Scanner
+}
+
+var _ Backend = (*store.Store)(nil)

@@ -1,0 +1,534 @@
+package locking
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/esfs/esfs/store"
+)
+
+// Request asks for one lock: a path's lock document (or the global lock)
+// in a mode.
+type Request struct {
+	ID   string // lock document id
+	Path string // for display; "" for the global lock
+	Mode store.LockMode
+}
+
+// PathLock asks for the lock of path.
+func PathLock(path string, mode store.LockMode) Request {
+	return Request{ID: store.LockID(path), Path: path, Mode: mode}
+}
+
+// GlobalLock asks for the single lock of the global strategy.
+func GlobalLock() Request {
+	return Request{ID: store.GlobalLockID, Mode: store.Exclusive}
+}
+
+// Held is a set of granted locks, with the version of each lock document
+// as our grant left it, so that release needs no read.
+type Held struct {
+	Op      string
+	Session string
+	docs    []store.LockDoc
+	reqs    []Request
+}
+
+// Refs lists the held locks, for the operation record.
+func (h *Held) Refs() []store.LockRef {
+	out := make([]store.LockRef, len(h.reqs))
+	for i, r := range h.reqs {
+		out[i] = store.LockRef{ID: r.ID, Path: r.Path, Mode: r.Mode}
+	}
+	return out
+}
+
+// Manager takes and releases locks for one mount.
+type Manager struct {
+	b   Backend
+	obs *Observer
+	log *slog.Logger
+	// Timeout bounds how long Acquire waits for conflicting holders.
+	Timeout time.Duration
+	// Recover takes over and finishes (or undoes) an operation whose owner
+	// is dead; it must release the operation's locks. Set by the journal.
+	Recover func(ctx context.Context, rec store.OpRecord) error
+}
+
+// NewManager returns a lock manager.
+func NewManager(b Backend, obs *Observer, timeout time.Duration, log *slog.Logger) *Manager {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Manager{b: b, obs: obs, log: log, Timeout: timeout}
+}
+
+func compatible(a, b store.LockMode) bool { return a == store.Shared && b == store.Shared }
+
+// dedupe merges requests for the same document, keeping the stronger mode,
+// and sorts them (the order does not matter for deadlock, since nobody
+// waits while holding, but it makes bulks deterministic).
+func dedupe(reqs []Request) []Request {
+	by := map[string]Request{}
+	for _, r := range reqs {
+		if old, ok := by[r.ID]; ok && old.Mode == store.Exclusive {
+			continue
+		}
+		by[r.ID] = r
+	}
+	out := make([]Request, 0, len(by))
+	for _, r := range by {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Acquire takes every lock of reqs for operation op of session sess, in
+// two round trips when nothing conflicts (one mget, one bulk of conditional
+// writes), whatever their number. When a lock is held in a conflicting mode
+// it takes none, records exclusive requests as waiting (so that younger
+// shared requests yield), backs off with jitter and retries until the
+// deadline. Nobody waits while holding locks, so there is no deadlock.
+func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []Request) (*Held, error) {
+	reqs = dedupe(reqs)
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.ID
+	}
+	deadline := time.Now().Add(m.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	ticket := fmt.Sprintf("%020d-%s", time.Now().UnixNano(), op)
+	marked := map[string]bool{} // documents where we left a waiting marker
+	for attempt := 0; ; attempt++ {
+		if err := sess.Check(); err != nil {
+			return nil, err
+		}
+		docs, err := m.b.GetLocks(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		held, blocked, err := m.tryGrant(ctx, sess, op, reqs, docs, ticket, attempt, marked)
+		if err != nil {
+			return nil, err
+		}
+		if held != nil {
+			return held, nil
+		}
+		if time.Now().After(deadline) {
+			m.clearMarkers(sess, op, reqs, marked)
+			return nil, fmt.Errorf("waiting for %s: %w", blocked, ErrLocked)
+		}
+		sleepJitter(ctx, attempt)
+	}
+}
+
+// tryGrant evaluates the lock documents just read. It returns the held
+// locks, or the name of what blocks us.
+func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs []Request, docs []store.LockDoc,
+	ticket string, attempt int, marked map[string]bool) (*Held, string, error) {
+	writes := make([]store.LockWrite, 0, len(docs))
+	blocked := ""
+	for i := range docs {
+		doc, conflict, err := m.plan(ctx, sess, op, reqs[i], docs[i], ticket)
+		if err != nil {
+			return nil, "", err
+		}
+		if conflict != "" && blocked == "" {
+			blocked = conflict
+		}
+		docs[i] = doc
+	}
+	if blocked != "" {
+		// Take nothing. Exclusive requests leave (or refresh) a waiting
+		// marker; the attempt number shows observers the waiter is alive.
+		for i, r := range reqs {
+			if r.Mode != store.Exclusive {
+				continue
+			}
+			d := withoutOwn(docs[i], sess.ID(), op)
+			d.Waiters = append(d.Waiters, store.Waiter{Session: sess.ID(), Op: op, Ticket: fmt.Sprintf("%s#%d", ticket, attempt), Since: time.Now().UnixNano()})
+			writes = append(writes, store.LockWrite{Doc: d})
+			marked[d.ID] = true
+		}
+		if len(writes) > 0 {
+			// Best effort: a marker that loses a race is rewritten next time.
+			if _, err := m.b.WriteLocks(ctx, writes); err != nil {
+				m.log.Debug("writing waiting markers", "op", op, "err", err)
+			}
+		}
+		return nil, blocked, nil
+	}
+	for i, r := range reqs {
+		d := withoutOwn(docs[i], sess.ID(), op)
+		d.Holders = append(d.Holders, store.Holder{Session: sess.ID(), Op: op, Mode: r.Mode, Since: time.Now().UnixNano()})
+		writes = append(writes, store.LockWrite{Doc: d})
+	}
+	res, err := m.b.WriteLocks(ctx, writes)
+	if err != nil {
+		// Outcome unknown: find out what landed, and give it back.
+		m.releaseUnknown(sess, op, reqs)
+		return nil, "", err
+	}
+	granted := make([]store.LockDoc, len(reqs))
+	var lost []int
+	for i, r := range res {
+		if r.Err == nil {
+			granted[i] = writes[i].Doc
+			granted[i].Found, granted[i].Ver = true, r.Ver
+			continue
+		}
+		if errors.Is(r.Err, store.ErrConflict) || errors.Is(r.Err, store.ErrExists) || errors.Is(r.Err, store.ErrUnavailable) {
+			lost = append(lost, i)
+			continue
+		}
+		m.releaseUnknown(sess, op, reqs)
+		return nil, "", r.Err
+	}
+	if len(lost) > 0 {
+		// Someone changed these documents between our read and write. A
+		// compatible holder doing the same is no denial: re-read and retry
+		// just those, at once, a few times.
+		ok, err := m.retryItems(ctx, sess, op, reqs, granted, lost, ticket)
+		if err != nil || !ok {
+			held := &Held{Op: op, Session: sess.ID(), docs: granted, reqs: reqs}
+			if rerr := m.release(ctx, held, true); rerr != nil {
+				m.log.Warn("releasing a partial grant", "op", op, "err", rerr)
+			}
+			if err != nil {
+				return nil, "", err
+			}
+			return nil, "a concurrent change", nil
+		}
+	}
+	return &Held{Op: op, Session: sess.ID(), docs: granted, reqs: reqs}, "", nil
+}
+
+func (m *Manager) retryItems(ctx context.Context, sess *Session, op string, reqs []Request, granted []store.LockDoc, items []int, ticket string) (bool, error) {
+	for round := 0; round < 8 && len(items) > 0; round++ {
+		ids := make([]string, len(items))
+		for k, i := range items {
+			ids[k] = reqs[i].ID
+		}
+		docs, err := m.b.GetLocks(ctx, ids)
+		if err != nil {
+			return false, err
+		}
+		writes := make([]store.LockWrite, len(items))
+		for k, i := range items {
+			d, conflict, err := m.plan(ctx, sess, op, reqs[i], docs[k], ticket)
+			if err != nil {
+				return false, err
+			}
+			if hasOwn(d, sess.ID(), op) {
+				// Our earlier write landed after all (an unknown outcome).
+				granted[i] = d
+				writes[k] = store.LockWrite{}
+				continue
+			}
+			if conflict != "" {
+				return false, nil
+			}
+			d.Holders = append(d.Holders, store.Holder{Session: sess.ID(), Op: op, Mode: reqs[i].Mode, Since: time.Now().UnixNano()})
+			writes[k] = store.LockWrite{Doc: d}
+		}
+		var todo []store.LockWrite
+		var idx []int
+		for k, w := range writes {
+			if w.Doc.ID != "" {
+				todo = append(todo, w)
+				idx = append(idx, items[k])
+			}
+		}
+		if len(todo) == 0 {
+			return true, nil
+		}
+		res, err := m.b.WriteLocks(ctx, todo)
+		if err != nil {
+			return false, err
+		}
+		items = items[:0]
+		for k, r := range res {
+			i := idx[k]
+			if r.Err == nil {
+				granted[i] = todo[k].Doc
+				granted[i].Found, granted[i].Ver = true, r.Ver
+				continue
+			}
+			if errors.Is(r.Err, store.ErrConflict) || errors.Is(r.Err, store.ErrExists) || errors.Is(r.Err, store.ErrUnavailable) {
+				items = append(items, i)
+				continue
+			}
+			return false, r.Err
+		}
+	}
+	return len(items) == 0, nil
+}
+
+// plan returns the document as it should be written for our request:
+// leftovers of dead sessions removed (after their operations were taken
+// over), and whether a live holder or an older waiter conflicts with us.
+func (m *Manager) plan(ctx context.Context, sess *Session, op string, r Request, doc store.LockDoc, ticket string) (store.LockDoc, string, error) {
+	doc.ID, doc.Path = r.ID, r.Path
+	var keep []store.Holder
+	conflict := ""
+	for _, h := range doc.Holders {
+		if h.Session == sess.ID() && h.Op == op {
+			continue // ours from an earlier attempt: rewritten below
+		}
+		if !compatible(h.Mode, r.Mode) {
+			gone, err := m.holderGone(ctx, h)
+			if err != nil {
+				return doc, "", err
+			}
+			if gone {
+				continue
+			}
+			conflict = fmt.Sprintf("%s lock on %q held by operation %s", h.Mode, displayPath(r), h.Op)
+		}
+		keep = append(keep, h)
+	}
+	doc.Holders = keep
+	var waiters []store.Waiter
+	for _, w := range doc.Waiters {
+		if w.Op == op && w.Session == sess.ID() {
+			continue
+		}
+		if dead, err := m.obs.Dead(ctx, w.Session); err != nil {
+			return doc, "", err
+		} else if dead {
+			continue
+		}
+		if r.Mode == store.Shared && w.Ticket < ticket && conflict == "" {
+			conflict = fmt.Sprintf("an older exclusive request (%s) waiting on %q", w.Op, displayPath(r))
+		}
+		waiters = append(waiters, w)
+	}
+	doc.Waiters = waiters
+	return doc, conflict, nil
+}
+
+func displayPath(r Request) string {
+	if r.ID == store.GlobalLockID {
+		return "(global)"
+	}
+	return r.Path
+}
+
+// holderGone reports whether a conflicting holder's entry may be dropped:
+// its session is dead and its operation was taken over or aborted first
+// (LOCKING-REVIEW item 2: entries are never freed apart from the journal).
+func (m *Manager) holderGone(ctx context.Context, h store.Holder) (bool, error) {
+	dead, err := m.obs.Dead(ctx, h.Session)
+	if err != nil || !dead {
+		return false, err
+	}
+	rec, err := m.b.GetOp(ctx, h.Op)
+	if errors.Is(err, store.ErrNotFound) {
+		// No record: fence the operation by creating it as aborted, so
+		// that a paused owner that wakes up cannot start journaling it.
+		_, err = m.b.CreateOp(ctx, store.OpRecord{ID: h.Op, State: store.OpAborted, Owner: h.Session, Epoch: 1,
+			SrcType: store.TypeFile, Created: time.Now().UnixNano()})
+		if err == nil || errors.Is(err, store.ErrExists) {
+			if err == nil {
+				return true, nil
+			}
+			rec, err = m.b.GetOp(ctx, h.Op)
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	switch rec.State {
+	case store.OpDone, store.OpAborted:
+		if rec.State == store.OpAborted && rec.SrcIno != 0 {
+			// An aborted rename still being undone by someone: only the
+			// record's owner releases its locks.
+			if ownerDead, err := m.obs.Dead(ctx, rec.Owner); err != nil || !ownerDead {
+				return false, err
+			}
+			return false, m.recover(ctx, rec)
+		}
+		return true, nil
+	}
+	ownerDead, err := m.obs.Dead(ctx, rec.Owner)
+	if err != nil || !ownerDead {
+		return false, err // a live mount took it over: wait for it
+	}
+	return false, m.recover(ctx, rec)
+}
+
+func (m *Manager) recover(ctx context.Context, rec store.OpRecord) error {
+	if m.Recover == nil {
+		return fmt.Errorf("operation %s of a dead mount needs recovery, and none is set up", rec.ID)
+	}
+	return m.Recover(ctx, rec)
+}
+
+func withoutOwn(d store.LockDoc, session, op string) store.LockDoc {
+	var hs []store.Holder
+	for _, h := range d.Holders {
+		if !(h.Session == session && h.Op == op) {
+			hs = append(hs, h)
+		}
+	}
+	var ws []store.Waiter
+	for _, w := range d.Waiters {
+		if !(w.Session == session && w.Op == op) {
+			ws = append(ws, w)
+		}
+	}
+	d.Holders, d.Waiters = hs, ws
+	return d
+}
+
+func hasOwn(d store.LockDoc, session, op string) bool {
+	for _, h := range d.Holders {
+		if h.Session == session && h.Op == op {
+			return true
+		}
+	}
+	return false
+}
+
+// Release gives the locks back in one bulk, using the versions of the
+// grant; documents changed meanwhile (by compatible holders) are re-read and
+// retried. If one of our entries is gone, someone judged us dead and may
+// have done conflicting work: ErrLeaseLost, the caller answers EIO.
+func (m *Manager) Release(ctx context.Context, h *Held) error {
+	return m.release(ctx, h, false)
+}
+
+func (m *Manager) release(ctx context.Context, h *Held, partial bool) error {
+	docs := make([]store.LockDoc, 0, len(h.docs))
+	for _, d := range h.docs {
+		if d.Found {
+			docs = append(docs, d)
+		}
+	}
+	for round := 0; len(docs) > 0; round++ {
+		writes := make([]store.LockWrite, len(docs))
+		for i, d := range docs {
+			nd := withoutOwn(d, h.Session, h.Op)
+			writes[i] = store.LockWrite{Doc: nd, Delete: len(nd.Holders) == 0 && len(nd.Waiters) == 0}
+		}
+		res, err := m.b.WriteLocks(ctx, writes)
+		if err != nil {
+			if round < 5 {
+				sleepJitter(ctx, round)
+				continue
+			}
+			return err
+		}
+		var again []string
+		for i, r := range res {
+			if r.Err != nil && !errors.Is(r.Err, store.ErrNotFound) {
+				again = append(again, docs[i].ID)
+			}
+		}
+		if len(again) == 0 {
+			return nil
+		}
+		if round >= 20 {
+			return fmt.Errorf("releasing %d locks: still conflicting", len(again))
+		}
+		fresh, err := m.b.GetLocks(ctx, again)
+		if err != nil {
+			return err
+		}
+		docs = docs[:0]
+		lostOne := false
+		for _, d := range fresh {
+			if !d.Found || !hasOwn(d, h.Session, h.Op) {
+				lostOne = lostOne || !partial
+				continue
+			}
+			docs = append(docs, d)
+		}
+		if lostOne {
+			// Finish releasing the rest, then report.
+			if err := m.release(ctx, &Held{Op: h.Op, Session: h.Session, docs: docs}, true); err != nil {
+				m.log.Warn("releasing after a lost entry", "op", h.Op, "err", err)
+			}
+			return fmt.Errorf("operation %s: a lock entry was removed by another mount: %w", h.Op, ErrLeaseLost)
+		}
+	}
+	return nil
+}
+
+// releaseUnknown cleans up after a grant bulk whose outcome is unknown.
+func (m *Manager) releaseUnknown(sess *Session, op string, reqs []Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), sess.Lease())
+	defer cancel()
+	if err := m.ReleaseOp(ctx, sess.ID(), op, reqs); err != nil {
+		m.log.Warn("could not clean up after an uncertain lock request; the entries expire with the session", "op", op, "err", err)
+	}
+}
+
+// ReleaseOp removes every entry (holder or waiter) of operation op of
+// session from the lock documents named by reqs, reading them first. It is
+// what recovery uses to release a taken-over operation's locks.
+func (m *Manager) ReleaseOp(ctx context.Context, session, op string, reqs []Request) error {
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.ID
+	}
+	docs, err := m.b.GetLocks(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var mine []store.LockDoc
+	for i, d := range docs {
+		d.ID, d.Path = reqs[i].ID, reqs[i].Path
+		if d.Found && (hasOwn(d, session, op) || hasWaiter(d, session, op)) {
+			mine = append(mine, d)
+		}
+	}
+	return m.release(ctx, &Held{Op: op, Session: session, docs: mine}, true)
+}
+
+func hasWaiter(d store.LockDoc, session, op string) bool {
+	for _, w := range d.Waiters {
+		if w.Session == session && w.Op == op {
+			return true
+		}
+	}
+	return false
+}
+
+// clearMarkers removes our waiting markers when we give up, so that a
+// request that is no longer waiting does not hold back shared requests.
+func (m *Manager) clearMarkers(sess *Session, op string, reqs []Request, marked map[string]bool) {
+	var rs []Request
+	for _, r := range reqs {
+		if marked[r.ID] {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return
+	}
+	m.releaseUnknown(sess, op, rs)
+}
+
+// sleepJitter backs off exponentially from 2ms to about 250ms, with jitter
+// so that competing mounts do not retry in lockstep.
+func sleepJitter(ctx context.Context, attempt int) {
+	base := time.Duration(2<<min(attempt, 7)) * time.Millisecond
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	d := base/2 + time.Duration(int(b[0])<<8|int(b[1]))*base/65536
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,116 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/esfs/esfs/store"
+)
+
+// Observer judges other sessions' liveness by watching their heartbeat
+// counters on this machine's boot clock. A session is dead when its counter
+// has not moved for its lease plus grace since we first saw that value,
+// and only once we have written that verdict into its document with a
+// compare-and-set on the version we watched: if its heartbeat landed
+// meanwhile, our write fails and it lives on. A verdict, once written, makes
+// the owner's next heartbeat fail, so it cannot write again unnoticed.
+type Observer struct {
+	b     Backend
+	self  string
+	grace time.Duration
+	log   *slog.Logger
+
+	mu   sync.Mutex // protects seen
+	seen map[string]sighting
+}
+
+type sighting struct {
+	counter int64
+	ver     store.Version
+	since   time.Duration // boot clock when this counter value was first seen
+}
+
+// NewObserver returns an observer for the session named self; grace is
+// added to each watched session's own lease.
+func NewObserver(b Backend, self string, grace time.Duration, log *slog.Logger) *Observer {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Observer{b: b, self: self, grace: grace, log: log, seen: map[string]sighting{}}
+}
+
+// Dead reports whether session id is dead, declaring it so when it has
+// earned it. A session without a document ended cleanly (or never
+// existed): it holds nothing, and anything naming it is a leftover.
+func (o *Observer) Dead(ctx context.Context, id string) (bool, error) {
+	if id == o.self {
+		return false, nil
+	}
+	d, err := o.b.GetSession(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return o.judge(ctx, d)
+}
+
+// Watch records a sighting of every session, so that a later Dead can
+// decide without waiting a whole lease from its first look. The sweeper
+// calls it periodically.
+func (o *Observer) Watch(ctx context.Context) ([]store.SessionDoc, error) {
+	all, err := o.b.ListSessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range all {
+		if d.ID != o.self {
+			if _, err := o.judge(ctx, d); err != nil {
+				o.log.Warn("judging a session", "session", d.ID, "err", err)
+			}
+		}
+	}
+	return all, nil
+}
+
+func (o *Observer) judge(ctx context.Context, d store.SessionDoc) (bool, error) {
+	if d.Dead {
+		return true, nil
+	}
+	now := bootNow()
+	o.mu.Lock()
+	s, ok := o.seen[d.ID]
+	if !ok || s.counter != d.Counter || s.ver != d.Ver {
+		o.seen[d.ID] = sighting{counter: d.Counter, ver: d.Ver, since: now}
+		o.mu.Unlock()
+		return false, nil
+	}
+	o.mu.Unlock()
+	limit := time.Duration(d.LeaseMs)*time.Millisecond + o.grace
+	if now-s.since <= limit {
+		return false, nil
+	}
+	verdict := d
+	verdict.Dead, verdict.DeadBy = true, o.self
+	if _, err := o.b.PutSession(ctx, verdict, d.Ver); err != nil {
+		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+			return false, nil // it moved (or left) meanwhile: not dead by us
+		}
+		return false, fmt.Errorf("declaring session %s dead: %w", d.ID, err)
+	}
+	o.log.Warn("declared a silent session dead", "session", d.ID, "host", d.Host, "pid", d.Pid,
+		"silent_for", (now - s.since).Round(time.Millisecond))
+	return true, nil
+}
+
+// Forget drops what is known of a session (after its leftovers are gone).
+func (o *Observer) Forget(id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.seen, id)
+}

@@ -1,0 +1,131 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// SessionDoc is one mount's session: a heartbeat counter advanced by
+// compare-and-set. Liveness is judged by watching Counter not move on the
+// observer's own clock, never by comparing timestamps across machines;
+// Started and Host are for people reading `esfs status`.
+type SessionDoc struct {
+	ID      string
+	Counter int64
+	Host    string
+	Pid     int
+	Mount   string
+	Started int64 // wall clock of the mount, display only
+	LeaseMs int64
+	// Dead is set by the mount that declared this session dead (with a
+	// compare-and-set, so the owner's next heartbeat fails: it is fenced).
+	Dead   bool
+	DeadBy string
+	// DoneBelow: every operation of this session numbered below it is
+	// finished, so strays of those operations can be collected.
+	DoneBelow int64
+	Ver       Version
+}
+
+type sessionJSON struct {
+	Session string `json:"session"`
+	Counter int64  `json:"counter"`
+	Host    string `json:"host"`
+	Pid     int    `json:"pid"`
+	Started int64  `json:"started"`
+	Lease   int64  `json:"lease"`
+	Fenced  bool   `json:"fenced"`
+	Body    struct {
+		Mount     string `json:"mount,omitempty"`
+		DeadBy    string `json:"dead_by,omitempty"`
+		DoneBelow int64  `json:"done_below,omitempty"`
+	} `json:"body"`
+}
+
+func encodeSession(d SessionDoc) sessionJSON {
+	j := sessionJSON{Session: d.ID, Counter: d.Counter, Host: d.Host, Pid: d.Pid, Started: d.Started, Lease: d.LeaseMs, Fenced: d.Dead}
+	j.Body.Mount = encodeText(d.Mount)
+	j.Body.DeadBy = d.DeadBy
+	j.Body.DoneBelow = d.DoneBelow
+	return j
+}
+
+func decodeSession(src []byte, v Version) (SessionDoc, error) {
+	var j sessionJSON
+	if err := json.Unmarshal(src, &j); err != nil || j.Session == "" {
+		return SessionDoc{}, fmt.Errorf("session document: %w", ErrCorrupt)
+	}
+	m, _ := decodeText(j.Body.Mount)
+	return SessionDoc{ID: j.Session, Counter: j.Counter, Host: j.Host, Pid: j.Pid, Mount: m, Started: j.Started,
+		LeaseMs: j.Lease, Dead: j.Fenced, DeadBy: j.Body.DeadBy, DoneBelow: j.Body.DoneBelow, Ver: v}, nil
+}
+
+// GetSession reads a session in real time.
+func (s *Store) GetSession(ctx context.Context, id string) (SessionDoc, error) {
+	g, err := s.get(ctx, s.idx.Sessions, id, "reading session "+id)
+	if err != nil {
+		return SessionDoc{}, err
+	}
+	return decodeSession(g.Source, g.version())
+}
+
+// GetSessions reads several sessions in one round trip; missing ones are
+// absent from the map.
+func (s *Store) GetSessions(ctx context.Context, ids []string) (map[string]SessionDoc, error) {
+	docs, err := s.mget(ctx, s.idx.Sessions, ids, fmt.Sprintf("reading %d sessions", len(ids)))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]SessionDoc, len(docs))
+	for i, g := range docs {
+		if !g.Found {
+			continue
+		}
+		d, err := decodeSession(g.Source, g.version())
+		if err != nil {
+			return nil, fmt.Errorf("session %s: %w", ids[i], err)
+		}
+		out[ids[i]] = d
+	}
+	return out, nil
+}
+
+// CreateSession registers a new session (op_type=create).
+func (s *Store) CreateSession(ctx context.Context, d SessionDoc) (Version, error) {
+	return s.write(ctx, s.idx.Sessions, d.ID, encodeSession(d), true, Version{}, "registering session "+d.ID)
+}
+
+// PutSession overwrites a session if it is still at ifVer: the heartbeat,
+// and the declaration of death.
+func (s *Store) PutSession(ctx context.Context, d SessionDoc, ifVer Version) (Version, error) {
+	if !ifVer.Known() {
+		return Version{}, fmt.Errorf("session %s without a version: %w", d.ID, ErrInvalid)
+	}
+	return s.write(ctx, s.idx.Sessions, d.ID, encodeSession(d), false, ifVer, "updating session "+d.ID)
+}
+
+// DeleteSession removes a session document at ifVer (a clean unmount, or
+// the collection of a dead session with nothing left).
+func (s *Store) DeleteSession(ctx context.Context, id string, ifVer Version) error {
+	_, err := s.remove(ctx, s.idx.Sessions, id, ifVer, "deleting session "+id)
+	return err
+}
+
+// ListSessions returns every session, after a refresh.
+func (s *Store) ListSessions(ctx context.Context) ([]SessionDoc, error) {
+	hits, err := s.searchAll(ctx, s.idx.Sessions, map[string]any{"match_all": map[string]any{}}, "session")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SessionDoc, 0, len(hits))
+	for _, h := range hits {
+		d, err := decodeSession(h.Source, h.version())
+		if err != nil {
+			s.log.Error("skipping a corrupt session document", "id", h.ID, "err", err)
+			continue
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
