@@ -10,7 +10,9 @@ import (
 
 func main() {
 	if err := cmd.Main(os.Args); err != nil {
-		fmt.Fprintf(os.Stderr, "esfs: %v\n", err)
+		if msg := err.Error(); msg != "" {
+			fmt.Fprintf(os.Stderr, "esfs: %s\n", msg)
+		}
 		os.Exit(cmd.ExitCode(err))
 	}
 }

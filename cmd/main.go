@@ -25,6 +25,9 @@ func Main(args []string) error {
 			cmdMkfs(),
 			cmdMount(),
 			cmdUmount(),
+			cmdFsck(),
+			cmdLocks(),
+			cmdStatus(),
 		},
 		// One clear line on stderr, from main, never a usage dump on an
 		// operational error.
@@ -62,6 +65,10 @@ func ExitCode(err error) int {
 	var u usageError
 	if errors.As(err, &u) {
 		return 2
+	}
+	var e exitCode
+	if errors.As(err, &e) {
+		return e.code
 	}
 	return 1
 }
