@@ -368,4 +368,3 @@ func (c *Coordinator) judgeAll(ctx context.Context, wait bool) error {
 	}
 	return nil
 }
-

@@ -165,14 +165,14 @@ type OpRecord struct {
 	// (0 when the target did not exist); it loses a link at the end.
 	Overwritten     uint64
 	OverwrittenType FileType
-	Aborted         bool      // a DONE record that was rolled back
+	Aborted         bool // a DONE record that was rolled back
 	// LinkDropped: the overwritten inode's link was (being) dropped. Set by
 	// compare-and-set before the drop, so that the drop happens at most
 	// once; a crash in between leaves a count one too high, never too low.
 	LinkDropped bool
-	Locks           []LockRef // held under this operation
-	Created         int64     // wall clock of the creator, for display only
-	Ver             Version
+	Locks       []LockRef // held under this operation
+	Created     int64     // wall clock of the creator, for display only
+	Ver         Version
 }
 
 type opBody struct {
