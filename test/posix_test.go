@@ -12,7 +12,9 @@ import (
 
 func TestMain(m *testing.M) {
 	testenv.PrintVersion("test")
-	os.Exit(m.Run())
+	code := m.Run()
+	mounttest.RemoveBinary()
+	os.Exit(code)
 }
 
 // unsupported lists go-fuse posixtest checks of features esfs does not

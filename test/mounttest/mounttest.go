@@ -61,6 +61,14 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
+// RemoveBinary deletes the binary Binary built; call it from TestMain
+// after the tests ran, so that test runs do not pile up binaries in /tmp.
+func RemoveBinary() {
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+}
+
 // FS is a fresh filesystem in the test cluster.
 type FS struct {
 	URL   string
