@@ -57,6 +57,8 @@ type Session struct {
 	// inflight are the numbers of this session's unfinished operations.
 	inflight map[int64]struct{}
 	nextOp   int64
+	// frozen suspends the heartbeat (tests only: a paused mount).
+	frozen bool
 
 	lostCh chan struct{}
 	stop   chan struct{}
@@ -151,6 +153,10 @@ func (s *Session) heartbeat() {
 // renew advances the counter; it returns true when the session is lost.
 func (s *Session) renew() bool {
 	s.mu.Lock()
+	if s.frozen {
+		s.mu.Unlock()
+		return false
+	}
 	next := s.doc
 	next.Counter++
 	next.DoneBelow = s.doneBelowLocked()
