@@ -88,16 +88,11 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			d.eof = true
 			return nil, 0
 		}
-		d.page = d.page[:0]
-		for _, e := range page {
-			e, ok, err := f.co.Visible(ctx, e)
-			if err != nil {
-				return nil, f.toErrno("readdir", err)
-			}
-			if ok {
-				d.page = append(d.page, e)
-			}
+		page, err = f.visiblePage(ctx, page)
+		if err != nil {
+			return nil, f.toErrno("readdir", err)
 		}
+		d.page = append(d.page[:0], page...)
 		d.pos = 0
 		d.byName = make(map[string]int, len(d.page))
 		for i, e := range d.page {

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -76,8 +77,13 @@ func (n *node) dirPath(ctx context.Context, fresh bool) (string, error) {
 	if !ok {
 		return "", errnoErr(syscall.ENOENT, "directory inode %d was removed", n.ino())
 	}
+	return p, n.checkDirAt(ctx, p, fresh)
+}
+
+// checkDirAt checks that path p names this directory inode.
+func (n *node) checkDirAt(ctx context.Context, p string, fresh bool) error {
 	if p == "/" {
-		return p, nil
+		return nil
 	}
 	var d store.Node
 	var err error
@@ -87,18 +93,47 @@ func (n *node) dirPath(ctx context.Context, fresh bool) (string, error) {
 		d, err = n.f.resolve(ctx, p)
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		return "", errnoErr(syscall.ESTALE, "directory %q is gone", p)
+		return errnoErr(syscall.ESTALE, "directory %q is gone", p)
 	}
 	if err != nil {
-		return "", err
+		return err
 	}
 	if d.Ino != n.ino() {
-		return "", errnoErr(syscall.ESTALE, "directory %q is now inode %d, not %d", p, d.Ino, n.ino())
+		return errnoErr(syscall.ESTALE, "directory %q is now inode %d, not %d", p, d.Ino, n.ino())
 	}
 	if d.Type != store.TypeDir {
-		return "", errnoErr(syscall.ENOTDIR, "%q is not a directory", p)
+		return errnoErr(syscall.ENOTDIR, "%q is not a directory", p)
 	}
-	return p, nil
+	return nil
+}
+
+// lockEntry takes the locks for changing entry name of this directory. The
+// directory's path comes from go-fuse's tree, which a rename of an ancestor
+// (here) changes when it replies: if it changed while we waited for the
+// locks, the locks are on the old path, so take them again.
+func (n *node) lockEntry(ctx context.Context, name string) (dir, path string, txn *locking.Txn, err error) {
+	for attempt := 0; ; attempt++ {
+		var ok bool
+		dir, ok = n.path()
+		if !ok {
+			return "", "", nil, errnoErr(syscall.ENOENT, "directory inode %d was removed", n.ino())
+		}
+		path = store.Join(dir, name)
+		if err := store.CheckPath(path); err != nil {
+			return "", "", nil, err
+		}
+		txn, err = n.f.begin(ctx, dir, path)
+		if err != nil {
+			return "", "", nil, err
+		}
+		if now, ok := n.path(); ok && now == dir {
+			return dir, path, txn, nil
+		}
+		_ = txn.End(ctx)
+		if attempt >= 20 {
+			return "", "", nil, errnoErr(syscall.EAGAIN, "directory inode %d keeps moving", n.ino())
+		}
+	}
 }
 
 func typeBits(t store.FileType) uint32 {
@@ -263,15 +298,7 @@ func (n *node) create(ctx context.Context, name string, typ store.FileType, mode
 	if err := store.CheckName(name); err != nil {
 		return store.Node{}, err
 	}
-	dir, ok := n.path()
-	if !ok {
-		return store.Node{}, errnoErr(syscall.ENOENT, "directory inode %d was removed", n.ino())
-	}
-	path := store.Join(dir, name)
-	if err := store.CheckPath(path); err != nil {
-		return store.Node{}, err
-	}
-	txn, err := n.f.begin(ctx, dir, path)
+	dir, path, txn, err := n.lockEntry(ctx, name)
 	if err != nil {
 		return store.Node{}, err
 	}
@@ -283,7 +310,7 @@ func (n *node) create(ctx context.Context, name string, typ store.FileType, mode
 // createLocked is create under the locks: it re-checks, with realtime
 // reads, that the directory is still there and still this inode.
 func (n *node) createLocked(ctx context.Context, dir, path string, typ store.FileType, mode uint32, target string) (store.Node, error) {
-	if _, err := n.dirPath(ctx, true); err != nil {
+	if err := n.checkDirAt(ctx, dir, true); err != nil {
 		return store.Node{}, err
 	}
 	parent, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
@@ -441,19 +468,11 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if err := store.CheckName(name); err != nil {
 		return nil, n.f.toErrno("link", err)
 	}
-	dir, ok := n.path()
-	if !ok {
-		return nil, syscall.ENOENT
-	}
-	path := store.Join(dir, name)
-	if err := store.CheckPath(path); err != nil {
-		return nil, n.f.toErrno("link", err)
-	}
-	txn, err := n.f.begin(ctx, dir, path)
+	dir, path, txn, err := n.lockEntry(ctx, name)
 	if err != nil {
 		return nil, n.f.toErrno("link", err)
 	}
-	child, err := n.linkLocked(ctx, tn, path, out)
+	child, err := n.linkLocked(ctx, tn, dir, path, out)
 	n.f.end(ctx, txn, &err)
 	if err != nil {
 		return nil, n.f.toErrno("link", err)
@@ -461,8 +480,8 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	return child, 0
 }
 
-func (n *node) linkLocked(ctx context.Context, tn *node, path string, out *fuse.EntryOut) (*gofs.Inode, error) {
-	if _, err := n.dirPath(ctx, true); err != nil {
+func (n *node) linkLocked(ctx context.Context, tn *node, dir, path string, out *fuse.EntryOut) (*gofs.Inode, error) {
+	if err := n.checkDirAt(ctx, dir, true); err != nil {
 		return nil, err
 	}
 	// Count the link first: a crash in between leaves a count one too high
@@ -564,22 +583,17 @@ func (n *node) remove(ctx context.Context, name string, wantDir bool) error {
 	if err := store.CheckName(name); err != nil {
 		return err
 	}
-	dir, ok := n.path()
-	if !ok {
-		return syscall.ENOENT
-	}
-	path := store.Join(dir, name)
-	txn, err := n.f.begin(ctx, dir, path)
+	dir, path, txn, err := n.lockEntry(ctx, name)
 	if err != nil {
 		return err
 	}
-	err = n.removeLocked(ctx, path, wantDir)
+	err = n.removeLocked(ctx, dir, path, wantDir)
 	n.f.end(ctx, txn, &err)
 	return err
 }
 
-func (n *node) removeLocked(ctx context.Context, path string, wantDir bool) error {
-	if _, err := n.dirPath(ctx, true); err != nil {
+func (n *node) removeLocked(ctx context.Context, dir, path string, wantDir bool) error {
+	if err := n.checkDirAt(ctx, dir, true); err != nil {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
@@ -639,10 +653,9 @@ func (f *FS) isEmptyDir(ctx context.Context, path string) (bool, error) {
 		if page == nil {
 			return true, nil
 		}
-		for _, d := range page {
-			if _, ok, err := f.co.Visible(ctx, d); err != nil || ok {
-				return false, err
-			}
+		vis, err := f.visiblePage(ctx, page)
+		if err != nil || len(vis) > 0 {
+			return false, err
 		}
 	}
 }

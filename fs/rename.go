@@ -46,23 +46,23 @@ func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newN
 	if err := store.CheckName(newName); err != nil {
 		return err
 	}
-	srcDir, ok1 := from.path()
-	dstDir, ok2 := to.path()
-	if !ok1 || !ok2 {
-		return syscall.ENOENT
-	}
-	src, dst := store.Join(srcDir, name), store.Join(dstDir, newName)
-	if err := store.CheckPath(dst); err != nil {
-		return err
-	}
-	if store.IsWithin(dst, src) && src != dst {
-		return errnoErr(syscall.EINVAL, "cannot move %q into itself", src)
-	}
 	for attempt := 0; ; attempt++ {
+		srcDir, ok1 := from.path()
+		dstDir, ok2 := to.path()
+		if !ok1 || !ok2 {
+			return syscall.ENOENT
+		}
+		src, dst := store.Join(srcDir, name), store.Join(dstDir, newName)
+		if err := store.CheckPath(dst); err != nil {
+			return err
+		}
+		if store.IsWithin(dst, src) && src != dst {
+			return errnoErr(syscall.EINVAL, "cannot move %q into itself", src)
+		}
 		var subtree []string
 		if f.co.Strategy.NeedsSubtree() {
 			var err error
-			if subtree, err = f.subtreePaths(ctx, src); err != nil {
+			if subtree, _, err = f.subtreePaths(ctx, src); err != nil {
 				return err
 			}
 		}
@@ -70,10 +70,27 @@ func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newN
 		if err != nil {
 			return err
 		}
-		err = f.renameLocked(ctx, txn, from, to, src, dst, noReplace, subtree)
-		if errors.Is(err, errSubtreeGrew) && attempt < 5 {
+		// A rename of an ancestor here (which changes go-fuse's tree when it
+		// replies) may have happened while we waited: then our locks are on
+		// the old paths; take them again.
+		moved := false
+		if p, ok := from.path(); !ok || p != srcDir {
+			moved = true
+		}
+		if p, ok := to.path(); !ok || p != dstDir {
+			moved = true
+		}
+		if moved {
+			err = errSubtreeGrew
+		} else {
+			err = f.renameLocked(ctx, txn, from, to, src, dst, noReplace, subtree)
+		}
+		if errors.Is(err, errSubtreeGrew) {
 			_ = txn.End(ctx)
-			continue
+			if attempt < 20 {
+				continue
+			}
+			return errnoErr(syscall.EAGAIN, "rename of %q: the tree kept changing", src)
 		}
 		if rerr := txn.End(ctx); rerr != nil && err == nil {
 			err = rerr
@@ -84,31 +101,35 @@ func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newN
 
 var errSubtreeGrew = errors.New("subtree changed before its locks were granted")
 
-// subtreePaths lists the paths below src (for the document strategy, which
-// locks each of them).
-func (f *FS) subtreePaths(ctx context.Context, src string) ([]string, error) {
+// subtreePaths lists the paths below src, and which of them are
+// directories (for the document strategy, which locks each of them).
+func (f *FS) subtreePaths(ctx context.Context, src string) ([]string, map[string]bool, error) {
 	d, err := f.resolveFresh(ctx, src)
 	if err != nil || d.Type != store.TypeDir {
-		return nil, nil // the locked re-check reports it
+		return nil, nil, nil // the locked re-check reports it
 	}
 	if err := f.st.Refresh(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sc := f.st.ScanTree(src, store.DefaultPageSize)
 	defer sc.Close()
 	var out []string
+	dirs := map[string]bool{}
 	for {
 		page, _, err := sc.Next(ctx)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if page == nil {
 			sort.Strings(out)
-			return out, nil
+			return out, dirs, nil
 		}
 		for _, d := range page {
 			if d.Path != src {
 				out = append(out, d.Path)
+				if d.Type == store.TypeDir {
+					dirs[d.Path] = true
+				}
 			}
 		}
 	}
@@ -157,7 +178,10 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to *node,
 		return nil
 	}
 	if f.co.Strategy.NeedsSubtree() && s.Type == store.TypeDir {
-		now, err := f.subtreePaths(ctx, src)
+		// Entries made between our listing and our grant are harmless if
+		// they are files: every change to them needs their directory's
+		// lock, which we hold exclusively. A new directory is not covered.
+		_, dirs, err := f.subtreePaths(ctx, src)
 		if err != nil {
 			return err
 		}
@@ -165,7 +189,7 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to *node,
 		for _, p := range subtree {
 			locked[p] = true
 		}
-		for _, p := range now {
+		for p := range dirs {
 			if !locked[p] {
 				return errSubtreeGrew
 			}
