@@ -189,6 +189,7 @@ func serve(c *cli.Context, mp string) error {
 		EntryTimeout:    c.Duration("entry-timeout"),
 		NegativeTimeout: c.Duration("negative-timeout"),
 		CacheTTL:        c.Duration("cache-ttl"),
+		LockTimeout:     c.Duration("lock-timeout"),
 		Debug:           c.Bool("debug"),
 		Logger:          log,
 		FsName:          "esfs:" + st.Prefix(),

@@ -40,6 +40,9 @@ type Options struct {
 	NegativeTimeout time.Duration // kernel cache of "no such name"
 	CacheTTL        time.Duration // daemon cache (ristretto) entries
 	CacheBytes      int64
+	// LockTimeout is how long an operation may wait for locks; a request's
+	// deadline leaves room for it, so that a lock wait ends in EAGAIN.
+	LockTimeout time.Duration
 	// DirtyLimit is how many bytes of written data a file may buffer before
 	// they are sent to the store (they always are on flush, fsync and close).
 	DirtyLimit int64
@@ -112,7 +115,7 @@ func newIno() uint64 {
 // each one into an INTERRUPT, so honouring them would fail close() and
 // friends at random. A request runs to its end or to its deadline.
 func (f *FS) ctxOf(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 2*f.st.Timeout())
+	return context.WithTimeout(context.WithoutCancel(ctx), 2*f.st.Timeout()+f.opts.LockTimeout)
 }
 
 // noteWrite records a write to the path index (see writes).
@@ -211,8 +214,13 @@ func (f *FS) resolveFresh(ctx context.Context, path string) (store.Node, error) 
 	}
 	attr, err := f.inode(ctx, d.Ino, gen)
 	if errors.Is(err, store.ErrNotFound) {
-		// A path whose inode is gone: a create that failed halfway, or
-		// damage. Not a file anyone can use; fsck removes it.
+		// Either another mount removed the entry between our two reads
+		// (then it is simply gone), or a path points at a missing inode (a
+		// create that failed halfway, or damage; fsck removes it).
+		if _, again := f.st.GetDentry(ctx, path); errors.Is(again, store.ErrNotFound) {
+			f.cache.PutNegative(path, gen)
+			return store.Node{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
+		}
 		return store.Node{}, fmt.Errorf("path %q points at missing inode %d: %w", path, d.Ino, store.ErrCorrupt)
 	}
 	if err != nil {

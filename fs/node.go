@@ -303,8 +303,32 @@ func (n *node) create(ctx context.Context, name string, typ store.FileType, mode
 		return store.Node{}, err
 	}
 	sn, err := n.createLocked(ctx, dir, path, typ, mode, target)
+	created := err == nil
 	n.f.end(ctx, txn, &err)
+	if created && errors.Is(err, locking.ErrLeaseLost) {
+		// Our locks were taken from us (this mount was frozen past its
+		// lease): someone may have removed the directory meanwhile. The
+		// create reports EIO, so it must leave nothing behind.
+		n.f.undoCreate(ctx, sn)
+	}
 	return sn, err
+}
+
+// undoCreate removes what a create wrote, at the versions it wrote.
+func (f *FS) undoCreate(ctx context.Context, sn store.Node) {
+	if sn.Type == store.TypeDir {
+		if empty, err := f.isEmptyDir(ctx, sn.Path); err != nil || !empty {
+			return
+		}
+	}
+	f.cache.InvalidatePath(sn.Path)
+	if _, err := f.st.DeleteDentry(ctx, sn.Path, sn.Dentry.Ver); err != nil {
+		f.log.Warn("could not undo a fenced create", "path", sn.Path, "err", err)
+		return
+	}
+	if _, err := f.st.DeleteInode(ctx, sn.Ino, sn.Attr.Ver); err != nil {
+		f.log.Warn("could not undo a fenced create's inode", "ino", sn.Ino, "err", err)
+	}
 }
 
 // createLocked is create under the locks: it re-checks, with realtime

@@ -371,6 +371,13 @@ func (j *Journal) finish(ctx context.Context, rec store.OpRecord, known []staged
 		if err := j.resolveDocs(ctx, rec.ID, finishFix(j.b)); err != nil {
 			return rec, err
 		}
+	} else if rec.SrcType == store.TypeDir {
+		// Make the finished subtree visible to search before DONE: a
+		// listing of the new directory (found by a realtime lookup) must
+		// not come back empty because search still has the stage's state.
+		if err := j.b.Refresh(ctx); err != nil {
+			return rec, err
+		}
 	}
 	if rec.Overwritten != 0 && !rec.LinkDropped {
 		marked := rec

@@ -327,8 +327,13 @@ func displayPath(r Request) string {
 // (LOCKING-REVIEW item 2: entries are never freed apart from the journal).
 func (m *Manager) holderGone(ctx context.Context, h store.Holder) (bool, error) {
 	dead, err := m.obs.Dead(ctx, h.Session)
-	if err != nil || !dead {
+	if err != nil {
 		return false, err
+	}
+	if !dead {
+		// A live mount's entry of an operation it has finished (its
+		// release failed): a leftover, by its own published word.
+		return m.obs.Finished(ctx, h.Session, h.Op)
 	}
 	rec, err := m.b.GetOp(ctx, h.Op)
 	if errors.Is(err, store.ErrNotFound) {
@@ -436,8 +441,14 @@ func (m *Manager) release(ctx context.Context, h *Held, partial bool) error {
 		if len(again) == 0 {
 			return nil
 		}
-		if round >= 20 {
-			return fmt.Errorf("releasing %d locks: still conflicting", len(again))
+		// Other holders of a hot document (every create below a busy
+		// directory holds it shared) release at the same time: back off a
+		// little, with jitter, so that the compare-and-sets stop colliding.
+		if round >= 200 || ctx.Err() != nil {
+			return fmt.Errorf("releasing %d locks: still conflicting after %d rounds", len(again), round)
+		}
+		if round >= 2 {
+			sleepJitter(ctx, min(round-2, 4))
 		}
 		fresh, err := m.b.GetLocks(ctx, again)
 		if err != nil {

@@ -108,6 +108,39 @@ func (o *Observer) judge(ctx context.Context, d store.SessionDoc) (bool, error) 
 	return true, nil
 }
 
+// Finished reports whether operation op of a live session is known to be
+// over: every heartbeat publishes "my operations below N are finished", so
+// an entry it failed to release is a leftover anyone may drop.
+func (o *Observer) Finished(ctx context.Context, session, op string) (bool, error) {
+	n, ok := opNumber(session, op)
+	if !ok {
+		return false, nil
+	}
+	d, err := o.b.GetSession(ctx, session)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return true, nil
+		}
+		return false, err
+	}
+	return n < d.DoneBelow, nil
+}
+
+// opNumber parses the sequence number of an operation id "<session>-<n>".
+func opNumber(session, op string) (int64, bool) {
+	if len(op) <= len(session)+1 || op[:len(session)] != session || op[len(session)] != '-' {
+		return 0, false
+	}
+	var n int64
+	for _, c := range op[len(session)+1:] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
 // Forget drops what is known of a session (after its leftovers are gone).
 func (o *Observer) Forget(id string) {
 	o.mu.Lock()
