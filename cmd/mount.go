@@ -17,7 +17,6 @@ import (
 	"github.com/esfs/esfs/cache"
 	"github.com/esfs/esfs/fs"
 	"github.com/esfs/esfs/locking"
-	"github.com/esfs/esfs/store"
 	"github.com/urfave/cli/v2"
 )
 
@@ -361,5 +360,3 @@ func unmount(mp string, lazy bool) error {
 	}
 	return fmt.Errorf("cannot unmount %s: not root and no fusermount3 found", mp)
 }
-
-var _ = store.DefaultURL

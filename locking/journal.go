@@ -96,7 +96,7 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec) er
 	known, err := j.stage(ctx, sess, spec)
 	if err != nil {
 		j.log.Warn("rename failed while staging: rolling back", "op", spec.Op, "err", err)
-		if rerr := j.abort(ctx, sess, rec); rerr != nil {
+		if rerr := j.abort(ctx, rec); rerr != nil {
 			j.log.Error("rollback failed; recovery will finish it", "op", spec.Op, "err", rerr)
 		}
 		return err
@@ -107,7 +107,7 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec) er
 	// The commit point. A lapsed lease means someone may be taking over:
 	// do not commit on a lease we cannot vouch for.
 	if err := sess.Check(); err != nil {
-		if rerr := j.abort(ctx, sess, rec); rerr != nil {
+		if rerr := j.abort(ctx, rec); rerr != nil {
 			j.log.Error("rollback failed; recovery will finish it", "op", spec.Op, "err", rerr)
 		}
 		return err
@@ -125,7 +125,7 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec) er
 			return fmt.Errorf("rename %s: commit outcome unknown: %v: %w", spec.Op, err, ErrLeaseLost)
 		}
 		if cur.State != store.OpCommitted {
-			if rerr := j.abort(ctx, sess, cur); rerr != nil {
+			if rerr := j.abort(ctx, cur); rerr != nil {
 				j.log.Error("rollback failed; recovery will finish it", "op", spec.Op, "err", rerr)
 			}
 			return err
@@ -400,7 +400,7 @@ func (j *Journal) finish(ctx context.Context, rec store.OpRecord, known []staged
 // abort rolls back a rename that has not committed: first the record goes
 // to ABORTED (so that readers ignore its new paths at once), then its
 // documents are undone, then it is DONE.
-func (j *Journal) abort(ctx context.Context, sess *Session, rec store.OpRecord) error {
+func (j *Journal) abort(ctx context.Context, rec store.OpRecord) error {
 	if rec.State == store.OpPrepared {
 		a := rec
 		a.State = store.OpAborted
@@ -414,13 +414,8 @@ func (j *Journal) abort(ctx context.Context, sess *Session, rec store.OpRecord) 
 	if rec.State != store.OpAborted {
 		return fmt.Errorf("operation %s is %s, not abortable", rec.ID, rec.State)
 	}
-	if err := j.rollback(ctx, rec); err != nil {
-		return err
-	}
-	if sess != nil && rec.Owner == sess.ID() {
-		return nil // the caller releases its own locks
-	}
-	return nil
+	// The caller still holds the operation's locks and releases them.
+	return j.rollback(ctx, rec)
 }
 
 func (j *Journal) rollback(ctx context.Context, rec store.OpRecord) error {
