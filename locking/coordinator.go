@@ -2,6 +2,7 @@ package locking
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -143,8 +144,12 @@ func (t *Txn) End(ctx context.Context) error {
 // the journal has released them.
 func (t *Txn) Rename(ctx context.Context, spec RenameSpec) error {
 	spec.Op, spec.Held = t.Op, t.Held
-	err := t.c.Journal.Rename(ctx, t.Sess, spec)
-	if err == nil {
+	n, sess := t.n, t.Sess
+	kept, err := t.c.Journal.Rename(ctx, t.Sess, spec, func() { sess.EndOp(n) })
+	switch {
+	case kept:
+		t.done = true // the journal releases the locks and ends the op
+	case err == nil:
 		t.done = true
 		t.Sess.EndOp(t.n)
 	}
@@ -191,6 +196,7 @@ func (c *Coordinator) run() {
 // Sweep runs one round of the sweeper. doneSeen remembers, on this
 // machine's clock, since when each finished record was seen finished.
 func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Duration) error {
+	c.Journal.RetryUnfinished(ctx)
 	if err := c.Session().Check(); err != nil {
 		return err
 	}
@@ -237,6 +243,9 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 			delete(doneSeen, id)
 		}
 	}
+	if err := c.collectStrays(ctx); err != nil {
+		return err
+	}
 	locks, err := c.b.SearchLocks(ctx)
 	if err != nil {
 		return err
@@ -261,6 +270,12 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 				changed = true
 				continue
 			}
+			// A marker whose request gave up without clearing it (the
+			// clearing request failed): its session says the op is over.
+			if fin, err := obs.Finished(ctx, w.Session, w.Op); err == nil && fin {
+				changed = true
+				continue
+			}
 			waiters = append(waiters, w)
 		}
 		if !changed {
@@ -275,10 +290,48 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 	return nil
 }
 
+// collectStrays resolves path documents that carry the intent of a
+// finished operation. No legitimate document does (finishing strips every
+// intent before DONE); they are late writes of a request that timed out or
+// of a fenced owner (LOCKING-REVIEW item 8), and would otherwise hold their
+// name and an intent forever. Operations in flight are left alone, and
+// those of dead owners are recovered above.
+func (c *Coordinator) collectStrays(ctx context.Context) error {
+	sc := c.b.ScanIntents(store.DefaultPageSize)
+	defer sc.Close()
+	for {
+		page, _, err := sc.Next(ctx)
+		if err != nil || page == nil {
+			return err
+		}
+		for _, d := range page {
+			rec, err := c.Journal.record(ctx, d.Intent.Op)
+			if err != nil {
+				return err
+			}
+			if rec.State != store.OpDone {
+				continue
+			}
+			err = c.Journal.resolveStray(ctx, d)
+			if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
+				continue // changed since the search: looked at next time
+			}
+			if err != nil {
+				return err
+			}
+			c.log.Info("resolved a stray document of a finished rename", "path", d.Path, "op", d.Intent.Op, "role", d.Intent.Role)
+		}
+	}
+}
+
 // Close stops the sweeper and ends the session cleanly. Call it after
 // every operation finished.
 func (c *Coordinator) Close(ctx context.Context) error {
 	close(c.stop)
 	<-c.done
+	c.Journal.RetryUnfinished(ctx)
+	if n := c.Journal.Unfinished(); n > 0 {
+		c.log.Warn("closing with unfinished renames; another mount recovers them after the lease", "count", n)
+	}
 	return c.Session().Close(ctx)
 }

@@ -189,7 +189,7 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 				} else {
 					p := Problem{Kind: "stray intent", Subject: d.Path, Detail: fmt.Sprintf("%s of operation %s (%s)", d.Intent.Role, d.Intent.Op, rec.State)}
 					if repair {
-						p.Repaired = c.repairStray(ctx, fb, d, vis, ok) == nil
+						p.Repaired = c.Journal.resolveStray(ctx, d) == nil
 					}
 					rep.Problems = append(rep.Problems, p)
 				}
@@ -286,26 +286,6 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 		rep.Problems = append(rep.Problems, p)
 	}
 	return rep, nil
-}
-
-// repairStray resolves a document carrying the intent of a finished or
-// dead operation, as the operation's outcome says.
-func (c *Coordinator) repairStray(ctx context.Context, fb FsckBackend, d, vis store.Dentry, visible bool) error {
-	if !visible {
-		_, err := fb.DeleteDentry(ctx, d.Path, d.Ver)
-		return err
-	}
-	fixed := vis
-	fixed.Intent = store.Intent{}
-	o, err := fb.OpPutDentry(fixed, d.Ver)
-	if err != nil {
-		return err
-	}
-	res, err := fb.Bulk(ctx, []store.BulkOp{o})
-	if err == nil {
-		err = res[0].Err
-	}
-	return err
 }
 
 func lockName(d store.LockDoc) string {

@@ -44,8 +44,9 @@ type Journal struct {
 	// Session returns the current session of this mount.
 	Session func() *Session
 
-	mu   sync.Mutex                // protects done
-	done map[string]store.OpRecord // records in a final state, which never change
+	mu         sync.Mutex                // protects done and unfinished
+	done       map[string]store.OpRecord // records in a final state, which never change
+	unfinished map[string]*unfinished    // kept by Rename, retried by the sweeper
 }
 
 // NewJournal wires a journal to a lock manager, which it also serves as the
@@ -54,7 +55,8 @@ func NewJournal(b Backend, m *Manager, session func() *Session, log *slog.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	j := &Journal{b: b, m: m, log: log, Session: session, done: map[string]store.OpRecord{}}
+	j := &Journal{b: b, m: m, log: log, Session: session, done: map[string]store.OpRecord{},
+		unfinished: map[string]*unfinished{}}
 	m.Recover = j.Recover
 	return j
 }
@@ -72,7 +74,14 @@ type RenameSpec struct {
 // Rename runs the journaled rename of spec. On success the rename is DONE
 // and its locks are released. On failure before the commit point the
 // rename is rolled back; ErrLeaseLost means this mount lost its session.
-func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec) error {
+//
+// kept reports that the journal kept the operation: its locks stay held
+// and end is called once the journal has finished (or undone) it and
+// released them, retrying from the sweeper (LOCKING-REVIEW item 2: the
+// owner, while alive, finishes what it started before anyone else may
+// touch those paths). Otherwise the caller releases the locks if err is
+// not nil, and end is not called.
+func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, end func()) (kept bool, err error) {
 	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1,
 		Src: spec.Src.Path, Dst: spec.Dst, SrcIno: spec.Src.Ino, SrcType: spec.Src.Type,
 		Locks: spec.Held.Refs(), Created: time.Now().UnixNano()}
@@ -80,76 +89,187 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec) er
 		rec.Overwritten, rec.OverwrittenType = spec.Target.Ino, spec.Target.Type
 	}
 	if err := sess.Check(); err != nil {
-		return err
+		return false, err
 	}
 	v, err := j.b.CreateOp(ctx, rec)
 	if errors.Is(err, store.ErrExists) {
-		return fmt.Errorf("rename %s was fenced off by recovery: %w", spec.Op, ErrLeaseLost)
+		return false, fmt.Errorf("rename %s was fenced off by recovery: %w", spec.Op, ErrLeaseLost)
 	}
 	if err != nil {
-		return err
+		// Unknown outcome: the record may exist. Keep the operation, so
+		// that it is resolved (undone) before its locks go.
+		j.keep(rec, sess, spec.Held, end)
+		return true, err
 	}
 	rec.Ver = v
 	if err := crashPoint("rename-after-record"); err != nil {
-		return err
+		return false, err
 	}
 	known, err := j.stage(ctx, sess, spec)
 	if err != nil {
 		j.log.Warn("rename failed while staging: rolling back", "op", spec.Op, "err", err)
 		if rerr := j.abort(ctx, rec); rerr != nil {
-			j.log.Error("rollback failed; recovery will finish it", "op", spec.Op, "err", rerr)
+			j.log.Warn("rollback failed; retrying while holding the locks", "op", spec.Op, "err", rerr)
+			j.keep(rec, sess, spec.Held, end)
+			return true, err
 		}
-		return err
+		return false, err
 	}
 	if err := crashPoint("rename-before-commit"); err != nil {
-		return err
+		return false, err
 	}
 	// The commit point. A lapsed lease means someone may be taking over:
 	// do not commit on a lease we cannot vouch for.
 	if err := sess.Check(); err != nil {
 		if rerr := j.abort(ctx, rec); rerr != nil {
-			j.log.Error("rollback failed; recovery will finish it", "op", spec.Op, "err", rerr)
+			j.log.Warn("rollback failed; recovery of this session will finish it", "op", spec.Op, "err", rerr)
 		}
-		return err
+		return false, err
 	}
 	committed := rec
 	committed.State = store.OpCommitted
 	v, err = j.b.PutOp(ctx, committed, rec.Ver)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return fmt.Errorf("rename %s was taken over before its commit: %w", spec.Op, ErrLeaseLost)
+			return false, fmt.Errorf("rename %s was taken over before its commit: %w", spec.Op, ErrLeaseLost)
 		}
 		// Unknown outcome: read the record to learn it.
 		cur, gerr := j.b.GetOp(ctx, spec.Op)
-		if gerr != nil || cur.Owner != sess.ID() || cur.Epoch != rec.Epoch {
-			return fmt.Errorf("rename %s: commit outcome unknown: %v: %w", spec.Op, err, ErrLeaseLost)
+		if gerr != nil {
+			// Still unknown: the sweeper reads it later and finishes or
+			// undoes it; the caller can only be told that we do not know.
+			j.keep(rec, sess, spec.Held, end)
+			return true, fmt.Errorf("rename %s: commit outcome unknown: %w", spec.Op, err)
+		}
+		if cur.Owner != sess.ID() || cur.Epoch != rec.Epoch {
+			return false, fmt.Errorf("rename %s was taken over at its commit: %w", spec.Op, ErrLeaseLost)
 		}
 		if cur.State != store.OpCommitted {
 			if rerr := j.abort(ctx, cur); rerr != nil {
-				j.log.Error("rollback failed; recovery will finish it", "op", spec.Op, "err", rerr)
+				j.log.Warn("rollback failed; retrying while holding the locks", "op", spec.Op, "err", rerr)
+				j.keep(cur, sess, spec.Held, end)
+				return true, err
 			}
-			return err
+			return false, err
 		}
 		v = cur.Ver
 	}
 	committed.Ver = v
 	if err := crashPoint("rename-after-commit"); err != nil {
-		return err
+		return false, err
 	}
-	// From here on the rename has happened; finishing is cleanup that
-	// anyone can redo, so errors are reported but do not undo anything.
+	// From here on the rename has happened, whatever fails: finishing is
+	// cleanup that can be redone, so the caller is told it succeeded.
 	done, err := j.finish(ctx, committed, known)
 	if err != nil {
-		return fmt.Errorf("rename %s committed, cleanup left to recovery: %w", spec.Op, err)
+		if sess.Check() != nil || errors.Is(err, store.ErrConflict) {
+			// Taken over, or about to be: the new owner finishes the
+			// rename and releases our entries.
+			j.log.Warn("committed rename left to recovery", "op", spec.Op, "err", err)
+			end()
+			return true, nil
+		}
+		j.log.Warn("finishing a committed rename failed; retrying while holding the locks", "op", spec.Op, "err", err)
+		j.keep(committed, sess, spec.Held, end)
+		return true, nil
 	}
 	if err := crashPoint("rename-before-release"); err != nil {
-		return err
+		return false, err
 	}
 	if err := j.m.Release(ctx, spec.Held); err != nil {
-		return err
+		return false, err
 	}
 	j.remember(done)
-	return nil
+	return false, nil
+}
+
+// unfinished is an operation its owner could not finish or undo at once.
+type unfinished struct {
+	rec  store.OpRecord // as last known; the record is re-read before acting
+	sess *Session
+	held *Held
+	end  func()
+}
+
+func (j *Journal) keep(rec store.OpRecord, sess *Session, held *Held, end func()) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.unfinished[rec.ID] = &unfinished{rec: rec, sess: sess, held: held, end: end}
+}
+
+// Unfinished is the number of operations this mount still has to finish.
+func (j *Journal) Unfinished() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.unfinished)
+}
+
+// RetryUnfinished tries again to finish or undo every operation kept by
+// Rename, then releases its locks. An operation whose session was lost, or
+// whose record someone else took over, is dropped: recovery owns it.
+func (j *Journal) RetryUnfinished(ctx context.Context) {
+	j.mu.Lock()
+	todo := make([]*unfinished, 0, len(j.unfinished))
+	for _, u := range j.unfinished {
+		todo = append(todo, u)
+	}
+	j.mu.Unlock()
+	for _, u := range todo {
+		finished, err := j.retry(ctx, u)
+		if err != nil {
+			j.log.Warn("an unfinished rename still fails; retrying later", "op", u.rec.ID, "err", err)
+		}
+		if finished {
+			j.mu.Lock()
+			delete(j.unfinished, u.rec.ID)
+			j.mu.Unlock()
+			u.end()
+		}
+	}
+}
+
+func (j *Journal) retry(ctx context.Context, u *unfinished) (finished bool, err error) {
+	if err := u.sess.Check(); err != nil {
+		return true, nil // fenced: whoever declares us dead recovers it
+	}
+	cur, err := j.b.GetOp(ctx, u.rec.ID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// The record was never written: nothing was staged (stage comes
+		// after the record). Fence it so a late create cannot start it.
+		cur = u.rec
+		cur.State, cur.Aborted = store.OpDone, true
+		if _, err := j.b.CreateOp(ctx, cur); err != nil && !errors.Is(err, store.ErrExists) {
+			return false, err
+		}
+		return false, nil // read it again next time
+	case err != nil:
+		return false, err
+	case cur.Owner != u.sess.ID() || cur.Epoch != u.rec.Epoch:
+		return true, nil // taken over: the new owner releases our entries
+	}
+	switch cur.State {
+	case store.OpPrepared:
+		err = j.abort(ctx, cur)
+	case store.OpAborted:
+		err = j.rollback(ctx, cur)
+	case store.OpCommitted:
+		var done store.OpRecord
+		if done, err = j.finish(ctx, cur, nil); err == nil {
+			j.remember(done)
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := j.m.Release(ctx, u.held); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			return true, nil
+		}
+		return false, err
+	}
+	j.log.Info("finished a rename that had failed halfway", "op", cur.ID, "state", cur.State)
+	return true, nil
 }
 
 // staged is one path document the rename wrote, with the version the write
@@ -481,6 +601,32 @@ func (j *Journal) resolveDocs(ctx context.Context, op string, fix func(store.Den
 			return fmt.Errorf("operation %s: documents keep changing", op)
 		}
 	}
+}
+
+// resolveStray settles a document that carries the intent of a finished
+// operation as the operation's outcome says: deleted if readers do not see
+// it, else stripped of the intent. Conditional on the version read.
+func (j *Journal) resolveStray(ctx context.Context, d store.Dentry) error {
+	vis, ok, err := j.Visible(ctx, d)
+	if err != nil {
+		return err
+	}
+	var o store.BulkOp
+	if !ok {
+		o, err = j.b.OpDeleteDentry(d.Path, d.Ver)
+	} else {
+		fixed := vis
+		fixed.Intent = store.Intent{}
+		o, err = j.b.OpPutDentry(fixed, d.Ver)
+	}
+	if err != nil {
+		return err
+	}
+	res, err := j.b.Bulk(ctx, []store.BulkOp{o})
+	if err == nil {
+		err = res[0].Err
+	}
+	return err
 }
 
 // setDone marks the record DONE (aborted or not), at its version.

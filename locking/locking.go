@@ -62,6 +62,7 @@ type Backend interface {
 	Refresh(ctx context.Context) error
 	ScanTree(root string, pageSize int) *store.Scanner
 	ScanOp(op string, pageSize int) *store.Scanner
+	ScanIntents(pageSize int) *store.Scanner
 }
 
 var _ Backend = (*store.Store)(nil)

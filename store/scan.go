@@ -57,6 +57,15 @@ func (s *Store) ScanOp(op string, pageSize int) *Scanner {
 		sortKey: "path", pageSize: pageSize, usePIT: true}
 }
 
+// ScanIntents scans every path document that carries an intent: those of
+// renames in flight, and strays (late writes of a fenced or timed-out
+// request) that the sweeper resolves. Without a point-in-time: a document
+// changed meanwhile is looked at again on the next sweep.
+func (s *Store) ScanIntents(pageSize int) *Scanner {
+	return &Scanner{s: s, query: map[string]any{"exists": map[string]any{"field": "op"}},
+		sortKey: "path", pageSize: pageSize}
+}
+
 // Next returns the next page, or (nil, nil) at the end. Documents that fail
 // to decode are returned as errors in bad, the scan goes on: one corrupt
 // document must not hide a whole directory.

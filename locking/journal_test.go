@@ -1,0 +1,200 @@
+package locking_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
+	"github.com/esfs/esfs/test/testenv"
+)
+
+// failingAfterCommit refuses every path-document bulk once a record has
+// been committed, while failing is set: a cluster that accepted the commit
+// and then went away for the finish.
+type failingAfterCommit struct {
+	*store.Store
+	committed atomic.Bool
+	failing   atomic.Bool
+	refused   atomic.Int64
+}
+
+var errInjected = errors.New("injected: connection reset")
+
+func (f *failingAfterCommit) PutOp(ctx context.Context, r store.OpRecord, ifVer store.Version) (store.Version, error) {
+	v, err := f.Store.PutOp(ctx, r, ifVer)
+	if err == nil && r.State == store.OpCommitted {
+		f.committed.Store(true)
+	}
+	return v, err
+}
+
+func (f *failingAfterCommit) Bulk(ctx context.Context, ops []store.BulkOp) ([]store.BulkResult, error) {
+	if f.committed.Load() && f.failing.Load() {
+		f.refused.Add(1)
+		return nil, errInjected
+	}
+	return f.Store.Bulk(ctx, ops)
+}
+
+func (f *failingAfterCommit) Refresh(ctx context.Context) error {
+	if f.committed.Load() && f.failing.Load() {
+		return errInjected
+	}
+	return f.Store.Refresh(ctx)
+}
+
+func putDentries(t *testing.T, st *store.Store, ds ...store.Dentry) []store.Dentry {
+	t.Helper()
+	ops := make([]store.BulkOp, len(ds))
+	for i, d := range ds {
+		o, err := st.OpCreateDentry(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops[i] = o
+	}
+	res, err := st.Bulk(ctxT(t), ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		ds[i].Ver = r.Ver
+	}
+	return ds
+}
+
+// TestOwnerFinishesBeforeReleasing (LOCKING-REVIEW item 2): a rename whose
+// finish fails after its commit, while its owner is alive, is reported
+// done (it is: readers see the new path), keeps its locks so that nobody
+// else touches those paths half finished, and is finished and released by
+// its owner's sweeper once the cluster answers again.
+func TestOwnerFinishesBeforeReleasing(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := ctxT(t)
+	fb := &failingAfterCommit{Store: st}
+	const lease = time.Second
+	co, err := locking.Start(ctx, fb, locking.Config{Strategy: "tree", Lease: lease, LockTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = co.Close(context.Background()) })
+	other := coordinator(t, st, "tree", lease)
+
+	src := putDentries(t, st, store.Dentry{Path: "/f", Parent: "/", Name: "f", Ino: 4242, Type: store.TypeFile})[0]
+	fb.failing.Store(true)
+	txn, err := co.Begin(ctx, co.Strategy.Rename("/f", "/g", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.Rename(ctx, locking.RenameSpec{Src: src, Dst: "/g"}); err != nil {
+		t.Fatalf("a committed rename whose finish failed was reported as failed: %v", err)
+	}
+	if err := txn.End(ctx); err != nil {
+		t.Fatalf("End after a kept rename: %v", err)
+	}
+	if fb.refused.Load() == 0 {
+		t.Fatal("the finish was never refused: the test injected nothing")
+	}
+	if n := co.Journal.Unfinished(); n != 1 {
+		t.Fatalf("journal keeps %d unfinished renames, want 1", n)
+	}
+	// Readers already see the rename.
+	res, err := st.GetDentries(ctx, []string{"/f", "/g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, true} {
+		if res[i].Err != nil {
+			t.Fatalf("%s: %v", res[i].Dentry.Path, res[i].Err)
+		}
+		_, vis, err := other.Visible(ctx, res[i].Dentry)
+		if err != nil || vis != want {
+			t.Errorf("%s visible=%v (%v), want %v", []string{"/f", "/g"}[i], vis, err, want)
+		}
+	}
+	// The locks are still held: another mount's rename of /g waits.
+	if _, err := other.Begin(ctx, other.Strategy.Rename("/g", "/h", nil)); !errors.Is(err, locking.ErrLocked) {
+		t.Fatalf("another mount got the locks of an unfinished rename: %v", err)
+	}
+	fb.failing.Store(false)
+	start := time.Now()
+	for co.Journal.Unfinished() > 0 {
+		if time.Since(start) > 10*lease {
+			t.Fatalf("the owner did not finish its rename within %s of the cluster answering", 10*lease)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("finished and released %s after the cluster answered again (sweeper period %s)", time.Since(start).Round(time.Millisecond), lease/3)
+	txn2, err := other.Begin(ctx, other.Strategy.Rename("/g", "/h", nil))
+	if err != nil {
+		t.Fatalf("locks not released after the finish: %v", err)
+	}
+	_ = txn2.End(ctx)
+	res, err = st.GetDentries(ctx, []string{"/f", "/g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res[0].Err, store.ErrNotFound) {
+		t.Errorf("/f still has a document after the finish: %+v %v", res[0].Dentry, res[0].Err)
+	}
+	if res[1].Err != nil || res[1].Dentry.Intent.Op != "" {
+		t.Errorf("/g after the finish: %+v %v", res[1].Dentry, res[1].Err)
+	}
+}
+
+// TestSweeperCollectsStrays: a document carrying the intent of a finished
+// operation (a late write of a request that timed out) is deleted, or
+// stripped of its intent, by the next sweep; a finished operation's
+// waiting marker of a live session is dropped too.
+func TestSweeperCollectsStrays(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := ctxT(t)
+	co := coordinator(t, st, "tree", 2*time.Second)
+	op := "late-1"
+	if _, err := st.CreateOp(ctx, store.OpRecord{ID: op, State: store.OpDone, Aborted: true, Owner: "gone", Epoch: 1, SrcType: store.TypeFile}); err != nil {
+		t.Fatal(err)
+	}
+	putDentries(t, st,
+		store.Dentry{Path: "/dst", Parent: "/", Name: "dst", Ino: 77, Type: store.TypeFile, Intent: store.Intent{Op: op, Role: store.RoleDst}},
+		store.Dentry{Path: "/src", Parent: "/", Name: "src", Ino: 77, Type: store.TypeFile, Intent: store.Intent{Op: op, Role: store.RoleSrc}})
+	// A waiting marker of an operation the live session has finished.
+	sess := co.Session()
+	wop, n := sess.BeginOp()
+	sess.EndOp(n)
+	if _, err := st.WriteLocks(ctx, []store.LockWrite{{Doc: store.LockDoc{ID: store.LockID("/w"), Path: "/w",
+		Waiters: []store.Waiter{{Session: sess.ID(), Op: wop, Ticket: "1", Since: time.Now().UnixNano()}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Let a heartbeat publish that wop is finished.
+	time.Sleep(2 * time.Second)
+	if err := co.Sweep(ctx, map[string]time.Duration{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.GetDentries(ctx, []string{"/dst", "/src"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res[0].Err, store.ErrNotFound) {
+		t.Errorf("the stray destination of an aborted rename survived the sweep: %+v %v", res[0].Dentry, res[0].Err)
+	}
+	if res[1].Err != nil || res[1].Dentry.Intent.Op != "" {
+		t.Errorf("the source of an aborted rename should stay, without intent: %+v %v", res[1].Dentry, res[1].Err)
+	}
+	locks, err := st.SearchLocks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(locks) != 0 {
+		t.Errorf("a finished operation's waiting marker survived the sweep: %+v", locks)
+	}
+}
