@@ -423,7 +423,7 @@ func (s *lkStormRun) reportCycle() {
 }
 
 func lkStorm(t *testing.T, strategy string) {
-	secs := lkEnvInt(t, "ESFS_STORM_SECONDS", 40)
+	secs := lkEnvInt(t, "ESFS_STORM_SECONDS", 120)
 	f := mounttest.NewFS(t)
 	mounts := []*mounttest.Mount{
 		lkMount(t, f, strategy, true),

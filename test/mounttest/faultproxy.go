@@ -1,0 +1,207 @@
+package mounttest
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// FaultProxy is an HTTP relay between a mount and the cluster that delays
+// or breaks the requests a test picks: a lock bulk that lands after its
+// sender gave up, a stage bulk whose answer never arrives. A TCP proxy
+// (Proxy, or toxiproxy) cannot aim at one request among the many a mount
+// pipelines over its pooled connections; this one reads each request
+// before deciding.
+type FaultProxy struct {
+	URL    string // http://127.0.0.1:port of the proxy
+	target *url.URL
+	srv    *http.Server
+	client *http.Client
+
+	mu    sync.Mutex // protects rules
+	rules []*Fault
+
+	inflight sync.WaitGroup // late forwards still running
+}
+
+// Fault is what to do to the Nth request that Match accepts.
+type Fault struct {
+	// Match selects requests by method, path and body.
+	Match func(method, path string, body []byte) bool
+	// Nth: act on the Nth matching request (1-based); 0 means the first.
+	Nth int
+	// Delay holds the request this long before forwarding it (measured
+	// from its arrival, whether or not the sender is still waiting).
+	Delay time.Duration
+	// Drop: do not forward the request at all (after Delay).
+	Drop bool
+	// Reset: answer the sender by resetting its connection instead of
+	// relaying the response (which is read and discarded).
+	Reset bool
+
+	seen  int
+	fired chan struct{}
+	// Status is the cluster's answer to the forwarded request (0 when it
+	// was dropped or could not be forwarded); valid once Fired is closed.
+	Status int
+}
+
+// Fired is closed once the fault has acted (after the late forward, if
+// any, got its answer).
+func (f *Fault) Fired() <-chan struct{} { return f.fired }
+
+// NewFaultProxy relays to the cluster at esURL until the test ends.
+func NewFaultProxy(t testing.TB, esURL string) *FaultProxy {
+	t.Helper()
+	u, err := url.Parse(esURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &FaultProxy{URL: "http://" + ln.Addr().String(), target: u,
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+	p.srv = &http.Server{Handler: p}
+	go func() { _ = p.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.srv.Shutdown(ctx)
+		p.inflight.Wait()
+	})
+	return p
+}
+
+// Add arms a fault; it acts once.
+func (p *FaultProxy) Add(f *Fault) *Fault {
+	f.fired = make(chan struct{})
+	if f.Nth <= 0 {
+		f.Nth = 1
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rules = append(p.rules, f)
+	return f
+}
+
+// pick returns the fault that acts on this request, if any.
+func (p *FaultProxy) pick(method, path string, body []byte) *Fault {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, f := range p.rules {
+		if !f.Match(method, path, body) {
+			continue
+		}
+		f.seen++
+		if f.seen == f.Nth {
+			p.rules = append(p.rules[:i:i], p.rules[i+1:]...)
+			return f
+		}
+	}
+	return nil
+}
+
+func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	f := p.pick(r.Method, r.URL.Path, body)
+	if f == nil {
+		p.relay(w, r, body)
+		return
+	}
+	p.inflight.Add(1)
+	defer p.inflight.Done()
+	defer close(f.fired)
+	time.Sleep(f.Delay)
+	if !f.Drop {
+		// A fresh context: the sender may have given up long ago, and the
+		// point is that its request still lands.
+		res, err := p.forward(context.Background(), r, body)
+		if err == nil {
+			f.Status = res.StatusCode
+			if !f.Reset {
+				copyResponse(w, res)
+				return
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+	}
+	if hj, ok := w.(http.Hijacker); ok {
+		if c, _, err := hj.Hijack(); err == nil {
+			resetConn(c)
+			return
+		}
+	}
+	http.Error(w, "fault proxy: dropped", http.StatusBadGateway)
+}
+
+func (p *FaultProxy) relay(w http.ResponseWriter, r *http.Request, body []byte) {
+	res, err := p.forward(r.Context(), r, body)
+	if err != nil {
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				resetConn(c)
+				return
+			}
+		}
+		return
+	}
+	copyResponse(w, res)
+}
+
+func (p *FaultProxy) forward(ctx context.Context, r *http.Request, body []byte) (*http.Response, error) {
+	u := *p.target
+	u.Path, u.RawPath, u.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
+	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range r.Header {
+		if strings.EqualFold(k, "Connection") {
+			continue
+		}
+		req.Header[k] = vs
+	}
+	return p.client.Do(req)
+}
+
+func copyResponse(w http.ResponseWriter, res *http.Response) {
+	defer res.Body.Close()
+	for k, vs := range res.Header {
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(res.StatusCode)
+	_, _ = io.Copy(w, res.Body)
+}
+
+// BulkTo matches _bulk requests with an item addressed to an index whose
+// name ends with suffix (for example "-locks"; "" for any) and whose body
+// contains every one of the strings in also.
+func BulkTo(suffix string, also ...string) func(method, path string, body []byte) bool {
+	return func(method, path string, body []byte) bool {
+		if method != http.MethodPost || !strings.HasSuffix(path, "/_bulk") {
+			return false
+		}
+		if suffix != "" && !bytes.Contains(body, []byte(suffix+`"`)) {
+			return false
+		}
+		for _, s := range also {
+			if !bytes.Contains(body, []byte(s)) {
+				return false
+			}
+		}
+		return true
+	}
+}
