@@ -21,7 +21,16 @@ type Server struct {
 
 // Mount mounts f at mountpoint and serves it in the background.
 func Mount(mountpoint string, f *FS) (*Server, error) {
-	o := f.opts
+	root := &node{f: f}
+	srv, err := gofs.Mount(mountpoint, root, mountOptions(f.opts, log.New(logWriter{f}, "", 0)))
+	if err != nil {
+		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)
+	}
+	return &Server{srv: srv, fs: f}, nil
+}
+
+// mountOptions are the kernel and go-fuse options of an esfs mount.
+func mountOptions(o Options, logger *log.Logger) *gofs.Options {
 	// go-fuse uses zero timeouts whenever Options is non-nil, so every
 	// kernel cache timeout is set explicitly here.
 	entry, attr, neg := o.EntryTimeout, o.AttrTimeout, o.NegativeTimeout
@@ -44,20 +53,14 @@ func Mount(mountpoint string, f *FS) (*Server, error) {
 	if o.ReadOnly {
 		mo.Options = append(mo.Options, "ro")
 	}
-	opts := &gofs.Options{
+	return &gofs.Options{
 		MountOptions:    mo,
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &neg,
 		RootStableAttr:  &gofs.StableAttr{Ino: 1},
-		Logger:          log.New(logWriter{f}, "", 0),
+		Logger:          logger,
 	}
-	root := &node{f: f}
-	srv, err := gofs.Mount(mountpoint, root, opts)
-	if err != nil {
-		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)
-	}
-	return &Server{srv: srv, fs: f}, nil
 }
 
 // Wait blocks until the filesystem is unmounted.

@@ -237,19 +237,19 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to *node,
 	f.cache.InvalidatePath(dst)
 	f.noteWrite()
 	defer f.noteWrite() // the finish phase writes too
-	if err := txn.Rename(ctx, locking.RenameSpec{Src: s, Dst: dst, Target: target}); err != nil {
-		return fmt.Errorf("rename %q to %q: %w", src, dst, err)
-	}
+	// The times ride with the bulk that ends the rename (best effort).
 	t := now()
-	f.cache.InvalidateInode(from.ino())
-	f.cache.InvalidateInode(to.ino())
-	f.cache.InvalidateInode(s.Ino)
-	ops := []store.BulkOp{f.st.OpTouchInode(from.ino(), t, t), f.st.OpSetCtime(s.Ino, t)}
+	times := []store.BulkOp{f.st.OpTouchInode(from.ino(), t, t), f.st.OpSetCtime(s.Ino, t)}
 	if to != from {
-		ops = append(ops, f.st.OpTouchInode(to.ino(), t, t))
+		times = append(times, f.st.OpTouchInode(to.ino(), t, t))
 	}
-	if _, err := f.st.Bulk(ctx, ops); err != nil {
-		f.log.Warn("could not update times after rename", "src", src, "err", err)
+	defer func() {
+		f.cache.InvalidateInode(from.ino())
+		f.cache.InvalidateInode(to.ino())
+		f.cache.InvalidateInode(s.Ino)
+	}()
+	if err := txn.Rename(ctx, locking.RenameSpec{Src: s, Dst: dst, Target: target, After: times}); err != nil {
+		return fmt.Errorf("rename %q to %q: %w", src, dst, err)
 	}
 	return nil
 }

@@ -69,6 +69,9 @@ type RenameSpec struct {
 	Dst    string        // the destination path
 	Target *store.Dentry // the existing destination document, or nil
 	Held   *Held
+	// After are writes of the caller's (directory times) sent with the
+	// bulk that ends the rename; best effort, their failures are logged.
+	After []store.BulkOp
 }
 
 // Rename runs the journaled rename of spec. On success the rename is DONE
@@ -160,7 +163,7 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	}
 	// From here on the rename has happened, whatever fails: finishing is
 	// cleanup that can be redone, so the caller is told it succeeded.
-	done, err := j.finish(ctx, committed, known)
+	fin, err := j.finishDocs(ctx, committed, known)
 	if err != nil {
 		if sess.Check() != nil || errors.Is(err, store.ErrConflict) {
 			// Taken over, or about to be: the new owner finishes the
@@ -170,17 +173,42 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 			return true, nil
 		}
 		j.log.Warn("finishing a committed rename failed; retrying while holding the locks", "op", spec.Op, "err", err)
-		j.keep(committed, sess, spec.Held, end)
+		j.keep(fin, sess, spec.Held, end)
 		return true, nil
 	}
 	if err := crashPoint("rename-before-release"); err != nil {
 		return false, err
 	}
-	if err := j.m.Release(ctx, spec.Held); err != nil {
+	// DONE, the release of the locks and the caller's own writes (times)
+	// go in one bulk: the locks are released only if DONE is in the same
+	// request, and a DONE that fails means someone took the record over,
+	// who then releases our entries anyway.
+	done := fin
+	done.State, done.Aborted = store.OpDone, false
+	o, err := j.b.OpPutOp(done, fin.Ver)
+	if err != nil {
 		return false, err
 	}
-	j.remember(done)
-	return false, nil
+	res, err := j.m.ReleaseWith(ctx, spec.Held, append([]store.BulkOp{o}, spec.After...))
+	if res == nil {
+		// The request failed as a whole: whether DONE and the release
+		// landed is unknown. The sweeper reads the record and ends it.
+		j.log.Warn("ending a finished rename failed; retrying while holding the locks", "op", spec.Op, "err", err)
+		j.keep(fin, sess, spec.Held, end)
+		return true, nil
+	}
+	if res[0].Err != nil {
+		j.log.Warn("a finished rename's record was taken over before DONE", "op", spec.Op, "err", res[0].Err)
+	} else {
+		done.Ver = res[0].Ver
+		j.remember(done)
+	}
+	for _, r := range res[1:] {
+		if r.Err != nil {
+			j.log.Warn("a write made with the end of a rename failed", "op", spec.Op, "err", r.Err)
+		}
+	}
+	return false, err
 }
 
 // unfinished is an operation its owner could not finish or undo at once.
@@ -477,6 +505,17 @@ func rollbackFix(b Backend) func(store.Dentry) (store.BulkOp, bool, error) {
 // resent), is finished directly; no other document can carry the op. Else,
 // or if one of them changed, a refreshed search finds them all.
 func (j *Journal) finish(ctx context.Context, rec store.OpRecord, known []staged) (store.OpRecord, error) {
+	rec, err := j.finishDocs(ctx, rec, known)
+	if err != nil {
+		return rec, err
+	}
+	return j.setDone(ctx, rec, false)
+}
+
+// finishDocs is finish short of DONE: when it returns, no document carries
+// the operation, and the record (returned, at its new version if it
+// changed) is still COMMITTED.
+func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []staged) (store.OpRecord, error) {
 	ok := false
 	if known != nil {
 		var err error
@@ -514,7 +553,7 @@ func (j *Journal) finish(ctx context.Context, rec store.OpRecord, known []staged
 			}
 		}
 	}
-	return j.setDone(ctx, rec, false)
+	return rec, nil
 }
 
 // abort rolls back a rename that has not committed: first the record goes

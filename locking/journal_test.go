@@ -198,3 +198,74 @@ func TestSweeperCollectsStrays(t *testing.T) {
 		t.Errorf("a finished operation's waiting marker survived the sweep: %+v", locks)
 	}
 }
+
+// requests counts every request the journal and the lock manager make.
+type requests struct {
+	*store.Store
+	n atomic.Int64
+}
+
+func (r *requests) GetLocks(ctx context.Context, ids []string) ([]store.LockDoc, error) {
+	r.n.Add(1)
+	return r.Store.GetLocks(ctx, ids)
+}
+func (r *requests) WriteLocks(ctx context.Context, ws []store.LockWrite) ([]store.BulkResult, error) {
+	r.n.Add(1)
+	return r.Store.WriteLocks(ctx, ws)
+}
+func (r *requests) Bulk(ctx context.Context, ops []store.BulkOp) ([]store.BulkResult, error) {
+	r.n.Add(1)
+	return r.Store.Bulk(ctx, ops)
+}
+func (r *requests) CreateOp(ctx context.Context, rec store.OpRecord) (store.Version, error) {
+	r.n.Add(1)
+	return r.Store.CreateOp(ctx, rec)
+}
+func (r *requests) PutOp(ctx context.Context, rec store.OpRecord, v store.Version) (store.Version, error) {
+	r.n.Add(1)
+	return r.Store.PutOp(ctx, rec, v)
+}
+func (r *requests) GetOp(ctx context.Context, id string) (store.OpRecord, error) {
+	r.n.Add(1)
+	return r.Store.GetOp(ctx, id)
+}
+func (r *requests) GetDentries(ctx context.Context, paths []string) ([]store.DentryResult, error) {
+	r.n.Add(1)
+	return r.Store.GetDentries(ctx, paths)
+}
+func (r *requests) Refresh(ctx context.Context) error {
+	r.n.Add(1)
+	return r.Store.Refresh(ctx)
+}
+
+// TestFileRenameRoundTrips: a file rename, locks included, is 7 requests
+// whatever the strategy and depth: lock mget + lock bulk, record, stage,
+// commit, finish, and one bulk for DONE + release + the caller's writes.
+func TestFileRenameRoundTrips(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := ctxT(t)
+	for _, strategy := range []string{"tree", "document", "global"} {
+		for _, depth := range []int{1, 8} {
+			r := &requests{Store: st}
+			co := coordinator(t, r, strategy, 10*time.Second)
+			dir := deepPath(depth) + "-" + strategy
+			src := putDentries(t, st, store.Dentry{Path: dir + "/a", Ino: uint64(1000 + depth), Type: store.TypeFile})[0]
+			r.n.Store(0)
+			txn, err := co.Begin(ctx, co.Strategy.Rename(dir+"/a", dir+"/b", nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := txn.Rename(ctx, locking.RenameSpec{Src: src, Dst: dir + "/b"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := txn.End(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := r.n.Load(); n != 7 {
+				t.Errorf("%s depth %d: a file rename took %d requests, want 7", strategy, depth, n)
+			} else {
+				t.Logf("%s depth %d: %d requests", strategy, depth, n)
+			}
+		}
+	}
+}

@@ -38,11 +38,13 @@ var (
 type Backend interface {
 	GetLocks(ctx context.Context, ids []string) ([]store.LockDoc, error)
 	WriteLocks(ctx context.Context, ws []store.LockWrite) ([]store.BulkResult, error)
+	OpsWriteLocks(ws []store.LockWrite) ([]store.BulkOp, error)
 	SearchLocks(ctx context.Context) ([]store.LockDoc, error)
 
 	GetOp(ctx context.Context, id string) (store.OpRecord, error)
 	CreateOp(ctx context.Context, r store.OpRecord) (store.Version, error)
 	PutOp(ctx context.Context, r store.OpRecord, ifVer store.Version) (store.Version, error)
+	OpPutOp(r store.OpRecord, ifVer store.Version) (store.BulkOp, error)
 	DeleteOp(ctx context.Context, id string, ifVer store.Version) error
 	SearchOps(ctx context.Context, states ...store.OpState) ([]store.OpRecord, error)
 

@@ -199,7 +199,7 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 		ok, err := m.retryItems(ctx, sess, op, reqs, granted, lost, ticket)
 		if err != nil || !ok {
 			held := &Held{Op: op, Session: sess.ID(), docs: granted, reqs: reqs}
-			if rerr := m.release(ctx, held, true); rerr != nil {
+			if _, rerr := m.release(ctx, held, true, nil); rerr != nil {
 				m.log.Warn("releasing a partial grant", "op", op, "err", rerr)
 			}
 			if err != nil {
@@ -408,29 +408,50 @@ func hasOwn(d store.LockDoc, session, op string) bool {
 // retried. If one of our entries is gone, someone judged us dead and may
 // have done conflicting work: ErrLeaseLost, the caller answers EIO.
 func (m *Manager) Release(ctx context.Context, h *Held) error {
-	return m.release(ctx, h, false)
+	_, err := m.release(ctx, h, false, nil)
+	return err
 }
 
-func (m *Manager) release(ctx context.Context, h *Held, partial bool) error {
+// ReleaseWith is Release with other items (pre) sent in the same first
+// bulk, ahead of the lock writes: the write that ends an operation rides
+// with its release instead of costing a round trip of its own. It returns
+// pre's results, or nil if the first bulk failed as a whole (then nothing
+// was retried and the outcome of pre is unknown).
+func (m *Manager) ReleaseWith(ctx context.Context, h *Held, pre []store.BulkOp) ([]store.BulkResult, error) {
+	return m.release(ctx, h, false, pre)
+}
+
+func (m *Manager) release(ctx context.Context, h *Held, partial bool, pre []store.BulkOp) (preRes []store.BulkResult, err error) {
 	docs := make([]store.LockDoc, 0, len(h.docs))
 	for _, d := range h.docs {
 		if d.Found {
 			docs = append(docs, d)
 		}
 	}
-	for round := 0; len(docs) > 0; round++ {
+	for round := 0; len(docs) > 0 || pre != nil; round++ {
 		writes := make([]store.LockWrite, len(docs))
 		for i, d := range docs {
 			nd := withoutOwn(d, h.Session, h.Op)
 			writes[i] = store.LockWrite{Doc: nd, Delete: len(nd.Holders) == 0 && len(nd.Waiters) == 0}
 		}
-		res, err := m.b.WriteLocks(ctx, writes)
-		if err != nil {
+		var res []store.BulkResult
+		var err error
+		if pre != nil {
+			ops, oerr := m.b.OpsWriteLocks(writes)
+			if oerr != nil {
+				return nil, oerr
+			}
+			all, berr := m.b.Bulk(ctx, append(append([]store.BulkOp{}, pre...), ops...))
+			if berr != nil {
+				return nil, berr
+			}
+			preRes, res, pre = all[:len(pre)], all[len(pre):], nil
+		} else if res, err = m.b.WriteLocks(ctx, writes); err != nil {
 			if round < 5 {
 				sleepJitter(ctx, round)
 				continue
 			}
-			return err
+			return preRes, err
 		}
 		var again []string
 		for i, r := range res {
@@ -439,20 +460,20 @@ func (m *Manager) release(ctx context.Context, h *Held, partial bool) error {
 			}
 		}
 		if len(again) == 0 {
-			return nil
+			return preRes, nil
 		}
 		// Other holders of a hot document (every create below a busy
 		// directory holds it shared) release at the same time: back off a
 		// little, with jitter, so that the compare-and-sets stop colliding.
 		if round >= 200 || ctx.Err() != nil {
-			return fmt.Errorf("releasing %d locks: still conflicting after %d rounds", len(again), round)
+			return preRes, fmt.Errorf("releasing %d locks: still conflicting after %d rounds", len(again), round)
 		}
 		if round >= 2 {
 			sleepJitter(ctx, min(round-2, 4))
 		}
 		fresh, err := m.b.GetLocks(ctx, again)
 		if err != nil {
-			return err
+			return preRes, err
 		}
 		docs = docs[:0]
 		lostOne := false
@@ -465,13 +486,13 @@ func (m *Manager) release(ctx context.Context, h *Held, partial bool) error {
 		}
 		if lostOne {
 			// Finish releasing the rest, then report.
-			if err := m.release(ctx, &Held{Op: h.Op, Session: h.Session, docs: docs}, true); err != nil {
+			if _, err := m.release(ctx, &Held{Op: h.Op, Session: h.Session, docs: docs}, true, nil); err != nil {
 				m.log.Warn("releasing after a lost entry", "op", h.Op, "err", err)
 			}
-			return fmt.Errorf("operation %s: a lock entry was removed by another mount: %w", h.Op, ErrLeaseLost)
+			return preRes, fmt.Errorf("operation %s: a lock entry was removed by another mount: %w", h.Op, ErrLeaseLost)
 		}
 	}
-	return nil
+	return preRes, nil
 }
 
 // releaseUnknown cleans up after a grant bulk whose outcome is unknown.
@@ -502,7 +523,8 @@ func (m *Manager) ReleaseOp(ctx context.Context, session, op string, reqs []Requ
 			mine = append(mine, d)
 		}
 	}
-	return m.release(ctx, &Held{Op: op, Session: session, docs: mine}, true)
+	_, err = m.release(ctx, &Held{Op: op, Session: session, docs: mine}, true, nil)
+	return err
 }
 
 func hasWaiter(d store.LockDoc, session, op string) bool {

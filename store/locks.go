@@ -99,6 +99,16 @@ type LockWrite struct {
 // WriteLocks applies lock writes in one bulk. A document that is not Found
 // is created (op_type=create); others are written or deleted at Doc.Ver.
 func (s *Store) WriteLocks(ctx context.Context, ws []LockWrite) ([]BulkResult, error) {
+	ops, err := s.OpsWriteLocks(ws)
+	if err != nil {
+		return nil, err
+	}
+	return s.Bulk(ctx, ops)
+}
+
+// OpsWriteLocks are the bulk items of WriteLocks, for a caller that sends
+// them with other items in one request.
+func (s *Store) OpsWriteLocks(ws []LockWrite) ([]BulkOp, error) {
 	ops := make([]BulkOp, 0, len(ws))
 	for _, w := range ws {
 		d := w.Doc
@@ -121,7 +131,7 @@ func (s *Store) WriteLocks(ctx context.Context, ws []LockWrite) ([]BulkResult, e
 		}
 		ops = append(ops, o)
 	}
-	return s.Bulk(ctx, ops)
+	return ops, nil
 }
 
 func nonNil(h []Holder) []Holder {
@@ -258,6 +268,14 @@ func (s *Store) PutOp(ctx context.Context, r OpRecord, ifVer Version) (Version, 
 		return Version{}, fmt.Errorf("operation %s without a version: %w", r.ID, ErrInvalid)
 	}
 	return s.write(ctx, s.idx.Locks, opID(r.ID), encodeOp(r), false, ifVer, "updating operation "+r.ID)
+}
+
+// OpPutOp is PutOp as a bulk item.
+func (s *Store) OpPutOp(r OpRecord, ifVer Version) (BulkOp, error) {
+	if !ifVer.Known() {
+		return BulkOp{}, fmt.Errorf("operation %s without a version: %w", r.ID, ErrInvalid)
+	}
+	return s.op("index", s.idx.Locks, opID(r.ID), ifVer, encodeOp(r), "updating operation "+r.ID)
 }
 
 // DeleteOp removes a finished operation record if it is still at ifVer.
