@@ -31,12 +31,12 @@ func TestMain(m *testing.M) {
 // row is one line of the results table.
 type row struct {
 	name, workload, floor string
-	esfs, base           []time.Duration // per repetition, same order
-	target               string
-	limit                float64 // the ratio must be <= limit; 0: no target
-	absolute             string  // for cases without a floor (memory)
-	met                  string  // for those: whether the target was met
-	note                 string
+	esfs, base            []time.Duration // per repetition, same order
+	target                string
+	limit                 float64 // the ratio must be <= limit; 0: no target
+	absolute              string  // for cases without a floor (memory)
+	met                   string  // for those: whether the target was met
+	note                  string
 }
 
 func (r row) ratios() []float64 {
