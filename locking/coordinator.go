@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -230,6 +231,17 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 			}
 			continue
 		}
+		if me := c.Session().ID(); rec.Owner == me {
+			// Our own operations are retried by the journal; one we took
+			// over, whose recovery failed or ran out of time, is ours to
+			// resume: nobody else takes over a live owner's record.
+			if !strings.HasPrefix(rec.ID, me+"-") && rec.State != store.OpPrepared {
+				if err := c.Journal.Resume(ctx, rec); err != nil {
+					c.log.Warn("resuming the recovery of an operation", "op", rec.ID, "err", err)
+				}
+			}
+			continue
+		}
 		dead, err := obs.Dead(ctx, rec.Owner)
 		if err != nil || !dead {
 			continue
@@ -299,17 +311,25 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 func (c *Coordinator) collectStrays(ctx context.Context) error {
 	sc := c.b.ScanIntents(store.DefaultPageSize)
 	defer sc.Close()
+	// One read per operation, not per document: a rename in flight marks
+	// every document of its subtree.
+	states := map[string]store.OpState{}
 	for {
 		page, _, err := sc.Next(ctx)
 		if err != nil || page == nil {
 			return err
 		}
 		for _, d := range page {
-			rec, err := c.Journal.record(ctx, d.Intent.Op)
-			if err != nil {
-				return err
+			state, ok := states[d.Intent.Op]
+			if !ok {
+				rec, err := c.Journal.record(ctx, d.Intent.Op)
+				if err != nil {
+					return err
+				}
+				state = rec.State
+				states[d.Intent.Op] = state
 			}
-			if rec.State != store.OpDone {
+			if state != store.OpDone {
 				continue
 			}
 			err = c.Journal.resolveStray(ctx, d)

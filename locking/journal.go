@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +48,7 @@ type Journal struct {
 	mu         sync.Mutex                // protects done and unfinished
 	done       map[string]store.OpRecord // records in a final state, which never change
 	unfinished map[string]*unfinished    // kept by Rename, retried by the sweeper
+	recovering map[string]bool           // operations being recovered by this mount now
 }
 
 // NewJournal wires a journal to a lock manager, which it also serves as the
@@ -56,7 +58,7 @@ func NewJournal(b Backend, m *Manager, session func() *Session, log *slog.Logger
 		log = slog.Default()
 	}
 	j := &Journal{b: b, m: m, log: log, Session: session, done: map[string]store.OpRecord{},
-		unfinished: map[string]*unfinished{}}
+		unfinished: map[string]*unfinished{}, recovering: map[string]bool{}}
 	m.Recover = j.Recover
 	return j
 }
@@ -168,9 +170,12 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 		if sess.Check() != nil || errors.Is(err, store.ErrConflict) {
 			// Taken over, or about to be: the new owner finishes the
 			// rename and releases our entries.
+			// Our entries go with the takeover: as with any operation
+			// whose entries vanished, the caller must hear EIO
+			// (LOCKING-REVIEW item 3), although the rename happened.
 			j.log.Warn("committed rename left to recovery", "op", spec.Op, "err", err)
 			end()
-			return true, nil
+			return true, fmt.Errorf("rename %s committed, then was taken over: %v: %w", spec.Op, err, ErrLeaseLost)
 		}
 		j.log.Warn("finishing a committed rename failed; retrying while holding the locks", "op", spec.Op, "err", err)
 		j.keep(fin, sess, spec.Held, end)
@@ -199,6 +204,9 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	}
 	if res[0].Err != nil {
 		j.log.Warn("a finished rename's record was taken over before DONE", "op", spec.Op, "err", res[0].Err)
+		if err == nil {
+			err = fmt.Errorf("rename %s was taken over before DONE: %v: %w", spec.Op, res[0].Err, ErrLeaseLost)
+		}
 	} else {
 		done.Ver = res[0].Ver
 		j.remember(done)
@@ -687,6 +695,10 @@ func (j *Journal) Recover(ctx context.Context, rec store.OpRecord) error {
 	if err := sess.Check(); err != nil {
 		return err
 	}
+	if !j.startRecovery(rec.ID) {
+		return nil // another goroutine of this mount is on it
+	}
+	defer j.endRecovery(rec.ID)
 	from := rec.Owner
 	took := rec
 	took.Owner, took.Epoch = sess.ID(), rec.Epoch+1
@@ -719,6 +731,61 @@ func (j *Journal) Recover(ctx context.Context, rec store.OpRecord) error {
 		reqs[i] = Request{ID: l.ID, Path: l.Path, Mode: l.Mode}
 	}
 	return j.m.ReleaseOp(ctx, from, rec.ID, reqs)
+}
+
+// Resume goes on with an operation this session took over earlier but
+// could not finish then (its finish or rollback failed, or ran out of
+// time): nobody else will, since its owner, this mount, is alive.
+func (j *Journal) Resume(ctx context.Context, rec store.OpRecord) error {
+	sess := j.Session()
+	if err := sess.Check(); err != nil {
+		return err
+	}
+	if rec.Owner != sess.ID() || rec.State == store.OpPrepared {
+		return fmt.Errorf("operation %s is not a takeover of this session", rec.ID)
+	}
+	if !j.startRecovery(rec.ID) {
+		return nil
+	}
+	defer j.endRecovery(rec.ID)
+	j.log.Info("resuming the recovery of an operation", "op", rec.ID, "state", rec.State)
+	var err error
+	switch rec.State {
+	case store.OpCommitted:
+		_, err = j.finish(ctx, rec, nil)
+	case store.OpAborted:
+		err = j.rollback(ctx, rec)
+	}
+	if err != nil {
+		return err
+	}
+	// The locks are still entered under the session that began the
+	// operation, which its id names.
+	from := rec.ID
+	if i := strings.LastIndexByte(from, '-'); i > 0 {
+		from = from[:i]
+	}
+	reqs := make([]Request, len(rec.Locks))
+	for i, l := range rec.Locks {
+		reqs[i] = Request{ID: l.ID, Path: l.Path, Mode: l.Mode}
+	}
+	return j.m.ReleaseOp(ctx, from, rec.ID, reqs)
+}
+
+func (j *Journal) startRecovery(op string) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.recovering[op] {
+		return false
+	}
+	j.recovering[op] = true
+	return true
+}
+
+func (j *Journal) endRecovery(op string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	delete(j.recovering, op)
 }
 
 // Visible resolves a path document's intent through its operation record:

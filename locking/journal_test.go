@@ -269,3 +269,46 @@ func TestFileRenameRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeoverResumed: an operation this mount took over but could not
+// finish undoing then (here: set up as if its rollback had stopped
+// halfway) is resumed by its sweeper, since no other mount touches the
+// record of a live owner.
+func TestTakeoverResumed(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := ctxT(t)
+	co := coordinator(t, st, "tree", 2*time.Second)
+	const op = "deadbeefdeadbeef-7"
+	lock := locking.PathLock("/p", store.Exclusive)
+	if _, err := st.CreateOp(ctx, store.OpRecord{ID: op, State: store.OpAborted, Owner: co.Session().ID(), Epoch: 2,
+		Src: "/q", Dst: "/p/x", SrcIno: 99, SrcType: store.TypeFile,
+		Locks: []store.LockRef{{ID: lock.ID, Path: lock.Path, Mode: lock.Mode}}}); err != nil {
+		t.Fatal(err)
+	}
+	putDentries(t, st, store.Dentry{Path: "/p/x", Ino: 99, Type: store.TypeFile, Intent: store.Intent{Op: op, Role: store.RoleDst}})
+	if _, err := st.WriteLocks(ctx, []store.LockWrite{{Doc: store.LockDoc{ID: lock.ID, Path: lock.Path,
+		Holders: []store.Holder{{Session: "deadbeefdeadbeef", Op: op, Mode: store.Exclusive}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := co.Sweep(ctx, map[string]time.Duration{}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.GetOp(ctx, op)
+	if err != nil || rec.State != store.OpDone || !rec.Aborted {
+		t.Errorf("the taken-over operation after a sweep: %+v %v; want DONE, aborted", rec, err)
+	}
+	res, err := st.GetDentries(ctx, []string{"/p/x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res[0].Err, store.ErrNotFound) {
+		t.Errorf("the rolled-back destination is still there: %+v %v", res[0].Dentry, res[0].Err)
+	}
+	docs, err := st.GetLocks(ctx, []string{lock.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if docs[0].Found {
+		t.Errorf("the operation's lock entry survived: %+v", docs[0])
+	}
+}

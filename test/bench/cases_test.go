@@ -470,7 +470,7 @@ func benchRenameDir(s *suite) {
 	t := s.t
 	f := mounttest.NewFS(t)
 	r := newRaw(t, f.Index)
-	sizes := []int{1000, s.n(10000)}
+	sizes := []int{1000, 10000}
 	if s.scale == "full" {
 		sizes = append(sizes, 100000)
 	}
