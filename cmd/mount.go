@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -161,6 +162,13 @@ func serve(c *cli.Context, mp string) error {
 	cancel()
 	if err != nil {
 		return explain(fmt.Errorf("filesystem %q has no root directory (run esfs mkfs --index %s): %w", st.Prefix(), st.Prefix(), err), c.String("es-url"))
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A soft limit on the heap: the metadata cache, plus room for the
+		// write buffers and the bulk bodies of one flush. Without it the
+		// garbage of a large copy (data chunks turned into JSON) lets the
+		// heap reach several times what is live before a collection.
+		debug.SetMemoryLimit(int64(c.Int("cache-size"))<<20 + 128<<20)
 	}
 	ch, err := cache.New(int64(c.Int("cache-size"))<<20, c.Duration("cache-ttl"), c.Duration("cache-ttl"))
 	if err != nil {

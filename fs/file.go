@@ -267,6 +267,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		within := pos - c*cs
 		n := min(cs-within, end-pos)
 		b, ok := of.dirty[c]
+		before := int64(len(b))
 		if !ok {
 			// Read-modify-write, unless the write covers everything the chunk
 			// holds.
@@ -294,9 +295,10 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 			}
 		}
 		copy(b[within:within+n], data[pos-off:pos-off+n])
-		if !ok {
-			of.dirtyLen += int64(len(b))
-		}
+		// Count what the chunk grew by: a chunk filled by many small
+		// sequential writes must count whole, or the dirty limit is
+		// passed many times over before a flush.
+		of.dirtyLen += int64(len(b)) - before
 		of.dirty[c] = b
 		pos += n
 	}

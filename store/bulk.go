@@ -161,6 +161,13 @@ type bulkItem struct {
 
 func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult) error {
 	var buf bytes.Buffer
+	// Sized once: a body of data chunks is megabytes, and growing it by
+	// doubling would hold twice that for each request in flight.
+	size := 0
+	for _, o := range ops {
+		size += len(o.doc) + len(o.id) + len(o.index) + 96
+	}
+	buf.Grow(size)
 	for _, o := range ops {
 		buf.WriteString(`{"`)
 		buf.WriteString(o.action)

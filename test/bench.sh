@@ -34,5 +34,5 @@ command -v fusermount3 >/dev/null || { echo "bench.sh: needs fuse3 (apt-get inst
 
 # No -race: the figures are what users get.
 ESFS_BENCH=1 go test -count=1 -timeout 3h -run '^TestSuite$' -v ./test/bench "$@" 2>&1 |
-	grep -v '^=== \|level=\(INFO\|DEBUG\)'
+	grep --line-buffered -v '^=== \|level=\(INFO\|DEBUG\)'
 echo "bench.sh: results in ${ESFS_BENCH_OUT:-test/bench/RESULTS.md}" >&2
