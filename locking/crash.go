@@ -10,6 +10,11 @@ import (
 // environment variable ESFS_CRASH_POINT names this point. Crash tests use it
 // to stop a mount at a chosen step of the protocol and check that another
 // mount recovers. It costs one getenv otherwise.
+//
+// The points: rename-after-record, rename-mid-stage, rename-before-commit,
+// rename-after-commit, rename-mid-finish, rename-before-release (the steps
+// of a rename), and resolve-after-first-page (a search-driven finish or
+// rollback, as recovery runs it, after its first page of documents).
 func crashPoint(name string) error {
 	if os.Getenv("ESFS_CRASH_POINT") != name {
 		return nil

@@ -639,6 +639,10 @@ func (j *Journal) resolveDocs(ctx context.Context, op string, fix func(store.Den
 					return r.Err
 				}
 			}
+			if err := crashPoint("resolve-after-first-page"); err != nil {
+				sc.Close()
+				return err
+			}
 		}
 		sc.Close()
 		if found == 0 {

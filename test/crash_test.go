@@ -1874,3 +1874,62 @@ func TestReviewLongPathsAndRawNamesRenamed(t *testing.T) {
 	}
 	checkInvariants(t, f, nil)
 }
+
+// TestReviewTakerKilledMidRollForward (LOCKING-REVIEW [1,2]): the owner of
+// a large directory rename dies right after its commit; the mount that
+// takes the record over dies too, halfway through rolling it forward (some
+// documents finished, most not). A third mount must take the record over
+// from the second (epoch 3) and finish the rename: every file at the new
+// path exactly once, nothing left at the old one.
+func TestReviewTakerKilledMidRollForward(t *testing.T) {
+	f := mounttest.NewFS(t)
+	names := crNames(5000)
+	crPopulate(t, f, "/src", names)
+	b := crMount(t, f, []string{"ESFS_CRASH_POINT=resolve-after-first-page"})
+	a := crMount(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"})
+	mv := crGo(func() crResult {
+		err := os.Rename(a.Path("src"), a.Path("dst"))
+		return crResult{err: err, end: time.Now()}
+	})
+	if _, ok := a.WaitExit(2 * time.Minute); !ok {
+		t.Fatal("mount A did not die after its commit")
+	}
+	a.Kill()
+	r := crWaitResult(t, "A's rename", mv, time.Minute)
+	t.Logf("A's rename(2) when A died: %v", r.err)
+	// B, the only survivor, takes over and dies after the first page of
+	// its roll-forward.
+	if _, ok := b.WaitExit(crBound + time.Minute); !ok {
+		t.Fatalf("mount B did not die during its roll-forward:\n%s", b.Log())
+	}
+	died := time.Now()
+	b.Kill()
+	if !strings.Contains(b.Log(), "took over an operation of a dead mount") || !strings.Contains(b.Log(), "crash point resolve-after-first-page reached") {
+		t.Fatalf("B died without taking over and starting the roll-forward:\n%s", b.Log())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	recs, err := f.Store.SearchOps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].State != store.OpCommitted || recs[0].Epoch != 2 {
+		t.Fatalf("after B died the record should be COMMITTED at epoch 2: %+v", recs)
+	}
+	probs, _, _ := crIndex(t, f, false)
+	t.Logf("B left %d problems (documents half rolled forward), e.g. %s", len(probs), crCap(probs, 2))
+	if len(probs) == 0 {
+		t.Fatal("B finished everything before dying: the test provoked nothing")
+	}
+	c := crMount(t, f, nil)
+	want := newCrTree().add("dst", names)
+	took, ok := crWaitClean(t, f, c, want, died, crBound+30*time.Second+time.Duration(len(names))*crPerDoc)
+	t.Logf("REPORT %s: C finished the rename %s after B died", t.Name(), took.Round(10*time.Millisecond))
+	if !ok {
+		t.FailNow()
+	}
+	if rec, err := f.Store.GetOp(ctx, recs[0].ID); err != nil || rec.State != store.OpDone || rec.Epoch != 3 {
+		t.Errorf("after C's recovery the record is %+v (%v); want DONE at epoch 3", rec, err)
+	}
+	crFinalCheck(t, f, c, want)
+}
