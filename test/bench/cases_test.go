@@ -338,7 +338,7 @@ func benchCreate(s *suite) {
 			repB++
 			return rawCreateAll(r, fmt.Sprintf("%s/t%d-%d", rawRoot, threads, repB), ns, threads)
 		})
-		row := row{name: fmt.Sprintf("create_%dt", threads), workload: fmt.Sprintf("%d creates (open O_CREAT|O_EXCL + close), %d thread(s), one directory", n, threads),
+		row := row{name: fmt.Sprintf("create_%dt", threads), workload: fmt.Sprintf("%d creates (open O_CREAT\\|O_EXCL + close), %d thread(s), one directory", n, threads),
 			floor: fmt.Sprintf("raw create-if-absent of the path and inode documents, one 2-item `_bulk` each, %d thread(s)", threads), esfs: as, base: bs}
 		if threads == 1 {
 			row.target, row.limit = "≤ 1.3", 1.3
