@@ -284,16 +284,10 @@ func (j *Journal) retry(ctx context.Context, u *unfinished) (finished bool, err 
 	case cur.Owner != u.sess.ID() || cur.Epoch != u.rec.Epoch:
 		return true, nil // taken over: the new owner releases our entries
 	}
-	switch cur.State {
-	case store.OpPrepared:
+	if cur.State == store.OpPrepared {
 		err = j.abort(ctx, cur)
-	case store.OpAborted:
-		err = j.rollback(ctx, cur)
-	case store.OpCommitted:
-		var done store.OpRecord
-		if done, err = j.finish(ctx, cur, nil); err == nil {
-			j.remember(done)
-		}
+	} else {
+		err = j.settle(ctx, cur)
 	}
 	if err != nil {
 		return false, err
@@ -719,22 +713,37 @@ func (j *Journal) Recover(ctx context.Context, rec store.OpRecord) error {
 		}
 		took.Ver = v
 		j.log.Warn("took over an operation of a dead mount", "op", rec.ID, "state", rec.State, "from", from, "epoch", took.Epoch)
-		var ferr error
-		switch took.State {
-		case store.OpCommitted:
-			took, ferr = j.finish(ctx, took, nil)
-		case store.OpAborted:
-			ferr = j.rollback(ctx, took)
-		}
-		if ferr != nil {
-			return ferr
+		if err := j.settle(ctx, took); err != nil {
+			return err
 		}
 	}
+	return j.releaseRecorded(ctx, from, rec)
+}
+
+// settle rolls an operation forward (COMMITTED) or back (ABORTED), as
+// whoever owns its record; in other states there is nothing to do.
+func (j *Journal) settle(ctx context.Context, rec store.OpRecord) error {
+	switch rec.State {
+	case store.OpCommitted:
+		done, err := j.finish(ctx, rec, nil)
+		if err == nil {
+			j.remember(done)
+		}
+		return err
+	case store.OpAborted:
+		return j.rollback(ctx, rec)
+	}
+	return nil
+}
+
+// releaseRecorded removes session's entries of operation rec from the
+// lock documents its record lists.
+func (j *Journal) releaseRecorded(ctx context.Context, session string, rec store.OpRecord) error {
 	reqs := make([]Request, len(rec.Locks))
 	for i, l := range rec.Locks {
 		reqs[i] = Request{ID: l.ID, Path: l.Path, Mode: l.Mode}
 	}
-	return j.m.ReleaseOp(ctx, from, rec.ID, reqs)
+	return j.m.ReleaseOp(ctx, session, rec.ID, reqs)
 }
 
 // Resume goes on with an operation this session took over earlier but
@@ -753,14 +762,7 @@ func (j *Journal) Resume(ctx context.Context, rec store.OpRecord) error {
 	}
 	defer j.endRecovery(rec.ID)
 	j.log.Info("resuming the recovery of an operation", "op", rec.ID, "state", rec.State)
-	var err error
-	switch rec.State {
-	case store.OpCommitted:
-		_, err = j.finish(ctx, rec, nil)
-	case store.OpAborted:
-		err = j.rollback(ctx, rec)
-	}
-	if err != nil {
+	if err := j.settle(ctx, rec); err != nil {
 		return err
 	}
 	// The locks are still entered under the session that began the
@@ -769,11 +771,7 @@ func (j *Journal) Resume(ctx context.Context, rec store.OpRecord) error {
 	if i := strings.LastIndexByte(from, '-'); i > 0 {
 		from = from[:i]
 	}
-	reqs := make([]Request, len(rec.Locks))
-	for i, l := range rec.Locks {
-		reqs[i] = Request{ID: l.ID, Path: l.Path, Mode: l.Mode}
-	}
-	return j.m.ReleaseOp(ctx, from, rec.ID, reqs)
+	return j.releaseRecorded(ctx, from, rec)
 }
 
 func (j *Journal) startRecovery(op string) bool {

@@ -278,20 +278,20 @@ func benchReaddir(s *suite) {
 	}
 }
 
-func createAll(t testing.TB, paths []string, threads int) time.Duration {
+// fanOut runs do(0..n-1) on threads goroutines, each taking every
+// threads-th index, and returns the wall time; a worker stops at its first
+// false.
+func fanOut(threads, n int, do func(i int) bool) time.Duration {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := 0; w < threads; w++ {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			for i := w; i < len(paths); i += threads {
-				fd, err := unix.Open(paths[i], unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644)
-				if err != nil {
-					t.Errorf("create %s: %v", paths[i], err)
+			for i := w; i < n; i += threads {
+				if !do(i) {
 					return
 				}
-				unix.Close(fd)
 			}
 		}(w)
 	}
@@ -299,23 +299,26 @@ func createAll(t testing.TB, paths []string, threads int) time.Duration {
 	return time.Since(start)
 }
 
+func createAll(t testing.TB, paths []string, threads int) time.Duration {
+	return fanOut(threads, len(paths), func(i int) bool {
+		fd, err := unix.Open(paths[i], unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o644)
+		if err != nil {
+			t.Errorf("create %s: %v", paths[i], err)
+			return false
+		}
+		unix.Close(fd)
+		return true
+	})
+}
+
 func rawCreateAll(r *raw, dir string, ns []string, threads int) time.Duration {
-	var wg sync.WaitGroup
-	start := time.Now()
-	for w := 0; w < threads; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := w; i < len(ns); i += threads {
-				p, ino := dir+"/"+ns[i], nextIno()
-				body := r.createAction(r.prefix, store.DocID(p), pathDoc(p, ino, "file")) +
-					r.createAction(r.prefix+"-inodes", strconv.FormatUint(ino, 10), inodeDoc(ino, "file"))
-				r.do("POST", "/_bulk", []byte(body))
-			}
-		}(w)
-	}
-	wg.Wait()
-	return time.Since(start)
+	return fanOut(threads, len(ns), func(i int) bool {
+		p, ino := dir+"/"+ns[i], nextIno()
+		body := r.createAction(r.prefix, store.DocID(p), pathDoc(p, ino, "file")) +
+			r.createAction(r.prefix+"-inodes", strconv.FormatUint(ino, 10), inodeDoc(ino, "file"))
+		r.do("POST", "/_bulk", []byte(body))
+		return true
+	})
 }
 
 func benchCreate(s *suite) {
