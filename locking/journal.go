@@ -164,15 +164,15 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 		return false, err
 	}
 	// From here on the rename has happened, whatever fails: finishing is
-	// cleanup that can be redone, so the caller is told it succeeded.
+	// cleanup that can be redone, and while we own the record the caller
+	// is told it succeeded.
 	fin, err := j.finishDocs(ctx, committed, known)
 	if err != nil {
 		if sess.Check() != nil || errors.Is(err, store.ErrConflict) {
 			// Taken over, or about to be: the new owner finishes the
-			// rename and releases our entries.
-			// Our entries go with the takeover: as with any operation
-			// whose entries vanished, the caller must hear EIO
-			// (LOCKING-REVIEW item 3), although the rename happened.
+			// rename and releases our entries. As for any operation whose
+			// entries vanished, the caller hears EIO (LOCKING-REVIEW item
+			// 3), although the rename happened.
 			j.log.Warn("committed rename left to recovery", "op", spec.Op, "err", err)
 			end()
 			return true, fmt.Errorf("rename %s committed, then was taken over: %v: %w", spec.Op, err, ErrLeaseLost)
