@@ -18,7 +18,7 @@ import (
 // request lands.
 const (
 	lateTimeout = time.Second
-	lateDelay   = 2500 * time.Millisecond
+	lateDelay   = 4 * time.Second
 )
 
 // lateLocks reads the lock documents of paths in real time and returns
