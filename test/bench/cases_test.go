@@ -56,53 +56,14 @@ func names(n int, prefix string) []string {
 	return out
 }
 
-// populate writes directory dir and empty files dir/name straight into
-// the index, as creates through a mount would leave them, in a few bulk
-// requests: the cases measure reads and renames, not these creates.
-func populate(t testing.TB, f *mounttest.FS, dir string, files []string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	now := time.Now().UnixNano()
-	var ops []store.BulkOp
-	mk := func(path string, typ store.FileType) {
-		ino := nextIno()
-		mode := uint32(0o644)
-		if typ == store.TypeDir {
-			mode = 0o755
-		}
-		oi, err := f.Store.OpCreateInode(store.Inode{Ino: ino, Type: typ, Mode: mode, Nlink: 1, Atime: now, Mtime: now, Ctime: now, Btime: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		od, err := f.Store.OpCreateDentry(store.Dentry{Path: path, Ino: ino, Type: typ})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops = append(ops, oi, od)
+// turn returns (a, b) on even turns and (b, a) on odd ones, and counts
+// the turn: a side that renames back and forth, one repetition each way.
+func turn[T any](n *int, a, b T) (T, T) {
+	*n++
+	if *n%2 == 0 {
+		return b, a
 	}
-	for p := dir; p != "/"; p, _ = store.Split(p) {
-		res, err := f.Store.GetDentries(ctx, []string{p})
-		if err == nil && res[0].Err == nil {
-			break
-		}
-		mk(p, store.TypeDir)
-	}
-	for _, n := range files {
-		mk(dir+"/"+n, store.TypeFile)
-	}
-	res, err := f.Store.Bulk(ctx, ops)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res {
-		if r.Err != nil {
-			t.Fatalf("populating %s: %v", dir, r.Err)
-		}
-	}
-	if err := f.Store.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
+	return a, b
 }
 
 // rawPopulate writes path documents dir/name for the floors.
@@ -159,7 +120,7 @@ func benchStat(s *suite) {
 	f := mounttest.NewFS(t)
 	const n = 10000
 	ns := names(n, "f")
-	populate(t, f, "/s", ns)
+	mounttest.Populate(t, f, "/s", ns, nil)
 	r := newRaw(t, f.Index)
 
 	// stat_hot: every path in the kernel's caches (default timeouts), many
@@ -237,7 +198,7 @@ func benchReaddir(s *suite) {
 	r := newRaw(t, f.Index)
 	sizes := []int{100, s.n(10000), s.n(100000)}
 	for _, n := range sizes {
-		populate(t, f, fmt.Sprintf("/r%d", n), names(n, "f"))
+		mounttest.Populate(t, f, fmt.Sprintf("/r%d", n), names(n, "f"), nil)
 	}
 	m := f.MountAt(t, t.TempDir(), nil)
 	// The same trees on the no-op floor with esfs's default kernel
@@ -433,16 +394,12 @@ func benchRenameFile(s *suite) {
 	r := newRaw(t, f.Index)
 	n := s.n(5000)
 	from, to := names(n, "f"), names(n, "g")
-	populate(t, f, "/rf", from)
+	mounttest.Populate(t, f, "/rf", from, nil)
 	rawPopulate(r, rawRoot+"/rf", from)
 	m := f.MountAt(t, t.TempDir(), nil)
 	repA, repB := 0, 0 // each side renames back and forth on its own
 	as, bs := s.ab(func() time.Duration {
-		a, b := from, to
-		if repA%2 == 1 {
-			a, b = to, from
-		}
-		repA++
+		a, b := turn(&repA, from, to)
 		start := time.Now()
 		for i := range a {
 			if err := os.Rename(m.Path("rf", a[i]), m.Path("rf", b[i])); err != nil {
@@ -451,11 +408,7 @@ func benchRenameFile(s *suite) {
 		}
 		return time.Since(start)
 	}, func() time.Duration {
-		a, b := from, to
-		if repB%2 == 1 {
-			a, b = to, from
-		}
-		repB++
+		a, b := turn(&repB, from, to)
 		start := time.Now()
 		for i := range a {
 			pa, pb := rawRoot+"/rf/"+a[i], rawRoot+"/rf/"+b[i]
@@ -495,7 +448,7 @@ func benchRenameDir(s *suite) {
 	}
 	for _, n := range sizes {
 		ns := names(n, "f")
-		populate(t, f, fmt.Sprintf("/d%d/a", n), ns)
+		mounttest.Populate(t, f, fmt.Sprintf("/d%d/a", n), ns, nil)
 		rawPopulate(r, fmt.Sprintf("%s/d%d/a", rawRoot, n), ns)
 	}
 	m := f.MountAt(t, t.TempDir(), nil)
@@ -503,11 +456,7 @@ func benchRenameDir(s *suite) {
 		ns := names(n, "f")
 		repA, repB := 0, 0
 		as, bs := s.ab(func() time.Duration {
-			a, b := "a", "b"
-			if repA%2 == 1 {
-				a, b = b, a
-			}
-			repA++
+			a, b := turn(&repA, "a", "b")
 			src, dst := m.Path(fmt.Sprintf("d%d", n), a), m.Path(fmt.Sprintf("d%d", n), b)
 			start := time.Now()
 			if err := os.Rename(src, dst); err != nil {
@@ -521,11 +470,7 @@ func benchRenameDir(s *suite) {
 			}
 			return time.Since(start)
 		}, func() time.Duration {
-			a, b := "a", "b"
-			if repB%2 == 1 {
-				a, b = b, a
-			}
-			repB++
+			a, b := turn(&repB, "a", "b")
 			base := fmt.Sprintf("%s/d%d/", rawRoot, n)
 			items := make([]string, 0, 2*n)
 			for _, nm := range ns {
@@ -553,7 +498,7 @@ func benchDisjoint(s *suite) {
 	mountsOf := func(strategy string) []*mounttest.Mount {
 		f := mounttest.NewFS(t)
 		for i := 0; i < maxK; i++ {
-			populate(t, f, fmt.Sprintf("/m%d", i), ns)
+			mounttest.Populate(t, f, fmt.Sprintf("/m%d", i), ns, nil)
 		}
 		var ms []*mounttest.Mount
 		for i := 0; i < maxK; i++ {
@@ -662,7 +607,7 @@ func benchMemory(s *suite) {
 	t := s.t
 	f := mounttest.NewFS(t)
 	n := s.n(100000)
-	populate(t, f, "/big", names(n, "f"))
+	mounttest.Populate(t, f, "/big", names(n, "f"), nil)
 	m := f.MountAt(t, t.TempDir(), nil)
 	if _, lines := ls(t, m.Path("big"), "-l"); lines != n+1 {
 		t.Fatalf("ls -l of %d entries printed %d lines", n, lines)
