@@ -17,6 +17,7 @@ import (
 
 	"github.com/dgraph-io/ristretto/v2"
 	"github.com/esfs/esfs/store"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Cache is safe for concurrent use.
@@ -27,6 +28,10 @@ type Cache struct {
 	negTTL time.Duration
 
 	gen atomic.Uint64 // advances on every invalidation
+
+	// Lookups answered (hits) or not (misses), for metrics: [0] paths
+	// (negative entries count as hits), [1] inodes.
+	hits, misses [2]atomic.Uint64
 
 	mu sync.Mutex // protects the following
 	// pathInval and inoInval hold, for keys invalidated within the last TTL,
@@ -109,15 +114,19 @@ func (c *Cache) Lookup(path string) (n store.Node, negative, ok bool) {
 	}
 	e, found := c.nodes.Get(path)
 	if !found || !c.pathValid(path, e.gen) {
+		c.misses[0].Add(1)
 		return store.Node{}, false, false
 	}
 	if e.negative {
+		c.hits[0].Add(1)
 		return store.Node{}, true, true
 	}
 	attr, found := c.Inode(e.node.Ino)
 	if !found {
+		c.misses[0].Add(1)
 		return store.Node{}, false, false
 	}
+	c.hits[0].Add(1)
 	e.node.Attr = attr
 	return e.node, false, true
 }
@@ -146,8 +155,10 @@ func (c *Cache) Inode(ino uint64) (store.Inode, bool) {
 	}
 	e, found := c.inodes.Get(ino)
 	if !found || !c.inoValid(ino, e.gen) {
+		c.misses[1].Add(1)
 		return store.Inode{}, false
 	}
+	c.hits[1].Add(1)
 	return e.inode, true
 }
 
@@ -225,4 +236,20 @@ func (c *Cache) pruneLocked() {
 func (c *Cache) Close() {
 	c.nodes.Close()
 	c.inodes.Close()
+}
+
+// Register exposes the hit and miss counts as esfs_cache_hits_total and
+// esfs_cache_misses_total, labelled kind="path" or "inode".
+func (c *Cache) Register(reg prometheus.Registerer) {
+	for i, kind := range [...]string{"path", "inode"} {
+		i := i
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "esfs_cache_hits_total",
+				Help: "Metadata cache lookups answered by the cache.", ConstLabels: prometheus.Labels{"kind": kind}},
+				func() float64 { return float64(c.hits[i].Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "esfs_cache_misses_total",
+				Help: "Metadata cache lookups that went to Elasticsearch.", ConstLabels: prometheus.Labels{"kind": kind}},
+				func() float64 { return float64(c.misses[i].Load()) }),
+		)
+	}
 }

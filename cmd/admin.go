@@ -16,10 +16,10 @@ import (
 // adminSession opens the store and joins the protocol as a short-lived
 // session without a sweeper (fsck and status judge sessions themselves).
 func adminSession(c *cli.Context) (*store.Store, *locking.Coordinator, func(), error) {
-	log := logger(c.Bool("debug"))
+	log := quietLogger(c.Bool("debug"))
 	ctx, cancel := context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
 	defer cancel()
-	st, err := openStore(ctx, c, log, true)
+	st, err := openStore(ctx, c, log, true, nil)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -179,6 +179,15 @@ func cmdStatus() *cli.Command {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%d\n", s.ID, state, s.Host, s.Pid, s.Mount, time.Duration(s.LeaseMs)*time.Millisecond, s.Counter)
 			}
 			w.Flush()
+			for _, s := range second {
+				if lines := statusLines(s.Stats); len(lines) > 0 {
+					fmt.Printf("\n%s (%s on %s), as of its last heartbeat:\n", s.ID, s.Mount, s.Host)
+					for _, l := range lines {
+						fmt.Println("  " + l)
+					}
+				}
+			}
+			fmt.Println()
 			recs, err := st.SearchOps(ctx, store.OpPrepared, store.OpCommitted, store.OpAborted)
 			if err != nil {
 				return explain(err, c.String("es-url"))

@@ -76,8 +76,9 @@ func readSecret(path string) (string, error) {
 
 // openStore connects to the cluster and opens the filesystem, turning the
 // usual mistakes into one line that says what to do.
-func openStore(ctx context.Context, c *cli.Context, log *slog.Logger, mustExist bool) (*store.Store, error) {
+func openStore(ctx context.Context, c *cli.Context, log *slog.Logger, mustExist bool, m *store.Metrics) (*store.Store, error) {
 	cfg, err := storeConfig(c, log)
+	cfg.Metrics = m
 	if err != nil {
 		return nil, err
 	}

@@ -75,8 +75,26 @@ func ExitCode(err error) int {
 
 func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
 
-// logger builds the process's structured logger.
-func logger(debug bool) *slog.Logger {
+// logger builds the process's structured logger: text (logfmt) or JSON
+// on stderr, at level debug, info, warn or error.
+func logger(level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", format)
+}
+
+// quietLogger is for the short admin commands: warnings and errors only
+// unless --debug.
+func quietLogger(debug bool) *slog.Logger {
 	level := slog.LevelInfo
 	if debug {
 		level = slog.LevelDebug

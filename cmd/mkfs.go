@@ -26,10 +26,10 @@ func cmdMkfs() *cli.Command {
 			if c.Int("shards") < 1 || c.Int("shards") > 1024 {
 				return usagef("--shards must be between 1 and 1024")
 			}
-			log := logger(false)
+			log := quietLogger(false)
 			ctx, cancel := context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
 			defer cancel()
-			s, err := openStore(ctx, c, log, false)
+			s, err := openStore(ctx, c, log, false, nil)
 			if err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/esfs/esfs/cache"
 	"github.com/esfs/esfs/fs"
 	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
 	"github.com/urfave/cli/v2"
 )
 
@@ -40,7 +41,10 @@ func cmdMount() *cli.Command {
 			&cli.StringFlag{Name: "locking", Value: "tree", EnvVars: []string{"ESFS_LOCKING"}, Usage: "cross-mount locking strategy: tree, document or global"},
 			&cli.DurationFlag{Name: "lease", Value: 10 * time.Second, EnvVars: []string{"ESFS_LEASE"}, Usage: "session lease: a mount silent this long (plus half of it) is declared dead and its work recovered"},
 			&cli.DurationFlag{Name: "lock-timeout", Value: 30 * time.Second, EnvVars: []string{"ESFS_LOCK_TIMEOUT"}, Usage: "how long an operation waits for locks before failing with EAGAIN"},
-			&cli.BoolFlag{Name: "debug", EnvVars: []string{"ESFS_DEBUG"}, Usage: "log every FUSE request"},
+			&cli.BoolFlag{Name: "debug", EnvVars: []string{"ESFS_DEBUG"}, Usage: "log every FUSE request (implies --log-level debug)"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ESFS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ESFS_LOG_FORMAT"}, Usage: "text (key=value) or json"},
+			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"ESFS_METRICS_ADDR"}, Usage: "serve Prometheus metrics (/metrics) and Go profiles (/debug/pprof/) on this host:port (off by default)"},
 			&cli.BoolFlag{Name: "daemon", Aliases: []string{"d"}, Usage: "detach once mounted; the exit status says whether it mounted"},
 			&cli.StringFlag{Name: "log-file", EnvVars: []string{"ESFS_LOG_FILE"}, Usage: "with --daemon, append the daemon's log here (default: discarded)"},
 		}...),
@@ -150,9 +154,24 @@ func unescapeMountinfo(s string) string {
 }
 
 func serve(c *cli.Context, mp string) error {
-	log := logger(c.Bool("debug"))
+	level := c.String("log-level")
+	if c.Bool("debug") {
+		level = "debug"
+	}
+	log, err := logger(level, c.String("log-format"))
+	if err != nil {
+		return err
+	}
+	reg := newRegistry()
+	if addr := c.String("metrics-addr"); addr != "" {
+		stop, err := serveMetrics(addr, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	ctx, cancel := context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
-	st, err := openStore(ctx, c, log, true)
+	st, err := openStore(ctx, c, log, true, store.NewMetrics(reg))
 	if err != nil {
 		cancel()
 		return err
@@ -175,9 +194,11 @@ func serve(c *cli.Context, mp string) error {
 		return err
 	}
 	defer ch.Close()
+	ch.Register(reg)
 	ctx, cancel = context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
 	co, err := locking.Start(ctx, st, locking.Config{Strategy: c.String("locking"), Lease: c.Duration("lease"),
-		LockTimeout: c.Duration("lock-timeout"), Mount: mp, Log: log})
+		LockTimeout: c.Duration("lock-timeout"), Mount: mp, Log: log,
+		Metrics: locking.NewMetrics(reg), Stats: func() map[string]float64 { return statsOf(reg) }})
 	cancel()
 	if err != nil {
 		return explain(err, c.String("es-url"))
@@ -200,6 +221,7 @@ func serve(c *cli.Context, mp string) error {
 		Debug:           c.Bool("debug"),
 		Logger:          log,
 		FsName:          "esfs:" + st.Prefix(),
+		Metrics:         fs.NewMetrics(reg),
 	})
 	srv, err := fs.Mount(mp, fsys)
 	if err != nil {

@@ -49,15 +49,18 @@ type Options struct {
 	Debug      bool
 	Logger     *slog.Logger
 	FsName     string
+	// Metrics times FUSE requests; nil makes a private set.
+	Metrics *Metrics
 }
 
 // FS is one mounted filesystem.
 type FS struct {
-	st    *store.Store
-	co    *locking.Coordinator
-	cache *cache.Cache
-	opts  Options
-	log   *slog.Logger
+	st      *store.Store
+	co      *locking.Coordinator
+	cache   *cache.Cache
+	opts    Options
+	log     *slog.Logger
+	metrics *Metrics
 
 	// writes counts path-index writes of this mount and refreshed the value
 	// of writes when the last refresh started: a listing refreshes first
@@ -87,7 +90,10 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 	if o.DirtyLimit <= 0 {
 		o.DirtyLimit = 32 << 20
 	}
-	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, open: map[uint64]*openFile{}}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}}
 	// A rename that replaced a file, finished by whichever mount, drops the
 	// replaced inode's link through the same path as unlink.
 	co.Journal.DropLink = f.dropLink

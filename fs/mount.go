@@ -22,8 +22,14 @@ type Server struct {
 // Mount mounts f at mountpoint and serves it in the background.
 func Mount(mountpoint string, f *FS) (*Server, error) {
 	root := &node{f: f}
-	srv, err := gofs.Mount(mountpoint, root, mountOptions(f.opts, log.New(logWriter{f}, "", 0)))
+	opts := mountOptions(f.opts, log.New(logWriter{f}, "", 0))
+	var raw fuse.RawFileSystem = timedFS{RawFileSystem: gofs.NewNodeFS(root, opts), m: f.metrics}
+	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
+		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)
 	}
 	return &Server{srv: srv, fs: f}, nil

@@ -22,6 +22,11 @@ type Config struct {
 	// NoSweeper turns off the background recovery (for tools that only
 	// read, and for tests of the sweeper itself).
 	NoSweeper bool
+	// Metrics watches locks and renames; nil makes a private set.
+	Metrics *Metrics
+	// Stats, if set, gives the figures the heartbeat publishes in the
+	// session document for `esfs status`.
+	Stats func() map[string]float64
 }
 
 // Coordinator is one mount's side of the protocol: its session, lock
@@ -61,7 +66,7 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess, err := StartSession(ctx, b, SessionConfig{Lease: cfg.Lease, Grace: cfg.Grace, Mount: cfg.Mount, Log: cfg.Log})
+	sess, err := StartSession(ctx, b, SessionConfig{Lease: cfg.Lease, Grace: cfg.Grace, Mount: cfg.Mount, Log: cfg.Log, Stats: cfg.Stats})
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +74,9 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 		stop: make(chan struct{}), done: make(chan struct{})}
 	c.obs = NewObserver(b, sess.ID(), cfg.Grace, cfg.Log)
 	c.Locks = NewManager(b, c.obs, cfg.LockTimeout, cfg.Log)
+	if cfg.Metrics != nil {
+		c.Locks.metrics = cfg.Metrics
+	}
 	c.Journal = NewJournal(b, c.Locks, c.Session, cfg.Log)
 	go c.run()
 	return c, nil
@@ -92,7 +100,7 @@ func (c *Coordinator) renewSession(ctx context.Context) {
 	default:
 		return
 	}
-	sess, err := StartSession(ctx, c.b, SessionConfig{Lease: c.cfg.Lease, Grace: c.cfg.Grace, Mount: c.cfg.Mount, Log: c.cfg.Log})
+	sess, err := StartSession(ctx, c.b, SessionConfig{Lease: c.cfg.Lease, Grace: c.cfg.Grace, Mount: c.cfg.Mount, Log: c.cfg.Log, Stats: c.cfg.Stats})
 	if err != nil {
 		c.log.Warn("could not start a new session", "err", err)
 		return

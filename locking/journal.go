@@ -87,6 +87,29 @@ type RenameSpec struct {
 // touch those paths). Otherwise the caller releases the locks if err is
 // not nil, and end is not called.
 func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, end func()) (kept bool, err error) {
+	// In flight until end runs: at once, or for a kept operation when the
+	// sweeper has finished it.
+	mt := j.m.metrics
+	mt.inFlight.Inc()
+	var ended sync.Once
+	callerEnd := end
+	end = func() {
+		ended.Do(mt.inFlight.Dec)
+		callerEnd()
+	}
+	defer func() {
+		switch {
+		case kept:
+			mt.renames.WithLabelValues("kept").Inc()
+		case err != nil:
+			mt.renames.WithLabelValues("failed").Inc()
+		default:
+			mt.renames.WithLabelValues("done").Inc()
+		}
+		if !kept {
+			ended.Do(mt.inFlight.Dec)
+		}
+	}()
 	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1,
 		Src: spec.Src.Path, Dst: spec.Dst, SrcIno: spec.Src.Ino, SrcType: spec.Src.Type,
 		Locks: spec.Held.Refs(), Created: time.Now().UnixNano()}
@@ -119,6 +142,11 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 			return true, err
 		}
 		return false, err
+	}
+	for _, k := range known {
+		if k.doc.Intent.Role == store.RoleSrc {
+			mt.renamed.Inc()
+		}
 	}
 	if err := crashPoint("rename-before-commit"); err != nil {
 		return false, err
@@ -716,6 +744,7 @@ func (j *Journal) Recover(ctx context.Context, rec store.OpRecord) error {
 		if err := j.settle(ctx, took); err != nil {
 			return err
 		}
+		j.m.metrics.recovered.Inc()
 	}
 	return j.releaseRecorded(ctx, from, rec)
 }

@@ -37,6 +37,8 @@ type Held struct {
 	Session string
 	docs    []store.LockDoc
 	reqs    []Request
+	// counted: the grant is in Metrics.held until it is released.
+	counted bool
 }
 
 // Refs lists the held locks, for the operation record.
@@ -50,9 +52,10 @@ func (h *Held) Refs() []store.LockRef {
 
 // Manager takes and releases locks for one mount.
 type Manager struct {
-	b   Backend
-	obs *Observer
-	log *slog.Logger
+	b       Backend
+	obs     *Observer
+	log     *slog.Logger
+	metrics *Metrics
 	// Timeout bounds how long Acquire waits for conflicting holders.
 	Timeout time.Duration
 	// Recover takes over and finishes (or undoes) an operation whose owner
@@ -65,7 +68,7 @@ func NewManager(b Backend, obs *Observer, timeout time.Duration, log *slog.Logge
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Manager{b: b, obs: obs, log: log, Timeout: timeout}
+	return &Manager{b: b, obs: obs, log: log, Timeout: timeout, metrics: NewMetrics(nil)}
 }
 
 func compatible(a, b store.LockMode) bool { return a == store.Shared && b == store.Shared }
@@ -95,7 +98,14 @@ func dedupe(reqs []Request) []Request {
 // it takes none, records exclusive requests as waiting (so that younger
 // shared requests yield), backs off with jitter and retries until the
 // deadline. Nobody waits while holding locks, so there is no deadlock.
-func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []Request) (*Held, error) {
+func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []Request) (held *Held, err error) {
+	start := time.Now()
+	defer func() {
+		m.metrics.acquired(start, len(reqs), err)
+		if held != nil {
+			held.counted = true
+		}
+	}()
 	reqs = dedupe(reqs)
 	ids := make([]string, len(reqs))
 	for i, r := range reqs {
@@ -422,6 +432,12 @@ func (m *Manager) ReleaseWith(ctx context.Context, h *Held, pre []store.BulkOp) 
 }
 
 func (m *Manager) release(ctx context.Context, h *Held, partial bool, pre []store.BulkOp) (preRes []store.BulkResult, err error) {
+	if h.counted {
+		// Whatever the outcome: a failed release leaves entries that
+		// recovery removes, not locks this mount still uses.
+		h.counted = false
+		m.metrics.held.Sub(float64(len(h.reqs)))
+	}
 	docs := make([]store.LockDoc, 0, len(h.docs))
 	for _, d := range h.docs {
 		if d.Found {

@@ -23,6 +23,9 @@ type SessionConfig struct {
 	Grace time.Duration
 	Mount string // mount point, for people reading esfs status
 	Log   *slog.Logger
+	// Stats, if set, is published with every heartbeat (it costs no
+	// request of its own), for `esfs status`.
+	Stats func() map[string]float64
 }
 
 func (c *SessionConfig) defaults() {
@@ -161,6 +164,9 @@ func (s *Session) renew() bool {
 	next.Counter++
 	next.DoneBelow = s.doneBelowLocked()
 	s.mu.Unlock()
+	if s.cfg.Stats != nil {
+		next.Stats = s.cfg.Stats()
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Lease/2)
 	defer cancel()

@@ -168,6 +168,7 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 		size += len(o.doc) + len(o.id) + len(o.index) + 96
 	}
 	buf.Grow(size)
+	s.metrics.countItems(s.idx, ops)
 	for _, o := range ops {
 		buf.WriteString(`{"`)
 		buf.WriteString(o.action)

@@ -50,6 +50,8 @@ type Config struct {
 	MaxConnsPerHost int
 	// Logger receives request failures; nil means slog.Default().
 	Logger *slog.Logger
+	// Metrics counts requests; nil makes a private, unregistered set.
+	Metrics *Metrics
 }
 
 // DefaultPrefix is the index prefix when none is given.
@@ -75,6 +77,7 @@ type Store struct {
 	idx     indices
 	timeout time.Duration
 	log     *slog.Logger
+	metrics *Metrics
 	// auth says which credentials requests carry ("as user \"x\"", ...), and
 	// trust which certificates are trusted, for error messages. No secrets.
 	auth, trust string
@@ -199,7 +202,10 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("elasticsearch client: %s: %w", scrub(err.Error(), cfg), ErrInvalid)
 	}
-	return &Store{es: es, idx: indexNames(cfg.Prefix), timeout: cfg.RequestTimeout, log: cfg.Logger,
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	return &Store{es: es, idx: indexNames(cfg.Prefix), timeout: cfg.RequestTimeout, log: cfg.Logger, metrics: cfg.Metrics,
 		auth: describeAuth(cfg), trust: describeTrust(cfg), plainHosts: plainHosts}, nil
 }
 
@@ -307,13 +313,16 @@ func (s *Store) do(ctx context.Context, what string, r request) (response, error
 			req.Header.Set("Content-Type", "application/json")
 		}
 	}
+	start := time.Now()
 	res, err := s.es.Perform(req)
 	if err != nil {
+		s.metrics.observe(r.path, time.Since(start), 0)
 		return response{}, s.transportError(ctx, what, err)
 	}
 	defer res.Body.Close()
 	s.answered.Store(true)
 	data, err := io.ReadAll(res.Body)
+	s.metrics.observe(r.path, time.Since(start), res.StatusCode)
 	if err != nil {
 		return response{}, s.transportError(ctx, what, err)
 	}

@@ -25,7 +25,10 @@ type SessionDoc struct {
 	// DoneBelow: every operation of this session numbered below it is
 	// finished, so strays of those operations can be collected.
 	DoneBelow int64
-	Ver       Version
+	// Stats are the mount's own figures (operations, errors, cache hits...)
+	// as of its last heartbeat, for `esfs status`.
+	Stats map[string]float64
+	Ver   Version
 }
 
 type sessionJSON struct {
@@ -37,9 +40,10 @@ type sessionJSON struct {
 	Lease   int64  `json:"lease"`
 	Fenced  bool   `json:"fenced"`
 	Body    struct {
-		Mount     string `json:"mount,omitempty"`
-		DeadBy    string `json:"dead_by,omitempty"`
-		DoneBelow int64  `json:"done_below,omitempty"`
+		Mount     string             `json:"mount,omitempty"`
+		DeadBy    string             `json:"dead_by,omitempty"`
+		DoneBelow int64              `json:"done_below,omitempty"`
+		Stats     map[string]float64 `json:"stats,omitempty"`
 	} `json:"body"`
 }
 
@@ -48,6 +52,7 @@ func encodeSession(d SessionDoc) sessionJSON {
 	j.Body.Mount = encodeText(d.Mount)
 	j.Body.DeadBy = d.DeadBy
 	j.Body.DoneBelow = d.DoneBelow
+	j.Body.Stats = d.Stats
 	return j
 }
 
@@ -58,7 +63,7 @@ func decodeSession(src []byte, v Version) (SessionDoc, error) {
 	}
 	m, _ := decodeText(j.Body.Mount)
 	return SessionDoc{ID: j.Session, Counter: j.Counter, Host: j.Host, Pid: j.Pid, Mount: m, Started: j.Started,
-		LeaseMs: j.Lease, Dead: j.Fenced, DeadBy: j.Body.DeadBy, DoneBelow: j.Body.DoneBelow, Ver: v}, nil
+		LeaseMs: j.Lease, Dead: j.Fenced, DeadBy: j.Body.DeadBy, DoneBelow: j.Body.DoneBelow, Stats: j.Body.Stats, Ver: v}, nil
 }
 
 // GetSession reads a session in real time.

@@ -1,0 +1,100 @@
+package store
+
+import (
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics counts the store's requests to Elasticsearch. Every request goes
+// through Store.do, so one place sees them all.
+type Metrics struct {
+	duration *prometheus.HistogramVec
+	errors   *prometheus.CounterVec
+	items    *prometheus.CounterVec
+}
+
+// NewMetrics makes the store's collectors and registers them with reg (nil:
+// they count but nobody scrapes them).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "esfs_es_request_duration_seconds",
+			Help:    "Requests to Elasticsearch by endpoint, including failed ones.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. 16 s
+		}, []string{"endpoint"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "esfs_es_errors_total",
+			Help: "Failed requests to Elasticsearch by endpoint and kind: unreachable (no answer, timeout), 4xx or 5xx (HTTP status of the whole request; item conflicts inside a bulk are not errors).",
+		}, []string{"endpoint", "kind"}),
+		items: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "esfs_es_bulk_items_total",
+			Help: "Documents written (or deleted) through _bulk, by index: path, inode, data, lock (locks and operation records), session.",
+		}, []string{"index"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.duration, m.errors, m.items)
+	}
+	return m
+}
+
+// observe records one request. status 0 means no answer.
+func (m *Metrics) observe(path string, took time.Duration, status int) {
+	ep := endpoint(path)
+	m.duration.WithLabelValues(ep).Observe(took.Seconds())
+	switch {
+	case status == 0:
+		m.errors.WithLabelValues(ep, "unreachable").Inc()
+	case status >= 500:
+		m.errors.WithLabelValues(ep, "5xx").Inc()
+	case status >= 400 && status != 404 && status != 409:
+		// 404 and 409 are answers the protocol expects (absent document,
+		// lost compare-and-set), not failures.
+		m.errors.WithLabelValues(ep, "4xx").Inc()
+	}
+}
+
+// endpoint names a request by its API, not by its document, so that the
+// label set stays small: "_bulk", "_mget", "_search", "_doc", "_create",
+// "_pit", "_refresh", "_mapping", ... and "index" for index-level calls.
+func endpoint(path string) string {
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	ep := "index"
+	for _, seg := range strings.Split(path, "/") {
+		if strings.HasPrefix(seg, "_") {
+			ep = seg
+			break
+		}
+	}
+	if ep == "_search" && strings.Contains(path, "/_search/scroll") {
+		return "_scroll"
+	}
+	return ep
+}
+
+// countItems counts the documents of one bulk request by index role.
+func (m *Metrics) countItems(idx indices, ops []BulkOp) {
+	var n [5]int
+	for _, o := range ops {
+		switch o.index {
+		case idx.Paths:
+			n[0]++
+		case idx.Inodes:
+			n[1]++
+		case idx.Data:
+			n[2]++
+		case idx.Locks:
+			n[3]++
+		case idx.Sessions:
+			n[4]++
+		}
+	}
+	for i, role := range [...]string{"path", "inode", "data", "lock", "session"} {
+		if n[i] > 0 {
+			m.items.WithLabelValues(role).Add(float64(n[i]))
+		}
+	}
+}
