@@ -183,6 +183,9 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	if child, errno, ok := n.lookupCached(ctx, name, out); ok {
+		return child, errno
+	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	if err := store.CheckName(name); err != nil {
@@ -203,7 +206,44 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	return n.newChild(ctx, sn, out), 0
 }
 
+// lookupCached answers a lookup from the daemon's cache alone, when both
+// this directory's path and the name are cached (ok false: go to the
+// store). It makes the same checks as the full lookup, against the cache;
+// it exists because most lookups are such hits, and the full path's
+// deadline timer costs as much as the hit itself.
+func (n *node) lookupCached(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno, bool) {
+	if store.CheckName(name) != nil {
+		return nil, 0, false
+	}
+	dir, ok := n.path()
+	if !ok {
+		return nil, 0, false
+	}
+	if dir != "/" {
+		d, neg, ok := n.f.cache.Lookup(dir)
+		if !ok || neg || d.Ino != n.ino() || d.Type != store.TypeDir {
+			return nil, 0, false
+		}
+	}
+	path := store.Join(dir, name)
+	if len(path) > store.MaxPath {
+		return nil, 0, false
+	}
+	sn, neg, ok := n.f.cache.Lookup(path)
+	switch {
+	case !ok:
+		return nil, 0, false
+	case neg:
+		return nil, syscall.ENOENT, true
+	}
+	return n.newChild(ctx, sn, out), 0, true
+}
+
 func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if a, ok := n.f.cache.Inode(n.ino()); ok {
+		n.f.fillAttr(a, &out.Attr)
+		return 0
+	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	a, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
