@@ -16,6 +16,11 @@ type BulkOp struct {
 	id     string
 	ifVer  Version
 	doc    []byte // the source line, nil for delete
+	// encode, if set, writes the source line instead of doc, and docLen
+	// is its size: a data chunk is encoded straight into the request
+	// body, not kept as a second, base64 copy until its batch is sent.
+	encode func(*bytes.Buffer)
+	docLen int
 	what   string // names the item in errors
 	// retryOnConflict lets Elasticsearch re-apply a partial update itself.
 	retryOnConflict int
@@ -37,6 +42,13 @@ const (
 	maxBulkItems = 5000
 	bulkWorkers  = 4
 )
+
+func (o BulkOp) size() int {
+	if o.encode != nil {
+		return o.docLen
+	}
+	return len(o.doc)
+}
 
 func (s *Store) op(action, index, id string, ifVer Version, doc any, what string) (BulkOp, error) {
 	o := BulkOp{action: action, index: index, id: id, ifVer: ifVer, what: what}
@@ -112,7 +124,7 @@ func (s *Store) Bulk(ctx context.Context, ops []BulkOp) ([]BulkResult, error) {
 	var batches []batch
 	size, from := 0, 0
 	for i, o := range ops {
-		n := len(o.doc) + len(o.id) + len(o.index) + 80
+		n := o.size() + len(o.id) + len(o.index) + 80
 		if i > from && (size+n > maxBulkBytes || i-from >= maxBulkItems) {
 			batches = append(batches, batch{from, i})
 			from, size = i, 0
@@ -165,7 +177,7 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 	// doubling would hold twice that for each request in flight.
 	size := 0
 	for _, o := range ops {
-		size += len(o.doc) + len(o.id) + len(o.index) + 96
+		size += o.size() + len(o.id) + len(o.index) + 96
 	}
 	buf.Grow(size)
 	s.metrics.countItems(s.idx, ops)
@@ -187,7 +199,10 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 			buf.WriteString(strconv.Itoa(o.retryOnConflict))
 		}
 		buf.WriteString("}}\n")
-		if o.doc != nil {
+		if o.encode != nil {
+			o.encode(&buf)
+			buf.WriteByte('\n')
+		} else if o.doc != nil {
 			buf.Write(o.doc)
 			buf.WriteByte('\n')
 		}

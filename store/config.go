@@ -78,6 +78,9 @@ type Store struct {
 	timeout time.Duration
 	log     *slog.Logger
 	metrics *Metrics
+	// textChunks: the data index maps "text", so text chunks are stored
+	// as strings (searchable) rather than base64.
+	textChunks bool
 	// auth says which credentials requests carry ("as user \"x\"", ...), and
 	// trust which certificates are trusted, for error messages. No secrets.
 	auth, trust string
@@ -174,7 +177,12 @@ func New(cfg Config) (*Store, error) {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   min(cfg.RequestTimeout, 10*time.Second),
 		ExpectContinueTimeout: time.Second,
-		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.Insecure},
+		// No gzip: Go asks for it by default, and then the cluster
+		// compresses every response (megabytes of base64 for a read of
+		// data chunks, which barely compress) and we decompress it: CPU
+		// on both sides that costs more than the bytes on any LAN.
+		DisableCompression: true,
+		TLSClientConfig:    &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.Insecure},
 	}
 	esCfg := elasticsearch.Config{
 		Addresses:              addrs,
@@ -185,7 +193,14 @@ func New(cfg Config) (*Store, error) {
 		Transport:              tr,
 		// Retries are the caller's decision (LOCKING-REVIEW item 8): a resent
 		// bulk can land after the operation it belonged to has finished.
-		DisableRetry:      true,
+		// The one exception is a request that never left: a connection
+		// refused (a node that died) is tried on the next node, so that
+		// losing one node of a cluster costs no operation. Never on a
+		// status: the list must not be empty, or the client retries 502,
+		// 503 and 504, and no response has status 0.
+		RetryOnError:      func(_ *http.Request, err error) bool { return notSent(err) },
+		RetryOnStatus:     []int{0},
+		MaxRetries:        len(addrs),
 		DisableMetaHeader: true,
 	}
 	if cfg.CACertFile != "" {
@@ -441,4 +456,11 @@ func (s *Store) Version(ctx context.Context) (string, error) {
 // Close releases idle connections.
 func (s *Store) Close() error {
 	return s.es.Close(context.Background())
+}
+
+// notSent: the request failed before a connection existed, so no node can
+// have seen it.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -51,3 +51,5 @@ func (s *Store) RawCreateIndex(ctx context.Context, which string, body any) erro
 }
 
 var EncodeText, DecodeText = encodeText, decodeText
+
+var DecodeChunkFast = decodeChunkFast

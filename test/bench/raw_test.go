@@ -30,7 +30,9 @@ type raw struct {
 
 func newRaw(t testing.TB, prefix string) *raw {
 	return &raw{t: t, url: strings.TrimSuffix(testenv.URL(t), "/"), prefix: prefix,
-		c: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}}
+		// No gzip, as esfs: compressing responses costs the cluster more
+		// CPU than the bytes cost on a loopback or LAN.
+		c: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64, DisableCompression: true}}}
 }
 
 func (r *raw) do(method, path string, body []byte) []byte {
