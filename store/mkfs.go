@@ -68,6 +68,8 @@ func (s *Store) mappings(chunkSize int64) map[string]map[string]field {
 			"ino":   long(),
 			"chunk": long(),
 			"data":  {"type": "binary"},
+			// Text chunks, for esfs search (see chunkDoc).
+			"text": textField(),
 		},
 		s.idx.Locks: {
 			"kind":    kw(), // "lock" or "op"
@@ -273,6 +275,17 @@ func (s *Store) Open(ctx context.Context) error {
 				return fmt.Errorf("index %s has no valid chunk_size in its _meta: %w", name, ErrMapping)
 			}
 			s.chunkSize = int64(cs)
+			s.textChunks = m.Properties["text"] != nil
+			if !s.textChunks {
+				// A filesystem made before esfs search: add the field (safe
+				// on a live index). Without the right to, keep writing
+				// chunks as binary, which old mounts read too.
+				if err := s.checkMapping(ctx, name, s.mappings(s.chunkSize)[name]); err != nil {
+					s.log.Warn("text chunks stay unsearchable: cannot add the text field (run esfs mkfs with a user allowed to)", "index", name, "err", err)
+				} else {
+					s.textChunks = true
+				}
+			}
 		}
 	}
 	return nil
