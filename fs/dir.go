@@ -57,8 +57,6 @@ func (d *dirHandle) start(ctx context.Context) error {
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	f := d.n.f
-	ctx, cancel := f.ctxOf(ctx)
-	defer cancel()
 	if d.dots < 2 {
 		d.dots++
 		d.off++
@@ -67,6 +65,13 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 			name = ".."
 		}
 		return &fuse.DirEntry{Name: name, Mode: syscall.S_IFDIR, Ino: d.n.ino(), Off: d.off}, 0
+	}
+	if d.pos >= len(d.page) && !d.eof {
+		// Only a new page goes to the store: the deadline (a timer) is
+		// made here, not for each of the page's entries.
+		var cancel context.CancelFunc
+		ctx, cancel = f.ctxOf(ctx)
+		defer cancel()
 	}
 	for d.pos >= len(d.page) {
 		if d.eof {
@@ -109,14 +114,14 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 // Lookup serves readdirplus: the entry was just returned by Readdirent.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	f := d.n.f
-	ctx, cancel := f.ctxOf(ctx)
-	defer cancel()
 	i, ok := d.byName[name]
 	if !ok {
 		return d.n.Lookup(ctx, name, out)
 	}
 	e := d.page[i]
 	if d.inodes == nil {
+		ctx, cancel := f.ctxOf(ctx)
+		defer cancel()
 		gen := f.cache.Gen()
 		inos := make([]uint64, len(d.page))
 		for k, de := range d.page {
@@ -139,6 +144,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		// Missing or inconsistent inode: let the ordinary lookup report it.
 		return d.n.Lookup(ctx, name, out)
 	}
+	// newChild needs no deadline: it only registers the kernel's node.
 	return d.n.newChild(ctx, store.Node{Dentry: e, Attr: a}, out), 0
 }
 

@@ -37,9 +37,26 @@ type openFile struct {
 	extent   int64
 	unlinked bool  // no links left: delete the inode at the last close
 	sticky   error // a failed background flush, reported at the next flush
+	// Read-ahead for sequential readers: nextSeq is the chunk a
+	// sequential reader asks for next, aheadTo the end of what was asked
+	// of the store already, ahead the chunks on their way (closed when
+	// they arrived). cgen changes with the content (writes, truncation,
+	// reopening): chunks read before a change are dropped on arrival.
+	nextSeq int64
+	aheadTo int64
+	ahead   map[int64]chan struct{}
+	cgen    uint64
 }
 
-const cleanChunks = 4
+// cleanChunks bounds the chunks an open file keeps after reading them;
+// readAhead is how many chunks past the one asked for a sequential reader
+// gets fetched in the background (one request), so that the store works
+// while the kernel consumes.
+const (
+	cleanChunks = 16
+	readAhead   = 8
+	aheadPer    = 2 // chunks per read-ahead request
+)
 
 // FlushAll makes the buffered writes of every open file durable.
 func (f *FS) FlushAll(ctx context.Context) error {
@@ -139,6 +156,7 @@ func (f *FS) openHandle(ctx context.Context, a store.Inode, flags uint32) (*hand
 		// forget cached chunks, which another mount may have rewritten.
 		of.attr, of.size = a, a.Size
 		of.clean, of.cleanLRU = map[int64][]byte{}, nil
+		of.cgen++
 	}
 	of.mu.Unlock()
 	h := &handle{of: of, append: flags&syscall.O_APPEND != 0, write: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
@@ -180,17 +198,39 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 	if b, ok := of.dirty[c]; ok {
 		return b, nil
 	}
-	if b, ok := of.clean[c]; ok {
-		return b, nil
-	}
 	cs := of.f.st.ChunkSize()
 	stored := max(of.attr.Size, of.extent)
+	of.readAheadFrom(c, (stored+cs-1)/cs)
+	for {
+		if b, ok := of.clean[c]; ok {
+			return b, nil
+		}
+		ch, coming := of.ahead[c]
+		if !coming {
+			break
+		}
+		of.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		of.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if b, ok := of.dirty[c]; ok {
+			return b, nil // written while we waited
+		}
+	}
 	if c*cs >= stored {
 		return nil, nil // beyond the stored end: nothing stored there
 	}
 	// Read ahead: the chunks a sequential reader wants next come in the
-	// same round trip.
+	// same round trip (unless they are on their way already).
 	last := min(c+1, (stored-1)/cs)
+	if _, coming := of.ahead[last]; coming && last > c {
+		last = c
+	}
 	got, err := of.f.st.ReadChunks(ctx, of.ino, c, last)
 	if err != nil {
 		return nil, err
@@ -201,6 +241,73 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 		}
 	}
 	return got[c], nil
+}
+
+// readAheadFrom notes a read of chunk c (of a file of chunks chunks) and,
+// when the reads are sequential, asks the store in the background for the
+// chunks the reader will want next. Caller holds of.mu.
+func (of *openFile) readAheadFrom(c, chunks int64) {
+	switch {
+	case c == of.nextSeq-1:
+		return // the same chunk again: the kernel reads less than a chunk at a time
+	case c != of.nextSeq:
+		of.nextSeq, of.aheadTo = c+1, c+1 // not sequential (yet)
+		return
+	}
+	of.nextSeq = c + 1
+	if of.aheadTo-c > readAhead/2 {
+		return // enough on its way
+	}
+	from := max(of.aheadTo, c+1)
+	to := min(c+1+readAhead, chunks)
+	for from < to {
+		if _, ok := of.clean[from]; !ok {
+			break
+		}
+		from++
+	}
+	if from >= to {
+		return
+	}
+	if of.ahead == nil {
+		of.ahead = map[int64]chan struct{}{}
+	}
+	// A few requests side by side: one large mget keeps one node thread
+	// busy decoding, several keep the cluster (and our decoding) parallel.
+	for lo := from; lo < to; lo += aheadPer {
+		hi := min(lo+aheadPer, to)
+		ch := make(chan struct{})
+		for k := lo; k < hi; k++ {
+			of.ahead[k] = ch
+		}
+		go of.fetchAhead(lo, hi, of.cgen, ch)
+	}
+	of.aheadTo = to
+}
+
+func (of *openFile) fetchAhead(from, to int64, gen uint64, ch chan struct{}) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*of.f.st.Timeout())
+	defer cancel()
+	got, err := of.f.st.ReadChunks(ctx, of.ino, from, to-1)
+	of.mu.Lock()
+	defer of.mu.Unlock()
+	for k := from; k < to; k++ {
+		if of.ahead[k] == ch {
+			delete(of.ahead, k)
+		}
+	}
+	close(ch)
+	if err != nil || gen != of.cgen {
+		// A reader that wanted these reads them itself; stale ones must
+		// not be kept.
+		of.aheadTo = min(of.aheadTo, from)
+		return
+	}
+	for k := from; k < to; k++ {
+		if _, isDirty := of.dirty[k]; !isDirty {
+			of.remember(k, got[k])
+		}
+	}
 }
 
 func (of *openFile) remember(c int64, b []byte) {
@@ -305,6 +412,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if end > of.size {
 		of.size = end
 	}
+	of.cgen++ // read-ahead in flight may hold the old bytes
 	of.mtime = now()
 	of.changed = true
 	if of.dirtyLen > of.f.opts.DirtyLimit {
@@ -442,6 +550,7 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64) error {
 			return err
 		}
 		of.clean, of.cleanLRU = map[int64][]byte{}, nil
+		of.cgen++
 	}
 	a, err := f.freshInode(ctx, ino)
 	if err != nil {
