@@ -338,6 +338,9 @@ func (n *node) create(ctx context.Context, name string, typ store.FileType, mode
 	if err := store.CheckName(name); err != nil {
 		return store.Node{}, err
 	}
+	if sn, handled, err := n.createShared(ctx, name, typ, mode, target); handled {
+		return sn, err
+	}
 	dir, path, txn, err := n.lockEntry(ctx, name)
 	if err != nil {
 		return store.Node{}, err
@@ -377,6 +380,79 @@ func (n *node) createLocked(ctx context.Context, dir, path string, typ store.Fil
 	if err := n.checkDirAt(ctx, dir, true); err != nil {
 		return store.Node{}, err
 	}
+	sn, err := n.writeNew(ctx, dir, path, typ, mode, target)
+	if errors.Is(err, store.ErrExists) {
+		// Taken by a visible entry, or by the garbage of an aborted or
+		// finished rename, which we may clear since we hold its name.
+		if cleared, cerr := n.f.clearGarbage(ctx, path); cerr != nil || !cleared {
+			if cerr != nil {
+				return store.Node{}, cerr
+			}
+			return store.Node{}, err
+		}
+		return n.createLocked(ctx, dir, path, typ, mode, target)
+	}
+	return sn, err
+}
+
+// createShared is a create under shared locks only (see locking.Share):
+// Elasticsearch's create-if-absent decides the name. handled is false when
+// the locked path must decide instead: the name is taken (by an entry, or
+// by garbage only the name's lock may clear), or the strategy has no
+// shared part, or this directory moved meanwhile.
+func (n *node) createShared(ctx context.Context, name string, typ store.FileType, mode uint32, target string) (sn store.Node, handled bool, err error) {
+	dir, ok := n.path()
+	if !ok {
+		return store.Node{}, false, nil
+	}
+	path := store.Join(dir, name)
+	if store.CheckPath(path) != nil {
+		return store.Node{}, false, nil
+	}
+	reqs, ok := locking.SharedPart(n.f.co.Strategy.Entry(dir, path), path)
+	if !ok {
+		return store.Node{}, false, nil
+	}
+	h, err := n.f.co.Share(ctx, reqs)
+	if err != nil {
+		return store.Node{}, true, err
+	}
+	defer h.End()
+	if now, ok := n.path(); !ok || now != dir {
+		return store.Node{}, false, nil
+	}
+	// While the lease lives nobody can rename or remove the directory, so
+	// one realtime check per lease is enough.
+	if !h.Checked(dir, n.ino()) {
+		if err := n.checkDirAt(ctx, dir, true); err != nil {
+			return store.Node{}, true, err
+		}
+		h.NoteChecked(dir, n.ino())
+	}
+	if err := h.Sess.Check(); err != nil {
+		return store.Node{}, true, err
+	}
+	sn, err = n.writeNew(ctx, dir, path, typ, mode, target)
+	if errors.Is(err, store.ErrExists) {
+		return store.Node{}, false, nil
+	}
+	if err != nil {
+		return store.Node{}, true, err
+	}
+	// No release follows to tell us whether our locks were taken from us
+	// meanwhile: a session still valid after the write was not declared
+	// dead before it landed (others wait lease + grace of silence).
+	if err := h.Sess.Check(); err != nil {
+		n.f.undoCreate(ctx, sn)
+		return store.Node{}, true, err
+	}
+	return sn, true, nil
+}
+
+// writeNew writes the inode and the path document of a new entry, with
+// create-if-absent for both, and the directory's times. store.ErrExists:
+// the name is taken, and nothing was left behind.
+func (n *node) writeNew(ctx context.Context, dir, path string, typ store.FileType, mode uint32, target string) (store.Node, error) {
 	parent, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
 	if err != nil {
 		return store.Node{}, err
@@ -389,7 +465,7 @@ func (n *node) createLocked(ctx context.Context, dir, path string, typ store.Fil
 		}
 	}
 	t := now()
-	a := store.Inode{Ino: newIno(), Type: typ, Mode: mode & 0o7777, Uid: uid, Gid: gid, Nlink: 1,
+	a := store.Inode{Ino: store.NewIno(), Type: typ, Mode: mode & 0o7777, Uid: uid, Gid: gid, Nlink: 1,
 		Atime: t, Mtime: t, Ctime: t, Btime: t, Target: target}
 	if typ == store.TypeSymlink {
 		a.Size = int64(len(target))
@@ -417,17 +493,6 @@ func (n *node) createLocked(ctx context.Context, dir, path string, typ store.Fil
 			if _, derr := n.f.st.DeleteInode(ctx, a.Ino, res[0].Ver); derr != nil {
 				n.f.log.Warn("could not remove the inode of a failed create", "ino", a.Ino, "err", derr)
 			}
-		}
-		if errors.Is(res[1].Err, store.ErrExists) {
-			// Taken by a visible entry, or by the garbage of an aborted or
-			// finished rename, which we may clear since we hold its name.
-			if cleared, err := n.f.clearGarbage(ctx, path); err != nil || !cleared {
-				if err != nil {
-					return store.Node{}, err
-				}
-				return store.Node{}, res[1].Err
-			}
-			return n.createLocked(ctx, dir, path, typ, mode, target)
 		}
 		return store.Node{}, res[1].Err
 	}

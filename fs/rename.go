@@ -99,6 +99,8 @@ func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newN
 	}
 }
 
+// errSubtreeGrew: what the rename planned for changed before or while it
+// ran (it had no effect): plan and lock again.
 var errSubtreeGrew = errors.New("subtree changed before its locks were granted")
 
 // subtreePaths lists the paths below src, and which of them are
@@ -249,6 +251,13 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to *node,
 		f.cache.InvalidateInode(s.Ino)
 	}()
 	if err := txn.Rename(ctx, locking.RenameSpec{Src: s, Dst: dst, Target: target, After: times}); err != nil {
+		if target == nil && errors.Is(err, store.ErrExists) && !errors.Is(err, locking.ErrLeaseLost) {
+			// The name appeared after our check: a create under shared
+			// locks (locking.Share) does not take the name's lock, and
+			// Elasticsearch's create-if-absent refused our stage. The
+			// rename was rolled back; do it again, now as a replacement.
+			return errSubtreeGrew
+		}
 		return fmt.Errorf("rename %q to %q: %w", src, dst, err)
 	}
 	return nil

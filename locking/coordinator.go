@@ -44,6 +44,9 @@ type Coordinator struct {
 	sess *Session
 	obs  *Observer
 
+	shares  *shares
+	tending chan struct{} // closed when tendShares has returned
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -78,7 +81,10 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 		c.Locks.metrics = cfg.Metrics
 	}
 	c.Journal = NewJournal(b, c.Locks, c.Session, cfg.Log)
+	c.shares = &shares{c: c, by: map[string]*share{}}
+	c.tending = make(chan struct{})
 	go c.run()
+	go c.tendShares()
 	return c, nil
 }
 
@@ -357,9 +363,28 @@ func (c *Coordinator) collectStrays(ctx context.Context) error {
 func (c *Coordinator) Close(ctx context.Context) error {
 	close(c.stop)
 	<-c.done
+	<-c.tending
+	c.shares.closeAll()
 	c.Journal.RetryUnfinished(ctx)
 	if n := c.Journal.Unfinished(); n > 0 {
 		c.log.Warn("closing with unfinished renames; another mount recovers them after the lease", "count", n)
 	}
 	return c.Session().Close(ctx)
+}
+
+// tendShares looks after the shared leases (see shares.go).
+func (c *Coordinator) tendShares() {
+	defer close(c.tending)
+	t := time.NewTicker(sharePoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Lease)
+		c.shares.tend(ctx)
+		cancel()
+	}
 }

@@ -336,6 +336,9 @@ type staged struct {
 	doc store.Dentry
 }
 
+// stageInFlight bounds the stage bulks of one directory rename in flight.
+const stageInFlight = 4
+
 // stage writes every intent of the rename and confirms each item.
 func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]staged, error) {
 	var out []staged
@@ -383,20 +386,64 @@ func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]
 	}
 	sc := j.b.ScanTree(src.Path, store.DefaultPageSize)
 	defer sc.Close()
+	// Each page's bulk is sent while the next page is read, a few at a
+	// time: a subtree of N documents costs about N/1000/stageInFlight
+	// round trips instead of N/1000 scans and bulks one after the other.
+	var (
+		mu       sync.Mutex // protects out and firstErr
+		firstErr error
+		wg       sync.WaitGroup
+		inflight = make(chan struct{}, stageInFlight)
+	)
+	flush := func(ops []store.BulkOp, docs []store.Dentry) {
+		defer wg.Done()
+		defer func() { <-inflight }()
+		vers, err := j.bulkAll(ctx, ops)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			return
+		}
+		for i, d := range docs {
+			d.Ver = vers[i]
+			out = append(out, staged{doc: d})
+		}
+	}
+	failed := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr
+	}
+	finish := func(err error) ([]staged, error) {
+		wg.Wait()
+		if err == nil {
+			err = failed()
+		}
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	pages := 0
 	for {
 		page, bad, err := sc.Next(ctx)
 		if err != nil {
-			return nil, err
+			return finish(err)
 		}
 		if len(bad) > 0 {
-			return nil, fmt.Errorf("cannot move a subtree with a corrupt document: %w", bad[0])
+			return finish(fmt.Errorf("cannot move a subtree with a corrupt document: %w", bad[0]))
 		}
 		if page == nil {
-			return out, nil
+			return finish(nil)
+		}
+		if err := failed(); err != nil {
+			return finish(nil)
 		}
 		if err := sess.Check(); err != nil {
-			return nil, err
+			return finish(err)
 		}
 		ops := make([]store.BulkOp, 0, 2*len(page))
 		docs := make([]store.Dentry, 0, 2*len(page))
@@ -407,7 +454,7 @@ func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]
 			if d.Intent.Op != "" {
 				vis, ok, err := j.Visible(ctx, d)
 				if err != nil {
-					return nil, err
+					return finish(err)
 				}
 				if !ok {
 					continue // garbage of a finished or aborted operation
@@ -418,28 +465,24 @@ func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]
 				Intent: store.Intent{Op: spec.Op, Role: store.RoleDst}}
 			c, err := j.b.OpCreateDentry(nd)
 			if err != nil {
-				return nil, err
+				return finish(err)
 			}
 			marked := d
 			marked.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
 			mk, err := j.b.OpPutDentry(marked, d.Ver)
 			if err != nil {
-				return nil, err
+				return finish(err)
 			}
 			ops, docs = append(ops, c, mk), append(docs, nd, marked)
 		}
-		vers, err := j.bulkAll(ctx, ops)
-		if err != nil {
-			return nil, err
-		}
-		for i, d := range docs {
-			d.Ver = vers[i]
-			out = append(out, staged{doc: d})
-		}
+		inflight <- struct{}{}
+		wg.Add(1)
+		go flush(ops, docs)
 		pages++
 		if pages == 2 {
+			wg.Wait() // two pages staged, and no more: the crash point's state
 			if err := crashPoint("rename-mid-stage"); err != nil {
-				return nil, err
+				return finish(err)
 			}
 		}
 	}
