@@ -16,7 +16,6 @@ package fs
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,20 +97,6 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 	// replaced inode's link through the same path as unlink.
 	co.Journal.DropLink = f.dropLink
 	return f
-}
-
-// newIno picks an inode number no one uses: random 63-bit numbers, made
-// unique by creating the inode document with op_type=create. No counter
-// document, so creates on different mounts never contend.
-func newIno() uint64 {
-	var b [8]byte
-	for {
-		_, _ = rand.Read(b[:])
-		ino := binary.LittleEndian.Uint64(b[:]) >> 1
-		if ino > 1<<20 { // keep small numbers for fixed inodes like the root
-			return ino
-		}
-	}
 }
 
 // ctxOf gives a kernel request its own deadline, a small multiple of the

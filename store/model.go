@@ -1,8 +1,10 @@
 package store
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -269,4 +271,18 @@ func decodeText(s string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// NewIno picks an inode number no one uses: random 63-bit numbers, made
+// unique by creating the inode document with op_type=create. No counter
+// document, so creates on different mounts never contend.
+func NewIno() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		ino := binary.LittleEndian.Uint64(b[:]) >> 1
+		if ino > 1<<20 { // keep small numbers for fixed inodes like the root
+			return ino
+		}
+	}
 }
