@@ -15,20 +15,41 @@ import (
 // Version is set at build time with -ldflags "-X github.com/esfs/esfs/cmd.Version=...".
 var Version = "dev"
 
+// invocation is the command line being run (after a mount helper call was
+// turned into `esfs mount --daemon ...`), for re-executing in the background.
+var invocation []string
+
+func commands() []*cli.Command {
+	return []*cli.Command{
+		cmdMkfs(),
+		cmdMount(),
+		cmdUmount(),
+		cmdFsck(),
+		cmdLocks(),
+		cmdStatus(),
+		cmdSearch(),
+		cmdImport(),
+		cmdExport(),
+	}
+}
+
 // Main runs the command line given in args (args[0] is the program name).
+// Called as a mount helper (mount.fuse.esfs, or by mount.fuse3), it mounts
+// in the background and returns once the filesystem is mounted.
 func Main(args []string) error {
+	if h, ok, err := helperArgs(args); ok {
+		if err != nil || h == nil {
+			return err // h == nil: mount -f, a fake mount
+		}
+		args = h
+	}
+	args = permuteFlags(args)
+	invocation = args
 	app := &cli.App{
-		Name:    "esfs",
-		Usage:   "a POSIX filesystem stored in Elasticsearch",
-		Version: Version,
-		Commands: []*cli.Command{
-			cmdMkfs(),
-			cmdMount(),
-			cmdUmount(),
-			cmdFsck(),
-			cmdLocks(),
-			cmdStatus(),
-		},
+		Name:     "esfs",
+		Usage:    "a POSIX filesystem stored in Elasticsearch",
+		Version:  Version,
+		Commands: commands(),
 		// One clear line on stderr, from main, never a usage dump on an
 		// operational error.
 		HideHelpCommand:      true,
@@ -112,4 +133,49 @@ func oneLine(err error) error {
 		return err
 	}
 	return fmt.Errorf("%s", strings.Join(strings.Fields(msg), " "))
+}
+
+// permuteFlags moves a command's flags that follow its arguments in front
+// of them (esfs search foo --under /x), as GNU tools accept; urfave/cli
+// stops at the first argument. "--" ends the flags, as usual.
+func permuteFlags(args []string) []string {
+	if len(args) < 3 {
+		return args
+	}
+	var cmd *cli.Command
+	for _, c := range commands() {
+		if c.HasName(args[1]) {
+			cmd = c
+		}
+	}
+	if cmd == nil {
+		return args
+	}
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	var flags, rest []string
+	for i := 2; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		name := strings.TrimLeft(a, "-")
+		if !strings.HasPrefix(a, "-") || a == "-" || name == "" {
+			rest = append(rest, a)
+			continue
+		}
+		flags = append(flags, a)
+		if n, _, hasValue := strings.Cut(name, "="); !hasValue && takesValue[n] && i+1 < len(args) {
+			flags = append(flags, args[i+1])
+			i++
+		}
+	}
+	out := append([]string{args[0], args[1]}, flags...)
+	return append(out, rest...)
 }

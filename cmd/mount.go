@@ -77,6 +77,9 @@ func runMount(c *cli.Context) error {
 	if err := checkMountpoint(mp); err != nil {
 		return err
 	}
+	if _, err := logger(c.String("log-level"), c.String("log-format")); err != nil {
+		return err
+	}
 	if c.Bool("daemon") && os.Getenv(daemonEnv) == "" {
 		return daemonize(mp, c.String("log-file"))
 	}
@@ -187,7 +190,7 @@ func serve(c *cli.Context, mp string) error {
 		// write buffers and the bulk bodies of one flush. Without it the
 		// garbage of a large copy (data chunks turned into JSON) lets the
 		// heap reach several times what is live before a collection.
-		debug.SetMemoryLimit(int64(c.Int("cache-size"))<<20 + 128<<20)
+		debug.SetMemoryLimit(int64(c.Int("cache-size"))<<20 + 96<<20)
 	}
 	ch, err := cache.New(int64(c.Int("cache-size"))<<20, c.Duration("cache-ttl"), c.Duration("cache-ttl"))
 	if err != nil {
@@ -271,7 +274,7 @@ func daemonize(mp, logFile string) error {
 		return err
 	}
 	args := make([]string, 0, len(os.Args))
-	for _, a := range os.Args[1:] {
+	for _, a := range invocation[1:] {
 		if a != "--daemon" && a != "-d" && a != "-daemon" {
 			args = append(args, a)
 		}

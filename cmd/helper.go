@@ -1,0 +1,173 @@
+package cmd
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Mounting the way the system mounts. mount(8) runs a helper for
+// `mount -t fuse.esfs SOURCE DIR -o OPTS` and for fstab lines of type
+// fuse.esfs:
+//
+//   - /sbin/mount.fuse.esfs SOURCE DIR [-sfnv] [-o OPTS], when that
+//     helper exists (a symlink to esfs: we recognise the name);
+//   - otherwise fuse3's mount.fuse3, which runs `esfs SOURCE DIR -o OPTS`
+//     (the "mount.fuse3 convention": the subtype names the program).
+//
+// Both end up as `esfs mount --daemon`: a helper must return once the
+// filesystem is mounted, with an exit status that says whether it is.
+
+// helperNames are the names under which esfs acts as a mount helper.
+var helperNames = map[string]bool{"mount.fuse.esfs": true, "mount.esfs": true}
+
+// genericOptions are mount(8)'s and systemd's own options: they are for
+// mount, fstab and systemd (ordering, automounting, who may mount), not
+// for the filesystem, and are accepted and ignored. esfs does not update
+// atimes, runs no executables itself and has no devices, so the atime,
+// exec, suid and dev families change nothing either.
+var genericOptions = map[string]bool{
+	"defaults": true, "auto": true, "noauto": true, "user": true, "nouser": true, "users": true,
+	"owner": true, "group": true, "_netdev": true, "nofail": true, "rw": true, "async": true,
+	"exec": true, "noexec": true, "suid": true, "nosuid": true, "dev": true, "nodev": true,
+	"atime": true, "noatime": true, "relatime": true, "norelatime": true, "strictatime": true,
+	"nodiratime": true, "diratime": true, "lazytime": true, "nolazytime": true, "silent": true, "loud": true,
+}
+
+// mountOptionFlags maps -o names to `esfs mount` flags where they differ
+// from the flag's own name (with '_' or '-').
+var mountOptionFlags = map[string]string{
+	"ro":          "read-only",
+	"allow_other": "allow-other",
+	"url":         "es-url",
+}
+
+// helperArgs reports whether args (as os.Args) are a mount helper call, and
+// if so returns the equivalent `esfs mount --daemon ...` command line.
+func helperArgs(args []string) ([]string, bool, error) {
+	if len(args) == 0 {
+		return nil, false, nil
+	}
+	asHelper := helperNames[filepath.Base(args[0])]
+	if !asHelper {
+		// mount.fuse3 convention: esfs SOURCE DIR -o OPTS (mount(8)
+		// always passes options, rw at least). Only taken when the first
+		// word is no command, the second a directory and -o follows, so
+		// that a mistyped command still gets "unknown command".
+		if len(args) < 5 || strings.HasPrefix(args[1], "-") || isCommand(args[1]) || !hasOptions(args[3:]) {
+			return nil, false, nil
+		}
+		if st, err := os.Stat(args[2]); err != nil || !st.IsDir() {
+			return nil, false, nil
+		}
+	}
+	var pos []string
+	var opts []string
+	sloppy := false
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-o":
+			if i+1 >= len(args) {
+				return nil, true, usagef("mount helper: -o needs a value")
+			}
+			opts = append(opts, strings.Split(args[i+1], ",")...)
+			i++
+		case strings.HasPrefix(a, "-o"):
+			opts = append(opts, strings.Split(a[2:], ",")...)
+		case a == "-t":
+			i++ // the type, fuse.esfs: it is why we were called
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			// mount(8) passes -s (sloppy: ignore unknown options), -f
+			// (fake), -n (no mtab), -v (verbose).
+			for _, ch := range a[1:] {
+				switch ch {
+				case 's':
+					sloppy = true
+				case 'f':
+					return nil, true, nil // fake: do everything but mount
+				case 'n', 'v':
+				default:
+					return nil, true, usagef("mount helper: unknown flag -%c", ch)
+				}
+			}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) != 2 {
+		return nil, true, usagef("mount helper: want SOURCE MOUNTPOINT [-o OPTIONS], got %d arguments", len(pos))
+	}
+	index := pos[0]
+	for _, p := range []string{"esfs:", "esfs#"} {
+		index = strings.TrimPrefix(index, p)
+	}
+	out := []string{args[0], "mount", "--daemon", "--index", index}
+	known := mountFlagNames()
+	for _, o := range opts {
+		if o == "" {
+			continue
+		}
+		name, value, hasValue := strings.Cut(o, "=")
+		if genericOptions[name] || strings.HasPrefix(name, "x-") || name == "comment" {
+			continue
+		}
+		flag, ok := mountOptionFlags[name]
+		if !ok {
+			flag = strings.ReplaceAll(name, "_", "-")
+		}
+		kind, ok := known[flag]
+		switch {
+		case !ok || flag == "daemon":
+			if sloppy {
+				continue
+			}
+			return nil, true, usagef("mount option %q is not an esfs option (see esfs mount --help; '_' and '-' are alike)", name)
+		case kind == "bool" && hasValue:
+			return nil, true, usagef("mount option %q takes no value", name)
+		case kind != "bool" && !hasValue:
+			return nil, true, usagef("mount option %q needs a value (%s=...)", name, name)
+		}
+		if kind == "bool" {
+			out = append(out, "--"+flag)
+		} else {
+			out = append(out, "--"+flag+"="+value)
+		}
+	}
+	return append(out, pos[1]), true, nil
+}
+
+// mountFlagNames lists `esfs mount`'s flags with "bool" or "value".
+func mountFlagNames() map[string]string {
+	out := map[string]string{}
+	for _, f := range cmdMount().Flags {
+		kind := "value"
+		if _, ok := f.(*cli.BoolFlag); ok {
+			kind = "bool"
+		}
+		for _, n := range f.Names() {
+			out[n] = kind
+		}
+	}
+	return out
+}
+
+func isCommand(name string) bool {
+	for _, c := range commands() {
+		if c.Name == name || c.HasName(name) {
+			return true
+		}
+	}
+	return name == "help" || name == "h"
+}
+
+func hasOptions(args []string) bool {
+	for _, a := range args {
+		if strings.HasPrefix(a, "-o") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,73 @@
+package cmd
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestHelperArgs(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name   string
+		args   []string
+		helper bool
+		want   []string // nil with helper: a fake mount
+		err    string
+	}{
+		{"a plain command is no helper call", []string{"esfs", "mount", "--index", "x", dir}, false, nil, ""},
+		{"a typo stays a typo", []string{"esfs", "mout", dir}, false, nil, ""},
+		{"convention needs -o", []string{"esfs", "myfs", dir, "extra"}, false, nil, ""},
+		{"mount.fuse.esfs with fstab options",
+			[]string{"/sbin/mount.fuse.esfs", "myfs", dir, "-o", "rw,_netdev,nofail,noatime,x-systemd.automount,es_url=https://es:9200,es-ca-cert=/etc/esfs/ca.pem,allow_other,lease=20s,log_file=/var/log/esfs.log"}, true,
+			[]string{"/sbin/mount.fuse.esfs", "mount", "--daemon", "--index", "myfs", "--es-url=https://es:9200", "--es-ca-cert=/etc/esfs/ca.pem", "--allow-other", "--lease=20s", "--log-file=/var/log/esfs.log", dir}, ""},
+		{"esfs: prefix and ro, as mount(8) passes them", []string{"mount.esfs", "esfs:myfs", dir, "-n", "-v", "-oro", "-t", "fuse.esfs"}, true,
+			[]string{"mount.esfs", "mount", "--daemon", "--index", "myfs", "--read-only", dir}, ""},
+		{"mount.fuse3 convention", []string{"esfs", "myfs", dir, "-o", "es_url=http://h:9200,dev,suid"}, true,
+			[]string{"esfs", "mount", "--daemon", "--index", "myfs", "--es-url=http://h:9200", dir}, ""},
+		{"fake mount", []string{"mount.fuse.esfs", "myfs", dir, "-f"}, true, nil, ""},
+		{"unknown option", []string{"mount.fuse.esfs", "myfs", dir, "-o", "colour=blue"}, true, nil, `"colour" is not an esfs option`},
+		{"sloppy ignores unknown options", []string{"mount.fuse.esfs", "myfs", dir, "-s", "-o", "colour=blue"}, true,
+			[]string{"mount.fuse.esfs", "mount", "--daemon", "--index", "myfs", dir}, ""},
+		{"value missing", []string{"mount.fuse.esfs", "myfs", dir, "-o", "lease"}, true, nil, "needs a value"},
+		{"value on a switch", []string{"mount.fuse.esfs", "myfs", dir, "-o", "allow_other=1"}, true, nil, "takes no value"},
+		{"daemon is ours to set", []string{"mount.fuse.esfs", "myfs", dir, "-o", "daemon"}, true, nil, "not an esfs option"},
+		{"missing mount point", []string{"mount.fuse.esfs", "myfs"}, true, nil, "want SOURCE MOUNTPOINT"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, helper, err := helperArgs(c.args)
+			if helper != c.helper {
+				t.Fatalf("helper = %v, want %v", helper, c.helper)
+			}
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err = %v, want one containing %q", err, c.err)
+				}
+				if ExitCode(err) != 2 {
+					t.Errorf("exit status %d for a bad mount command line, want 2", ExitCode(err))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("got  %q\nwant %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestPermuteFlags(t *testing.T) {
+	for _, c := range []struct{ in, want []string }{
+		{[]string{"esfs", "search", "foo", "--under", "/x", "--debug"}, []string{"esfs", "search", "--under", "/x", "--debug", "foo"}},
+		{[]string{"esfs", "search", "--name=*.go", "foo"}, []string{"esfs", "search", "--name=*.go", "foo"}},
+		{[]string{"esfs", "import", "src", "/dst", "-q"}, []string{"esfs", "import", "-q", "src", "/dst"}},
+		{[]string{"esfs", "search", "--", "-draft"}, []string{"esfs", "search", "--", "-draft"}},
+		{[]string{"esfs", "nosuch", "a", "--b"}, []string{"esfs", "nosuch", "a", "--b"}},
+	} {
+		if got := permuteFlags(c.in); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("permuteFlags(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
