@@ -81,8 +81,15 @@ type FS struct {
 // the test ends (after its mounts are gone).
 func NewFS(t testing.TB) *FS {
 	t.Helper()
-	f := &FS{URL: testenv.URL(t), Index: testenv.Prefix(t), Bin: Binary(t)}
-	st, err := store.New(store.Config{URLs: []string{f.URL}, Prefix: f.Index, RequestTimeout: 30 * time.Second})
+	return NewFSOn(t, testenv.URL(t))
+}
+
+// NewFSOn is NewFS on the cluster at url (several comma-separated URLs
+// for the nodes of one cluster).
+func NewFSOn(t testing.TB, url string) *FS {
+	t.Helper()
+	f := &FS{URL: url, Index: testenv.Prefix(t), Bin: Binary(t)}
+	st, err := store.New(store.Config{URLs: strings.Split(f.URL, ","), Prefix: f.Index, RequestTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
