@@ -90,9 +90,15 @@ func TestReviewLateLockBulk(t *testing.T) {
 	b := crMount(t, f, nil)
 	a := crMount(t, f, nil, "--es-url", fp.URL, "--es-timeout", lateTimeout.String())
 
+	// In a directory: a create at the root takes no lock at all (the root
+	// is never locked, and the name is decided by create-if-absent), one
+	// below /p takes the shared lock of /p.
+	if err := os.Mkdir(a.Path("p"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	late := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-locks"), Delay: lateDelay, Reset: true})
 	start := time.Now()
-	err := os.Mkdir(a.Path("d"), 0o755)
+	err := os.Mkdir(a.Path("p", "d"), 0o755)
 	took := time.Since(start)
 	t.Logf("REPORT %s: mkdir whose lock bulk was held %s: %s after %s", t.Name(), lateDelay, crErrno(err), took.Round(time.Millisecond))
 	if err == nil {
@@ -103,7 +109,7 @@ func TestReviewLateLockBulk(t *testing.T) {
 	}
 	lateWaitFired(t, late)
 	landed := time.Now()
-	left := lateLocks(t, f, "/d", "/")
+	left := lateLocks(t, f, "/p/d", "/p")
 	if len(left) == 0 {
 		t.Fatal("the late lock bulk left no entry: the test provoked nothing")
 	}
@@ -116,21 +122,21 @@ func TestReviewLateLockBulk(t *testing.T) {
 			t.Fatalf("lock entries of a finished operation still there %s after they landed: %+v", crBound, left)
 		}
 		time.Sleep(50 * time.Millisecond)
-		left = lateLocks(t, f, "/d", "/")
+		left = lateLocks(t, f, "/p/d", "/p")
 	}
 	t.Logf("REPORT %s: the late entries were collected %s after they landed (lease %s, grace %s)", t.Name(),
 		time.Since(landed).Round(time.Millisecond), crLease, crLease/2)
 	if a.Exited() || b.Exited() {
 		t.Fatal("a mount exited")
 	}
-	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+	if err := os.Mkdir(a.Path("p", "d"), 0o755); err != nil {
 		t.Fatalf("mkdir again once the entries were collected: %v", err)
 	}
-	if err := os.WriteFile(b.Path("d", "from-b"), []byte("b\n"), 0o644); err != nil {
+	if err := os.WriteFile(b.Path("p", "d", "from-b"), []byte("b\n"), 0o644); err != nil {
 		t.Fatalf("create below the directory from the other mount: %v", err)
 	}
-	want := newCrTree().add("d", nil)
-	want.files["d/from-b"] = "b\n"
+	want := newCrTree().add("p", nil).add("p/d", nil)
+	want.files["p/d/from-b"] = "b\n"
 	if _, ok := crWaitClean(t, f, a, want, time.Now(), crStale); ok {
 		crFinalCheck(t, f, b, want)
 	}
