@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ type progress struct {
 	verb  string
 	quiet bool
 	tty   bool
+	w     io.Writer
 
 	entries, bytes   atomic.Int64
 	totalE, totalB   int64
@@ -27,7 +29,7 @@ type progress struct {
 
 func newProgress(verb string, quiet bool) *progress {
 	_, err := unix.IoctlGetTermios(int(os.Stderr.Fd()), unix.TCGETS)
-	return &progress{verb: verb, quiet: quiet, tty: err == nil, stopCh: make(chan struct{}), finished: make(chan struct{})}
+	return &progress{verb: verb, quiet: quiet, tty: err == nil, w: os.Stderr, stopCh: make(chan struct{}), finished: make(chan struct{})}
 }
 
 // total sets what 100% is (unknown when never called).
@@ -60,7 +62,7 @@ func (p *progress) start() {
 			case <-p.stopCh:
 				if p.tty {
 					p.draw()
-					fmt.Fprintln(os.Stderr)
+					fmt.Fprintln(p.w)
 				}
 				return
 			case <-t.C:
@@ -84,7 +86,7 @@ func (p *progress) draw() {
 	}
 	line := fmt.Sprintf("%s: %s, %s/s", p.verb, counts, mib(int64(rate)))
 	if !p.tty {
-		fmt.Fprintln(os.Stderr, line)
+		fmt.Fprintln(p.w, line)
 		return
 	}
 	frac := 0.0
@@ -97,5 +99,5 @@ func (p *progress) draw() {
 	frac = min(max(frac, 0), 1)
 	const width = 30
 	filled := int(frac * width)
-	fmt.Fprintf(os.Stderr, "\r\033[K[%s%s] %3.0f%% %s", strings.Repeat("#", filled), strings.Repeat(".", width-filled), 100*frac, line)
+	fmt.Fprintf(p.w, "\r\033[K[%s%s] %3.0f%% %s", strings.Repeat("#", filled), strings.Repeat(".", width-filled), 100*frac, line)
 }
