@@ -190,7 +190,7 @@ func serve(c *cli.Context, mp string) error {
 		// write buffers and the bulk bodies of one flush. Without it the
 		// garbage of a large copy (data chunks turned into JSON) lets the
 		// heap reach several times what is live before a collection.
-		debug.SetMemoryLimit(int64(c.Int("cache-size"))<<20 + 96<<20)
+		debug.SetMemoryLimit(int64(c.Int("cache-size"))<<20 + 64<<20)
 	}
 	ch, err := cache.New(int64(c.Int("cache-size"))<<20, c.Duration("cache-ttl"), c.Duration("cache-ttl"))
 	if err != nil {
