@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,9 +151,6 @@ func statusLines(s map[string]float64) []string {
 	}
 	if rss := s["rss_bytes"]; rss > 0 {
 		lines = append(lines, fmt.Sprintf("daemon memory (RSS) %.0f MiB", rss/(1<<20)))
-	}
-	for i := range lines {
-		lines[i] = strings.TrimSpace(lines[i])
 	}
 	return lines
 }

@@ -652,13 +652,7 @@ func (ex *exporter) page(ctx context.Context, ds []store.Dentry) error {
 		if attrs[i].Err != nil {
 			return fmt.Errorf("%s: %w", d.Path, attrs[i].Err)
 		}
-		local := ex.local + strings.TrimPrefix(d.Path, ex.src)
-		if ex.src == "/" {
-			local = ex.local + d.Path
-			if d.Path == "/" {
-				local = ex.local
-			}
-		}
+		local := filepath.Join(ex.local, strings.TrimPrefix(d.Path, ex.src))
 		if err := ex.entry(ctx, local, attrs[i].Inode); err != nil {
 			return fmt.Errorf("%s: %v", d.Path, err)
 		}

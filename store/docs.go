@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 )
 
 // pathDoc is the JSON of a path document. Text fields hold encodeText values.
@@ -428,8 +429,12 @@ func (s *Store) DeleteInode(ctx context.Context, ino uint64, ifVer Version) (Ver
 // Refresh makes every acknowledged write to the path index visible to search.
 // Callers refresh before a search that must be complete, never per write.
 func (s *Store) Refresh(ctx context.Context) error {
-	what := "refreshing " + s.idx.Paths
-	res, err := s.do(ctx, what, request{method: "POST", path: "/" + url.PathEscape(s.idx.Paths) + "/_refresh"})
+	return s.refresh(ctx, "refreshing "+s.idx.Paths, s.idx.Paths)
+}
+
+// refresh makes every acknowledged write to indices visible to search.
+func (s *Store) refresh(ctx context.Context, what string, indices ...string) error {
+	res, err := s.do(ctx, what, request{method: "POST", path: "/" + strings.Join(indices, ",") + "/_refresh"})
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"strings"
 )
 
 // InodeScanner pages through every inode document in inode number order
@@ -67,13 +66,5 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 
 // RefreshAll refreshes every index of the filesystem (fsck, tests).
 func (s *Store) RefreshAll(ctx context.Context) error {
-	what := "refreshing the filesystem's indices"
-	res, err := s.do(ctx, what, request{method: "POST", path: "/" + strings.Join(s.allIndices(), ",") + "/_refresh"})
-	if err != nil {
-		return err
-	}
-	if res.status != 200 {
-		return failure(what, res)
-	}
-	return nil
+	return s.refresh(ctx, "refreshing the filesystem's indices", s.allIndices()...)
 }

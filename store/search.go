@@ -127,15 +127,7 @@ func (s *Store) SearchPaths(query string, inos []uint64, f SearchFilter, pageSiz
 // RefreshForSearch makes every acknowledged write to paths and contents
 // visible to search.
 func (s *Store) RefreshForSearch(ctx context.Context) error {
-	what := "refreshing before a search"
-	res, err := s.do(ctx, what, request{method: "POST", path: "/" + s.idx.Paths + "," + s.idx.Data + "/_refresh"})
-	if err != nil {
-		return err
-	}
-	if res.status != 200 {
-		return failure(what, res)
-	}
-	return nil
+	return s.refresh(ctx, "refreshing before a search", s.idx.Paths, s.idx.Data)
 }
 
 // globRegexp turns a shell glob (*, ?, [abc], [!a-z], \x) into a Lucene
