@@ -62,3 +62,57 @@ func TestDirtyLimitCountsSmallWrites(t *testing.T) {
 		t.Fatal("the file read back differs from what was written")
 	}
 }
+
+// TestReadAheadSeesWrites: a sequential reader makes the mount fetch the
+// chunks ahead of it in the background; a write (and its flush) to one of
+// those chunks meanwhile must not be hidden by the older bytes read ahead,
+// through the same descriptor or another, on this mount or another.
+func TestReadAheadSeesWrites(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m := f.Mount(t)
+	other := f.Mount(t)
+	const mib = 1 << 20
+	old := bytes.Repeat([]byte("o"), 12*mib)
+	if err := os.WriteFile(m.Path("big"), old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := os.Open(m.Path("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	buf := make([]byte, 2*mib)
+	if _, err := r.ReadAt(buf, 0); err != nil { // sequential from 0: read-ahead starts
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(m.Path("big"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := bytes.Repeat([]byte("n"), mib)
+	if _, err := w.WriteAt(fresh, 5*mib); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	for off := int64(2 * mib); off < 12*mib; off += int64(len(buf)) {
+		if _, err := r.ReadAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range buf {
+			want := byte('o')
+			if p := off + int64(i); p >= 5*mib && p < 6*mib {
+				want = 'n'
+			}
+			if b != want {
+				t.Fatalf("byte %d reads %q, want %q (read-ahead kept bytes older than a write)", off+int64(i), b, want)
+			}
+		}
+	}
+	got, err := os.ReadFile(other.Path("big"))
+	if err != nil || !bytes.Equal(got[5*mib:6*mib], fresh) || !bytes.Equal(got[:5*mib], old[:5*mib]) {
+		t.Errorf("the other mount reads %d bytes (%v), not the written ones", len(got), err)
+	}
+}
