@@ -227,6 +227,18 @@ func (s *Store) checkMapping(ctx context.Context, name string, want map[string]f
 	return nil
 }
 
+// missingFields lists the fields of want that the mapping m lacks.
+func missingFields(m indexMapping, want map[string]field) []string {
+	var out []string
+	for name := range want {
+		if _, ok := m.Properties[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 type indexMapping struct {
 	Dynamic    string           `json:"dynamic"`
 	Meta       map[string]any   `json:"_meta"`
@@ -269,23 +281,31 @@ func (s *Store) Open(ctx context.Context) error {
 		if f := m.Meta["esfs_format"]; fmt.Sprint(f) != fmt.Sprint(FormatVersion) {
 			return fmt.Errorf("index %s was not made by esfs mkfs (format %v, want %d): %w", name, f, FormatVersion, ErrMapping)
 		}
+		if missing := missingFields(m, s.mappings(0)[name]); len(missing) > 0 {
+			// A filesystem made by an older esfs: add the fields this
+			// version writes (safe on a live index). Without the right to,
+			// the mount still reads everything; writes of the new fields
+			// then fail with the cluster's mapping error.
+			if err := s.checkMapping(ctx, name, s.mappings(0)[name]); err != nil {
+				s.log.Warn("cannot add new fields to the index (run esfs mkfs with a user allowed to)", "index", name, "fields", missing, "err", err)
+			} else {
+				if m.Properties == nil {
+					m.Properties = map[string]field{}
+				}
+				for _, f := range missing {
+					m.Properties[f] = field{}
+				}
+			}
+		}
 		if name == s.idx.Data {
 			cs, ok := m.Meta["chunk_size"].(float64)
 			if !ok || cs < 4096 || cs > 64<<20 {
 				return fmt.Errorf("index %s has no valid chunk_size in its _meta: %w", name, ErrMapping)
 			}
 			s.chunkSize = int64(cs)
+			// Without the text field (see above), text chunks are written
+			// as binary, which every esfs reads.
 			s.textChunks = m.Properties["text"] != nil
-			if !s.textChunks {
-				// A filesystem made before esfs search: add the field (safe
-				// on a live index). Without the right to, keep writing
-				// chunks as binary, which old mounts read too.
-				if err := s.checkMapping(ctx, name, s.mappings(s.chunkSize)[name]); err != nil {
-					s.log.Warn("text chunks stay unsearchable: cannot add the text field (run esfs mkfs with a user allowed to)", "index", name, "err", err)
-				} else {
-					s.textChunks = true
-				}
-			}
 		}
 	}
 	return nil
