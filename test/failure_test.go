@@ -108,6 +108,7 @@ func TestDaemonMode(t *testing.T) {
 		t.Fatalf("daemon mount: status %d, mounted %v:\n%s", code, mounttest.IsMounted(dir), out)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	pid, conn := daemonOf(t, out, dir)
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("daemon"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +116,7 @@ func TestDaemonMode(t *testing.T) {
 	if code != 0 || mounttest.IsMounted(dir) {
 		t.Fatalf("umount: status %d:\n%s", code, out)
 	}
+	mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
 	out, code, _ = runCLI(t, 60*time.Second, "mount", "--daemon", "--es-url", f.URL, "--index", "esfs-never-made", dir)
 	if code == 0 || !strings.Contains(out, "esfs mkfs") || mounttest.IsMounted(dir) {
 		t.Fatalf("daemon mount of a missing filesystem: status %d:\n%s", code, out)

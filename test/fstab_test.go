@@ -45,42 +45,18 @@ func daemonPid(t *testing.T, out string) int {
 	return pid
 }
 
-// waitGone waits until process pid has exited (it is not our child).
-func waitGone(t *testing.T, pid int, limit time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			return
-		}
-		if st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil && strings.Contains(string(st), ") Z ") {
-			return // a zombie: exited, waiting for its parent (init)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mount daemon %d still running %s after unmount", pid, limit)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+// mountEntry returns the fstype and source of the mount at dir.
+func mountEntry(dir string) (fstype, source string) {
+	_, fstype, source, _ = mounttest.MountEntry(dir)
+	return fstype, source
 }
 
-// mountEntry returns the fstype and source of the mount at dir.
-func mountEntry(t *testing.T, dir string) (fstype, source string) {
+// daemonOf returns the pid the helper printed and the FUSE connection of
+// the mount at dir, for ending the daemon within a bound.
+func daemonOf(t *testing.T, out, dir string) (pid, conn int) {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 9 && f[4] == dir {
-			for i, x := range f {
-				if x == "-" && i+2 < len(f) {
-					return f[i+1], f[i+2]
-				}
-			}
-		}
-	}
-	return "", ""
+	conn, _, _, _ = mounttest.MountEntry(dir)
+	return daemonPid(t, out), conn
 }
 
 // TestMountHelper: `mount -t fuse.esfs`, an /etc/fstab line, and fuse3's
@@ -113,15 +89,15 @@ func TestMountHelper(t *testing.T) {
 		if err != nil || !mounttest.IsMounted(dir) {
 			t.Fatalf("mount -t fuse.esfs: %v\n%s", err, out)
 		}
-		pid := daemonPid(t, out)
-		if typ, src := mountEntry(t, dir); typ != "fuse.esfs" || src != "esfs:"+f.Index {
+		pid, conn := daemonOf(t, out, dir)
+		if typ, src := mountEntry(dir); typ != "fuse.esfs" || src != "esfs:"+f.Index {
 			t.Errorf("mount table says %q %q, want fuse.esfs esfs:%s", typ, src, f.Index)
 		}
 		mounttest.Sh(t, dir, `echo through-mount > f && test "$(cat f)" = through-mount`)
 		if out, err := sysMount(t, nil, "umount", dir); err != nil || mounttest.IsMounted(dir) {
 			t.Fatalf("umount: %v\n%s", err, out)
 		}
-		waitGone(t, pid, 30*time.Second)
+		mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
 		if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), "unmounted") {
 			t.Errorf("log_file %s lacks the daemon's log:\n%s", logFile, log)
 		}
@@ -138,7 +114,7 @@ func TestMountHelper(t *testing.T) {
 		if err != nil || !mounttest.IsMounted(dir) {
 			t.Fatalf("mount --fstab (%s): %v\n%s", line, err, out)
 		}
-		pid := daemonPid(t, out)
+		pid, conn := daemonOf(t, out, dir)
 		if data, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(data) != "through-mount\n" {
 			t.Errorf("reading the file written before: %q, %v", data, err)
 		}
@@ -148,7 +124,7 @@ func TestMountHelper(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		waitGone(t, pid, 30*time.Second)
+		mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
 		if mounttest.IsMounted(dir) {
 			t.Fatal("still mounted after SIGTERM to the daemon")
 		}
@@ -177,12 +153,12 @@ func TestMountHelper(t *testing.T) {
 		if err != nil || !mounttest.IsMounted(dir) {
 			t.Fatalf("mount -t fuse.esfs through mount.fuse3: %v\n%s", err, out)
 		}
-		pid := daemonPid(t, out)
+		pid, conn := daemonOf(t, out, dir)
 		mounttest.Sh(t, dir, `test "$(cat f)" = through-mount`)
 		if out, err := sysMount(t, nil, "umount", dir); err != nil {
 			t.Fatalf("umount: %v\n%s", err, out)
 		}
-		waitGone(t, pid, 30*time.Second)
+		mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
 	})
 
 	t.Run("errors", func(t *testing.T) {

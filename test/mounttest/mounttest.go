@@ -6,15 +6,17 @@ package mounttest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -137,7 +139,25 @@ type Mount struct {
 	log  *os.File
 	done chan struct{}
 	err  error // exit status, valid after done
+	// conn is the kernel's number for the mount's FUSE connection
+	// (/sys/fs/fuse/connections/N), read once mounted; -1 if unknown.
+	conn int
+	// asked is set before the test ends the process on purpose; mayDie
+	// when a crash point lets it kill itself. A process that ends with
+	// neither has died under a test: unasked records that, at its exit.
+	asked   atomic.Bool
+	mayDie  bool
+	mounted bool
+	unasked bool // valid after done
 }
+
+// Bounds on waiting for a mount process: a clean exit after SIGTERM
+// (flush, unmount, a grace period for open files, ending the session),
+// and its reaping once killed.
+const (
+	exitLimit = 90 * time.Second
+	killLimit = 30 * time.Second
+)
 
 // Mount starts `esfs mount` on a new directory and waits until the kernel
 // has the mount. extra are more flags (before the mount point).
@@ -162,12 +182,22 @@ func (f *FS) MountAt(t testing.TB, dir string, env []string, extra ...string) *M
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	m := &Mount{Dir: dir, t: t, cmd: cmd, log: logf, done: make(chan struct{})}
-	go func() { m.err = cmd.Wait(); close(m.done) }()
+	m := &Mount{Dir: dir, t: t, cmd: cmd, log: logf, done: make(chan struct{}), conn: -1}
+	for _, e := range env {
+		if strings.HasPrefix(e, "ESFS_CRASH_POINT=") && e != "ESFS_CRASH_POINT=" {
+			m.mayDie = true
+		}
+	}
+	go func() {
+		m.err = cmd.Wait()
+		m.unasked = !m.asked.Load()
+		close(m.done)
+	}()
 	t.Cleanup(m.cleanup)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if IsMounted(dir) {
+		if conn, _, _, ok := MountEntry(dir); ok {
+			m.conn, m.mounted = conn, true
 			return m
 		}
 		select {
@@ -190,6 +220,10 @@ func (m *Mount) Path(rel ...string) string {
 // Pid is the mount process's id.
 func (m *Mount) Pid() int { return m.cmd.Process.Pid }
 
+// Conn is the number of the mount's FUSE connection in
+// /sys/fs/fuse/connections (-1 if unknown).
+func (m *Mount) Conn() int { return m.conn }
+
 // Log returns what the mount process logged so far.
 func (m *Mount) Log() string {
 	b, _ := os.ReadFile(m.log.Name())
@@ -197,14 +231,16 @@ func (m *Mount) Log() string {
 }
 
 // Unmount sends SIGTERM, as a service manager would, and waits for a clean
-// exit; the directory must no longer be a mount point.
+// exit; the directory must no longer be a mount point. A process that
+// does not exit in time is ended by force and the test fails.
 func (m *Mount) Unmount(t testing.TB) {
 	t.Helper()
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("esfs mount did not exit within 60s of SIGTERM:\n%s", m.Log())
+	if m.Exited() {
+		t.Fatalf("esfs mount at %s had already ended before the unmount (%v):\n%s", m.Dir, m.err, tail(m.Log(), 60))
+	}
+	m.Signal(syscall.SIGTERM)
+	if !m.waitDone(exitLimit) {
+		t.Fatalf("esfs mount at %s did not exit within %s of SIGTERM (%s):\n%s", m.Dir, exitLimit, m.forceEnd(), tail(m.Log(), 60))
 	}
 	if m.err != nil {
 		t.Fatalf("esfs mount exited with %v:\n%s", m.err, m.Log())
@@ -216,8 +252,11 @@ func (m *Mount) Unmount(t testing.TB) {
 
 // Kill sends SIGKILL: the process dies with whatever it held.
 func (m *Mount) Kill() {
+	m.asked.Store(true)
 	_ = m.cmd.Process.Kill()
-	<-m.done
+	if !m.waitDone(killLimit) {
+		m.t.Errorf("esfs mount at %s not reaped within %s of SIGKILL (%s)", m.Dir, killLimit, m.forceEnd())
+	}
 	lazyUnmount(m.Dir)
 }
 
@@ -231,16 +270,57 @@ func (m *Mount) Exited() bool {
 	}
 }
 
-func (m *Mount) cleanup() {
+func (m *Mount) waitDone(limit time.Duration) bool {
 	select {
 	case <-m.done:
-	default:
+		return true
+	case <-time.After(limit):
+		return false
+	}
+}
+
+// forceEnd ends a mount process that does not exit by itself. SIGKILL
+// alone is not enough when one of its threads waits in the kernel for an
+// answer from its own mount: it cannot die, so the /dev/fuse descriptor
+// stays open and the request is never failed. Aborting the connection
+// fails every request of the mount, which lets that thread and then the
+// process die. It says what it did, for the failure message.
+func (m *Mount) forceEnd() string {
+	m.asked.Store(true)
+	did := []string{"kernel stacks of its threads:\n" + stacks(m.Pid())}
+	if err := AbortFUSE(m.conn); err != nil {
+		did = append(did, "could not abort its FUSE connection: "+err.Error())
+	} else {
+		did = append(did, fmt.Sprintf("aborted FUSE connection %d", m.conn))
+	}
+	_ = m.cmd.Process.Kill()
+	if m.waitDone(killLimit) {
+		did = append(did, "killed it")
+	} else {
+		did = append(did, fmt.Sprintf("it was still not reaped %s after SIGKILL; kernel stacks now:\n%s", killLimit, stacks(m.Pid())))
+	}
+	lazyUnmount(m.Dir)
+	return strings.Join(did, "; ")
+}
+
+// checkDeath fails the test if the process ended without being asked to.
+// A zero exit status is not a death: the daemon exits 0 only once its
+// mount is gone, which a test may do with umount.
+func (m *Mount) checkDeath() {
+	if m.Exited() && m.mounted && m.unasked && !m.mayDie && m.err != nil {
+		m.t.Errorf("esfs mount at %s (pid %d) died while the test did not ask it to end: %v\nlast lines of its log:\n%s",
+			m.Dir, m.Pid(), m.err, tail(m.Log(), 60))
+	}
+}
+
+func (m *Mount) cleanup() {
+	m.checkDeath()
+	if !m.Exited() {
+		m.asked.Store(true)
+		_ = m.cmd.Process.Signal(syscall.SIGCONT) // a test may have stopped it
 		_ = m.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-m.done:
-		case <-time.After(30 * time.Second):
-			_ = m.cmd.Process.Kill()
-			<-m.done
+		if !m.waitDone(exitLimit) {
+			m.t.Errorf("esfs mount at %s (pid %d) did not exit within %s of SIGTERM: %s", m.Dir, m.Pid(), exitLimit, m.forceEnd())
 		}
 	}
 	lazyUnmount(m.Dir)
@@ -266,20 +346,140 @@ func tail(s string, n int) string {
 
 // IsMounted reports whether dir is a mount point, from /proc/self/mountinfo.
 func IsMounted(dir string) bool {
+	_, _, _, ok := MountEntry(dir)
+	return ok
+}
+
+// MountEntry reads the mount at dir from /proc/self/mountinfo (the last
+// one, if several are stacked): its device minor number (for FUSE, the
+// connection's number in /sys/fs/fuse/connections), filesystem type and
+// source. It never touches dir itself, which may be a hung FUSE mount.
+func MountEntry(dir string) (minor int, fstype, source string, ok bool) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return false
+		return 0, "", "", false
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		fields := bytes.Fields(sc.Bytes())
-		if len(fields) > 4 && string(fields[4]) == dir {
-			return true
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || unescapeMountinfo(fields[4]) != dir {
+			continue
+		}
+		ok = true
+		minor = -1
+		if _, mi, found := strings.Cut(fields[2], ":"); found {
+			if n, err := strconv.Atoi(mi); err == nil {
+				minor = n
+			}
+		}
+		fstype, source = "", ""
+		for i, x := range fields {
+			if x == "-" && i+2 < len(fields) {
+				fstype, source = fields[i+1], unescapeMountinfo(fields[i+2])
+				break
+			}
 		}
 	}
-	return false
+	return minor, fstype, source, ok
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) of
+// /proc/self/mountinfo's path fields.
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+const fusectl = "/sys/fs/fuse/connections"
+
+// AbortFUSE aborts FUSE connection conn through fusectl (mounting it if
+// needed): every request waiting on the connection fails with ENOTCONN and
+// its daemon can no longer serve it.
+func AbortFUSE(conn int) error {
+	if conn < 0 {
+		return fmt.Errorf("connection number unknown")
+	}
+	if !IsMounted(fusectl) {
+		if err := syscall.Mount("fusectl", fusectl, "fusectl", 0, ""); err != nil && !IsMounted(fusectl) {
+			return fmt.Errorf("mounting fusectl on %s: %w", fusectl, err)
+		}
+	}
+	return os.WriteFile(filepath.Join(fusectl, strconv.Itoa(conn), "abort"), []byte("1"), 0)
+}
+
+// stacks returns the kernel stacks of the threads of process pid, each
+// distinct stack once with its number of threads: where a process that
+// does not end is waiting.
+func stacks(pid int) string {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stack", pid))
+	count := map[string]int{}
+	var order []string
+	for _, p := range tasks {
+		b, _ := os.ReadFile(p)
+		s := string(b)
+		if count[s] == 0 {
+			order = append(order, s)
+		}
+		count[s]++
+	}
+	var b strings.Builder
+	for _, s := range order {
+		fmt.Fprintf(&b, "%d thread(s):\n%s", count[s], s)
+	}
+	return b.String()
+}
+
+// EndDaemon waits up to limit for a mount daemon that is not this
+// process's child (started with --daemon or by mount(8)) to exit once its
+// mount at dir was unmounted or signalled. If it does not, its FUSE
+// connection conn is aborted, it is killed, dir is detached, and the test
+// fails.
+func EndDaemon(t testing.TB, pid, conn int, dir string, limit time.Duration) {
+	t.Helper()
+	if waitGone(pid, limit) {
+		return
+	}
+	err := AbortFUSE(conn)
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	gone := waitGone(pid, killLimit)
+	lazyUnmount(dir)
+	if gone {
+		t.Fatalf("mount daemon %d still running %s after it was told to end; aborted its FUSE connection (%v) and killed it", pid, limit, err)
+	}
+	t.Fatalf("mount daemon %d still running %s after it was told to end, and not gone %s after an abort of its FUSE connection (%v) and SIGKILL; kernel stacks:\n%s",
+		pid, limit, killLimit, err, stacks(pid))
+}
+
+// waitGone polls until process pid (not our child) has exited.
+func waitGone(pid int, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for {
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			return true
+		}
+		if st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil && strings.Contains(string(st), ") Z ") {
+			return true // a zombie: exited, waiting for its parent (init)
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Sh runs a shell command line in dir and returns its combined output; the
@@ -295,8 +495,14 @@ func Sh(t testing.TB, dir, script string) string {
 	return string(out)
 }
 
-// Signal sends sig to the mount process.
-func (m *Mount) Signal(sig os.Signal) { _ = m.cmd.Process.Signal(sig) }
+// Signal sends sig to the mount process. Any signal but SIGSTOP and
+// SIGCONT counts as asking it to end.
+func (m *Mount) Signal(sig os.Signal) {
+	if sig != syscall.SIGSTOP && sig != syscall.SIGCONT {
+		m.asked.Store(true)
+	}
+	_ = m.cmd.Process.Signal(sig)
+}
 
 // WaitExit waits up to limit for the mount process to end and returns its
 // exit error; ok is false on timeout.
