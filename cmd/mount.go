@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,6 +47,7 @@ func cmdMount() *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ESFS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ESFS_LOG_FORMAT"}, Usage: "text (key=value) or json"},
 			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"ESFS_METRICS_ADDR"}, Usage: "serve Prometheus metrics (/metrics) and Go profiles (/debug/pprof/) on this host:port (off by default)"},
+			&cli.DurationFlag{Name: "shutdown-grace", Value: 10 * time.Second, EnvVars: []string{"ESFS_SHUTDOWN_GRACE"}, Usage: "on SIGTERM or SIGINT, how long a busy mount (detached at once) keeps serving the files still open before the daemon exits; a second signal exits at once"},
 			&cli.BoolFlag{Name: "daemon", Aliases: []string{"d"}, Usage: "detach once mounted; the exit status says whether it mounted"},
 			&cli.StringFlag{Name: "log-file", EnvVars: []string{"ESFS_LOG_FILE"}, Usage: "with --daemon, append the daemon's log here (default: discarded)"},
 		}...),
@@ -66,6 +69,9 @@ func runMount(c *cli.Context) error {
 	}
 	if _, err := locking.NewStrategy(c.String("locking")); err != nil {
 		return usagef("--locking %q: want tree, document or global", c.String("locking"))
+	}
+	if c.Duration("shutdown-grace") < 0 {
+		return usagef("--shutdown-grace must not be negative")
 	}
 	if c.Duration("lease") < 500*time.Millisecond || c.Duration("lock-timeout") <= 0 {
 		return usagef("--lease must be at least 500ms and --lock-timeout positive")
@@ -165,6 +171,11 @@ func serve(c *cli.Context, mp string) error {
 	if err != nil {
 		return err
 	}
+	// Signals are handled from the start: with their default action, a
+	// SIGTERM while mounting would kill the process with its mount half
+	// made.
+	stop := watchSignals(c.Context, log)
+	defer stop.end()
 	reg := newRegistry()
 	if addr := c.String("metrics-addr"); addr != "" {
 		stop, err := serveMetrics(addr, reg, log)
@@ -173,15 +184,18 @@ func serve(c *cli.Context, mp string) error {
 		}
 		defer stop()
 	}
-	ctx, cancel := context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
+	ctx, cancel := context.WithTimeout(stop.ctx, 2*c.Duration("es-timeout"))
 	st, err := openStore(ctx, c, log, true, store.NewMetrics(reg))
 	if err != nil {
 		cancel()
-		return err
+		return stop.explain(err)
 	}
 	defer st.Close()
 	_, err = st.GetDentry(ctx, "/")
 	cancel()
+	if err != nil && stop.ctx.Err() != nil {
+		return stop.explain(err)
+	}
 	if err != nil {
 		return explain(fmt.Errorf("filesystem %q has no root directory (run esfs mkfs --index %s): %w", st.Prefix(), st.Prefix(), err), c.String("es-url"))
 	}
@@ -198,11 +212,14 @@ func serve(c *cli.Context, mp string) error {
 	}
 	defer ch.Close()
 	ch.Register(reg)
-	ctx, cancel = context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
+	ctx, cancel = context.WithTimeout(stop.ctx, 2*c.Duration("es-timeout"))
 	co, err := locking.Start(ctx, st, locking.Config{Strategy: c.String("locking"), Lease: c.Duration("lease"),
 		LockTimeout: c.Duration("lock-timeout"), Mount: mp, Log: log,
 		Metrics: locking.NewMetrics(reg), Stats: func() map[string]float64 { return statsOf(reg) }})
 	cancel()
+	if err != nil && stop.ctx.Err() != nil {
+		return stop.explain(err)
+	}
 	if err != nil {
 		return explain(err, c.String("es-url"))
 	}
@@ -230,26 +247,110 @@ func serve(c *cli.Context, mp string) error {
 	if err != nil {
 		return oneLine(err)
 	}
+	stop.onSecond(func() { _ = fs.Unmount(mp, true) })
 	log.Info("mounted", "index", st.Prefix(), "mountpoint", mp, "pid", os.Getpid())
 	reportReady(nil)
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { srv.Wait(); close(done) }()
 	select {
 	case <-done:
 		log.Info("unmounted", "mountpoint", mp)
 		return nil
-	case s := <-sigs:
+	case s := <-stop.first:
 		log.Info("signal: unmounting", "signal", s.String(), "mountpoint", mp)
 	}
-	if err := srv.Shutdown(mp); err != nil {
+	return shutdown(srv, done, mp, c.Duration("shutdown-grace"), log)
+}
+
+// shutdown ends a mount on a signal: it flushes and unmounts, and if the
+// mount is busy (a process has its working directory or a file there) it
+// detaches it and serves what is still open for at most grace, so that a
+// signalled daemon always exits, in bounded time. Writes that reach it
+// until it stops serving are made durable before it exits.
+func shutdown(srv *fs.Server, done <-chan struct{}, mp string, grace time.Duration, log *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	detached, err := srv.Unmount(ctx)
+	if err != nil {
+		log.Error("unmounting", "mountpoint", mp, "err", err)
+	}
+	if detached {
+		log.Warn("mount point busy: detached; serving the files still open there until they are closed, for at most the grace period",
+			"mountpoint", mp, "grace", grace)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		log.Warn("grace period over: exiting; processes still using the detached mount now get ENOTCONN", "mountpoint", mp, "grace", grace)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if cerr := srv.Close(ctx); cerr != nil {
+		log.Error("flushing buffered writes", "err", cerr)
+		err = errors.Join(err, cerr)
+	}
+	if err != nil {
 		return oneLine(err)
 	}
-	<-done
 	log.Info("unmounted", "mountpoint", mp)
 	return nil
+}
+
+// signals follows SIGINT and SIGTERM for the whole life of a mount
+// process. The first cancels ctx (ending a startup in progress) and is
+// delivered on first; a second one ends the process at once, after
+// detaching the mount, whatever is in progress.
+type signals struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	first  chan os.Signal
+	sigs   chan os.Signal
+	last   atomic.Pointer[func()] // run before exiting on a second signal
+}
+
+func watchSignals(parent context.Context, log *slog.Logger) *signals {
+	s := &signals{first: make(chan os.Signal, 1), sigs: make(chan os.Signal, 2)}
+	s.ctx, s.cancel = context.WithCancel(parent)
+	signal.Notify(s.sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig, ok := <-s.sigs
+		if !ok {
+			return
+		}
+		s.cancel()
+		s.first <- sig
+		if sig, ok = <-s.sigs; !ok {
+			return
+		}
+		log.Warn("second signal: exiting at once; data written but not yet flushed or closed by its programs is lost", "signal", sig.String())
+		if f := s.last.Load(); f != nil {
+			(*f)()
+		}
+		os.Exit(1)
+	}()
+	return s
+}
+
+// onSecond sets what a second signal does before the process exits.
+func (s *signals) onSecond(f func()) { s.last.Store(&f) }
+
+// end stops following signals.
+func (s *signals) end() {
+	signal.Stop(s.sigs)
+	close(s.sigs)
+	s.cancel()
+}
+
+// explain turns an error of a startup interrupted by a signal into one
+// line saying so; other errors pass.
+func (s *signals) explain(err error) error {
+	if s.ctx.Err() == nil {
+		return err
+	}
+	return errors.New("interrupted by a signal while starting: nothing was mounted")
 }
 
 // daemonize starts this program again in the background, without

@@ -361,6 +361,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	defer cancel()
 	of.mu.Lock()
 	defer of.mu.Unlock()
+	if of.f.closed.Load() {
+		return 0, syscall.EIO // checked under of.mu: Close's flush takes it after
+	}
 	if h.append {
 		off = of.size
 	}

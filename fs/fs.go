@@ -69,6 +69,10 @@ type FS struct {
 	refreshed atomic.Uint64
 	refreshMu sync.Mutex // one refresh at a time; waiters reuse its result
 
+	// closed is set when the daemon stops serving a detached mount:
+	// writes then fail instead of filling buffers nobody will flush.
+	closed atomic.Bool
+
 	mu sync.Mutex // protects the following
 	// open holds the shared state of every inode with open handles in this
 	// mount (data buffers, size), so that handles see each other's writes

@@ -2,24 +2,39 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // Server is a mounted filesystem.
 type Server struct {
-	srv *fuse.Server
-	fs  *FS
+	srv        *fuse.Server
+	fs         *FS
+	mountpoint string
 }
 
 // Mount mounts f at mountpoint and serves it in the background.
+//
+// The daemon never opens, stats or walks anything below its own mount
+// point, at any time: such a call waits in the kernel for an answer from
+// this very process, and if the process is dying meanwhile (a signal, a
+// fatal error) the thread can neither get the answer nor be killed, so
+// the process and its mount hang for ever. That is why go-fuse's
+// WaitMount is not called: once NewServer returns the kernel has the
+// mount and its INIT was answered, and WaitMount would only add go-fuse's
+// poll check, an open of a file below the mount point, which matters only
+// to a program that also opens files in the mount it serves (every POLL
+// request is answered ENOSYS regardless).
 func Mount(mountpoint string, f *FS) (*Server, error) {
 	root := &node{f: f}
 	opts := mountOptions(f.opts, log.New(logWriter{f}, "", 0))
@@ -29,10 +44,7 @@ func Mount(mountpoint string, f *FS) (*Server, error) {
 		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)
 	}
 	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)
-	}
-	return &Server{srv: srv, fs: f}, nil
+	return &Server{srv: srv, fs: f, mountpoint: mountpoint}, nil
 }
 
 // mountOptions are the kernel and go-fuse options of an esfs mount.
@@ -69,44 +81,83 @@ func mountOptions(o Options, logger *log.Logger) *gofs.Options {
 	}
 }
 
-// Wait blocks until the filesystem is unmounted.
+// Wait blocks until the kernel has ended the mount: unmounted, or
+// detached and released by the last process that used it.
 func (s *Server) Wait() { s.srv.Wait() }
 
-// Shutdown makes every buffered write durable, then unmounts. If processes
-// still have files open there, the mount is detached (lazy unmount): it
-// disappears from the namespace at once, and their open files keep working
-// until they close them, which is when Wait returns.
-func (s *Server) Shutdown(mountpoint string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// Unmount makes every buffered write durable, then unmounts. If processes
+// still use the mount (a working directory, an open file) after a few
+// tries, it is detached instead: it leaves the namespace at once, and what
+// those processes hold keeps working until they let go (then Wait returns)
+// or until Close. It reports whether it detached. go-fuse's Unmount is not
+// used: as root it falls back to running fusermount3 without -z on a busy
+// mount, several times, for nothing.
+func (s *Server) Unmount(ctx context.Context) (detached bool, err error) {
 	flushErr := s.fs.FlushAll(ctx)
-	var err error
-	for i := 0; i < 4; i++ {
-		if err = s.srv.Unmount(); err == nil {
-			return flushErr
+	for delay := 50 * time.Millisecond; ; delay *= 2 {
+		err = Unmount(s.mountpoint, false)
+		if err == nil || errors.Is(err, syscall.EINVAL) {
+			return false, flushErr // EINVAL: someone unmounted it already
 		}
-		time.Sleep(250 * time.Millisecond) // a process may be about to close
+		if !errors.Is(err, syscall.EBUSY) || delay > time.Second {
+			break
+		}
+		time.Sleep(delay) // a process may be about to close
 	}
-	if lerr := lazyUnmount(mountpoint); lerr != nil {
-		return fmt.Errorf("unmounting %s: %v; lazy unmount: %v", mountpoint, err, lerr)
+	if lerr := Unmount(s.mountpoint, true); lerr != nil {
+		return false, errors.Join(fmt.Errorf("unmounting %s: %w; lazy unmount: %w", s.mountpoint, err, lerr), flushErr)
 	}
-	s.fs.log.Warn("mount point busy: detached; serving open files until they are closed", "mountpoint", mountpoint)
-	return flushErr
+	return true, flushErr
 }
 
-func lazyUnmount(mountpoint string) error {
+// Close ends the service of a detached mount that is still in use: from
+// now on writes fail with EIO, and what was written before is made
+// durable. Once the process exits, the kernel fails every later request
+// of the mount with ENOTCONN.
+func (s *Server) Close(ctx context.Context) error {
+	s.fs.closed.Store(true)
+	return s.fs.FlushAll(ctx)
+}
+
+// Unmount unmounts the mount at mountpoint, or detaches it if lazy (it
+// leaves the namespace now and ends when no process uses it any more),
+// without touching anything below it. As root this is umount2; otherwise
+// fusermount3, which only the user who mounted may use. A busy mount's
+// error wraps EBUSY.
+func Unmount(mountpoint string, lazy bool) error {
 	if os.Geteuid() == 0 {
-		return syscall.Unmount(mountpoint, syscall.MNT_DETACH)
+		flags := unix.UMOUNT_NOFOLLOW
+		if lazy {
+			flags |= syscall.MNT_DETACH
+		}
+		if err := syscall.Unmount(mountpoint, flags); err != nil {
+			return &os.PathError{Op: "umount", Path: mountpoint, Err: err}
+		}
+		return nil
+	}
+	args := []string{"-u"}
+	if lazy {
+		args = append(args, "-z")
 	}
 	for _, prog := range []string{"fusermount3", "fusermount"} {
-		if p, err := exec.LookPath(prog); err == nil {
-			if out, err := exec.Command(p, "-u", "-z", mountpoint).CombinedOutput(); err != nil {
-				return fmt.Errorf("%s: %s", prog, out)
-			}
+		p, err := exec.LookPath(prog)
+		if err != nil {
+			continue
+		}
+		out, err := exec.Command(p, append(args, "--", mountpoint)...).CombinedOutput()
+		if err == nil {
 			return nil
 		}
+		msg := strings.TrimSpace(string(out))
+		if strings.Contains(msg, "busy") {
+			return fmt.Errorf("%s: %s: %w", prog, msg, syscall.EBUSY)
+		}
+		if strings.Contains(msg, "not mounted") || strings.Contains(msg, "not found in") {
+			return fmt.Errorf("%s: %s: %w", prog, msg, syscall.EINVAL)
+		}
+		return fmt.Errorf("%s: %s", prog, msg)
 	}
-	return fmt.Errorf("no fusermount3 to detach %s", mountpoint)
+	return fmt.Errorf("cannot unmount %s: not root and no fusermount3 found", mountpoint)
 }
 
 // logWriter sends go-fuse's diagnostics to the structured log.
