@@ -25,6 +25,8 @@ func TestHelperArgs(t *testing.T) {
 			[]string{"mount.esfs", "mount", "--daemon", "--index", "myfs", "--read-only", dir}, ""},
 		{"mount.fuse3 convention", []string{"esfs", "myfs", dir, "-o", "es_url=http://h:9200,dev,suid"}, true,
 			[]string{"esfs", "mount", "--daemon", "--index", "myfs", "--es-url=http://h:9200", dir}, ""},
+		{"nonempty, as FUSE spells it", []string{"mount.fuse.esfs", "myfs", dir, "-o", "nonempty"}, true,
+			[]string{"mount.fuse.esfs", "mount", "--daemon", "--index", "myfs", "--nonempty", dir}, ""},
 		{"fake mount", []string{"mount.fuse.esfs", "myfs", dir, "-f"}, true, nil, ""},
 		{"unknown option", []string{"mount.fuse.esfs", "myfs", dir, "-o", "colour=blue"}, true, nil, `"colour" is not an esfs option`},
 		{"sloppy ignores unknown options", []string{"mount.fuse.esfs", "myfs", dir, "-s", "-o", "colour=blue"}, true,
@@ -68,6 +70,22 @@ func TestPermuteFlags(t *testing.T) {
 	} {
 		if got := permuteFlags(c.in); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("permuteFlags(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestEscapePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"/":            "-",
+		"/mnt/esfs":    "mnt-esfs",
+		"/mnt/esfs/":   "mnt-esfs",
+		"/mnt/a-b":     `mnt-a\x2db`, // not mnt-a/b's name
+		"/mnt/a/b":     "mnt-a-b",
+		"/.x/y.z":      `\x2ex-y.z`,
+		"/mnt/with sp": `mnt-with\x20sp`,
+	} {
+		if got := escapePath(in); got != want {
+			t.Errorf("escapePath(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

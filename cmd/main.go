@@ -5,6 +5,7 @@ package cmd
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -99,16 +100,26 @@ func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format
 // logger builds the process's structured logger: text (logfmt) or JSON
 // on stderr, at level debug, info, warn or error.
 func logger(level, format string) (*slog.Logger, error) {
+	h, err := newHandler(os.Stderr, level, format, nil)
+	if err != nil {
+		return nil, err
+	}
+	return slog.New(h), nil
+}
+
+// newHandler is the handler of logger writing to w; replace (may be nil)
+// rewrites attributes.
+func newHandler(w io.Writer, level, format string, replace func([]string, slog.Attr) slog.Attr) (slog.Handler, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: l}
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: replace}
 	switch format {
 	case "text", "":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		return slog.NewTextHandler(w, opts), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		return slog.NewJSONHandler(w, opts), nil
 	}
 	return nil, usagef("--log-format %q: want text or json", format)
 }

@@ -48,8 +48,9 @@ func cmdMount() *cli.Command {
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ESFS_LOG_FORMAT"}, Usage: "text (key=value) or json"},
 			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"ESFS_METRICS_ADDR"}, Usage: "serve Prometheus metrics (/metrics) and Go profiles (/debug/pprof/) on this host:port (off by default)"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 10 * time.Second, EnvVars: []string{"ESFS_SHUTDOWN_GRACE"}, Usage: "on SIGTERM or SIGINT, how long a busy mount (detached at once) keeps serving the files still open before the daemon exits; a second signal exits at once"},
+			&cli.BoolFlag{Name: "nonempty", EnvVars: []string{"ESFS_NONEMPTY"}, Usage: "mount over a directory that is not empty, hiding its files until unmounted (refused otherwise)"},
 			&cli.BoolFlag{Name: "daemon", Aliases: []string{"d"}, Usage: "detach once mounted; the exit status says whether it mounted"},
-			&cli.StringFlag{Name: "log-file", EnvVars: []string{"ESFS_LOG_FILE"}, Usage: "with --daemon, append the daemon's log here (default: discarded)"},
+			&cli.StringFlag{Name: "log-file", EnvVars: []string{"ESFS_LOG_FILE"}, Usage: "with --daemon, append the daemon's log here; without it, the log goes to syslog (the system journal) through " + defaultSyslogSocket + " when that exists (" + syslogSocketEnv + " names another socket), else to " + defaultLogDir + "/INDEX@MOUNTPOINT.log (" + logDirEnv + " names another directory); the line printed once mounted says where"},
 		}...),
 		Action: runMount,
 	}
@@ -80,14 +81,14 @@ func runMount(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := checkMountpoint(mp); err != nil {
+	if err := checkMountpoint(mp, c.Bool("nonempty")); err != nil {
 		return err
 	}
 	if _, err := logger(c.String("log-level"), c.String("log-format")); err != nil {
 		return err
 	}
 	if c.Bool("daemon") && os.Getenv(daemonEnv) == "" {
-		return daemonize(mp, c.String("log-file"))
+		return daemonize(mp, c.String("index"), c.String("log-file"))
 	}
 	err = serve(c, mp)
 	if fd := os.Getenv(daemonEnv); fd != "" && err != nil {
@@ -97,7 +98,14 @@ func runMount(c *cli.Context) error {
 }
 
 // checkMountpoint catches the usual mistakes before anything is started.
-func checkMountpoint(mp string) error {
+// The mount table is read first: a mount point that is already mounted
+// may be a hung FUSE mount, which a stat would wait for.
+func checkMountpoint(mp string, nonempty bool) error {
+	if m, ok, err := mountEntry(mp); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("%s is already a mount point (%s; unmount it first: esfs umount %s)", mp, m, mp)
+	}
 	st, err := os.Stat(mp)
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("mount point %s does not exist", mp)
@@ -108,31 +116,58 @@ func checkMountpoint(mp string) error {
 	if !st.IsDir() {
 		return fmt.Errorf("mount point %s is not a directory", mp)
 	}
-	if mounted, err := isMounted(mp); err != nil {
-		return err
-	} else if mounted {
-		return fmt.Errorf("%s is already a mount point (unmount it first: esfs umount %s)", mp, mp)
+	if nonempty {
+		return nil
+	}
+	d, err := os.Open(mp)
+	if err != nil {
+		return fmt.Errorf("mount point %s: %w", mp, err)
+	}
+	defer d.Close()
+	if names, _ := d.Readdirnames(1); len(names) > 0 {
+		return fmt.Errorf("mount point %s is not empty: mounting there would hide its files (--nonempty, or -o nonempty, to mount anyway)", mp)
 	}
 	return nil
 }
 
-// isMounted reads /proc/self/mountinfo: the mount point is field 5, with
-// spaces and other bytes escaped as octal.
-func isMounted(mp string) (bool, error) {
+// mounted is one line of the mount table.
+type mounted struct{ fstype, source string }
+
+func (m mounted) String() string { return m.fstype + " from " + m.source }
+
+// mountEntry reads the mount at mp from /proc/self/mountinfo (the top one
+// if several are stacked there): fields 5 (mount point) and, after the
+// "-" separator, the type and source, with spaces and other bytes escaped
+// as octal.
+func mountEntry(mp string) (mounted, bool, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return false, err
+		return mounted{}, false, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var m mounted
+	found := false
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountinfo(fields[4]) == mp {
-			return true, nil
+		if len(fields) < 5 || unescapeMountinfo(fields[4]) != mp {
+			continue
+		}
+		found, m = true, mounted{}
+		for i, x := range fields {
+			if x == "-" && i+2 < len(fields) {
+				m = mounted{fstype: fields[i+1], source: unescapeMountinfo(fields[i+2])}
+				break
+			}
 		}
 	}
-	return false, sc.Err()
+	return m, found, sc.Err()
+}
+
+func isMounted(mp string) (bool, error) {
+	_, ok, err := mountEntry(mp)
+	return ok, err
 }
 
 func unescapeMountinfo(s string) string {
@@ -168,6 +203,9 @@ func serve(c *cli.Context, mp string) error {
 		level = "debug"
 	}
 	log, err := logger(level, c.String("log-format"))
+	if sock := os.Getenv(daemonSyslogEnv); sock != "" {
+		log, err = syslogLogger(sock, level, c.String("log-format"))
+	}
 	if err != nil {
 		return err
 	}
@@ -357,15 +395,12 @@ func (s *signals) explain(err error) error {
 // --daemon, and waits until the child reports that it mounted or failed.
 // The child keeps none of our stdio: a caller reading our output through a
 // pipe must see it close when we exit.
-func daemonize(mp, logFile string) error {
-	logOut, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if logFile != "" {
-		logOut, err = os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
-	}
+func daemonize(mp, index, logFile string) error {
+	logTo, err := openDaemonLog(index, mp, logFile)
 	if err != nil {
-		return fmt.Errorf("log file: %w", err)
+		return err
 	}
-	defer logOut.Close()
+	defer logTo.out.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -381,11 +416,11 @@ func daemonize(mp, logFile string) error {
 		}
 	}
 	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), daemonEnv+"=3")
+	cmd.Env = append(os.Environ(), daemonEnv+"=3", daemonSyslogEnv+"="+logTo.syslog)
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Stdin = nil
-	cmd.Stdout = logOut
-	cmd.Stderr = logOut
+	cmd.Stdout = logTo.out
+	cmd.Stderr = logTo.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return err
@@ -395,7 +430,7 @@ func daemonize(mp, logFile string) error {
 	r.Close()
 	text := strings.TrimSpace(string(msg))
 	if text == "ok" {
-		fmt.Printf("mounted %s (pid %d)\n", mp, cmd.Process.Pid)
+		fmt.Printf("mounted %s (pid %d); its log: %s\n", mp, cmd.Process.Pid, logTo.where)
 		return nil
 	}
 	_ = cmd.Wait()
@@ -428,7 +463,7 @@ func cmdUmount() *cli.Command {
 	return &cli.Command{
 		Name:      "umount",
 		Aliases:   []string{"unmount"},
-		Usage:     "unmount a mounted filesystem",
+		Usage:     "unmount a mounted esfs filesystem (refuses any other kind of mount)",
 		ArgsUsage: "MOUNTPOINT",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "lazy", Aliases: []string{"l", "z"}, Usage: "detach now, clean up when no longer busy"},
@@ -437,19 +472,26 @@ func cmdUmount() *cli.Command {
 			if c.NArg() != 1 {
 				return usagef("umount needs exactly one argument, the mount point")
 			}
+			// Not resolved through the filesystem: a hung mount must not
+			// hang its own unmount.
 			mp, err := filepath.Abs(c.Args().First())
 			if err != nil {
 				return err
 			}
-			mounted, err := isMounted(mp)
+			m, ok, err := mountEntry(mp)
 			if err != nil {
 				return err
 			}
-			if !mounted {
-				return fmt.Errorf("%s is not mounted", mp)
+			if !ok {
+				return fmt.Errorf("%s is not mounted: it is not a mount point", mp)
 			}
-			if err := unmount(mp, c.Bool("lazy")); err != nil {
-				return err
+			if m.fstype != esfsType {
+				return fmt.Errorf("%s is a %s mount (source %s), not esfs: not unmounting it", mp, m.fstype, m.source)
+			}
+			if err := fs.Unmount(mp, c.Bool("lazy")); errors.Is(err, syscall.EBUSY) {
+				return fmt.Errorf("%s is busy (a process has files open or its working directory there; --lazy detaches it now)", mp)
+			} else if err != nil {
+				return oneLine(err)
 			}
 			// Wait for the kernel to drop it, so that the caller can reuse the
 			// directory as soon as we return.
@@ -464,33 +506,5 @@ func cmdUmount() *cli.Command {
 	}
 }
 
-func unmount(mp string, lazy bool) error {
-	if os.Geteuid() == 0 {
-		flags := 0
-		if lazy {
-			flags = syscall.MNT_DETACH
-		}
-		err := syscall.Unmount(mp, flags)
-		if err == nil {
-			return nil
-		}
-		if errors.Is(err, syscall.EBUSY) {
-			return fmt.Errorf("%s is busy (a process has files open there; try --lazy)", mp)
-		}
-		return fmt.Errorf("unmounting %s: %w", mp, err)
-	}
-	args := []string{"-u"}
-	if lazy {
-		args = append(args, "-z")
-	}
-	for _, prog := range []string{"fusermount3", "fusermount"} {
-		if p, err := exec.LookPath(prog); err == nil {
-			out, err := exec.Command(p, append(args, mp)...).CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("%s: %s", prog, strings.TrimSpace(string(out)))
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("cannot unmount %s: not root and no fusermount3 found", mp)
-}
+// esfsType is the filesystem type of esfs mounts in the mount table.
+const esfsType = "fuse.esfs"

@@ -103,7 +103,8 @@ func TestCommandLineErrors(t *testing.T) {
 func TestDaemonMode(t *testing.T) {
 	f := mounttest.NewFS(t)
 	dir := t.TempDir()
-	out, code, _ := runCLI(t, 60*time.Second, "mount", "--daemon", "--es-url", f.URL, "--index", f.Index, dir)
+	logFile := filepath.Join(t.TempDir(), "esfs.log") // not the system's log directory
+	out, code, _ := runCLI(t, 60*time.Second, "mount", "--daemon", "--log-file", logFile, "--es-url", f.URL, "--index", f.Index, dir)
 	if code != 0 || !mounttest.IsMounted(dir) {
 		t.Fatalf("daemon mount: status %d, mounted %v:\n%s", code, mounttest.IsMounted(dir), out)
 	}

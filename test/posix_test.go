@@ -12,7 +12,9 @@ import (
 
 func TestMain(m *testing.M) {
 	testenv.PrintVersion("test")
+	removeLogs := mounttest.PrivateDaemonLogs()
 	code := m.Run()
+	removeLogs()
 	mounttest.RemoveBinary()
 	os.Exit(code)
 }

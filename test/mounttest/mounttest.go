@@ -71,6 +71,20 @@ func RemoveBinary() {
 	}
 }
 
+// PrivateDaemonLogs sends the logs of the --daemon mounts that tests
+// start without a log file (through the environment they inherit) to a
+// temporary directory instead of the system's syslog or /var/log/esfs,
+// and returns the function that removes it.
+func PrivateDaemonLogs() func() {
+	dir, err := os.MkdirTemp("", "esfs-daemon-logs-")
+	if err != nil {
+		return func() {}
+	}
+	os.Setenv("ESFS_LOG_DIR", dir)
+	os.Setenv("ESFS_SYSLOG_SOCKET", filepath.Join(dir, "no-syslog"))
+	return func() { os.RemoveAll(dir) }
+}
+
 // FS is a fresh filesystem in the test cluster.
 type FS struct {
 	URL   string
