@@ -307,7 +307,8 @@ func serve(c *cli.Context, mp string) error {
 // signalled daemon always exits, in bounded time. Writes that reach it
 // until it stops serving are made durable before it exits.
 func shutdown(srv *fs.Server, done <-chan struct{}, mp string, grace time.Duration, log *slog.Logger) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// One bound for both flushes: a cluster that is down costs it once.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute+grace)
 	defer cancel()
 	detached, err := srv.Unmount(ctx)
 	if err != nil {
@@ -324,8 +325,6 @@ func shutdown(srv *fs.Server, done <-chan struct{}, mp string, grace time.Durati
 	case <-timer.C:
 		log.Warn("grace period over: exiting; processes still using the detached mount now get ENOTCONN", "mountpoint", mp, "grace", grace)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	if cerr := srv.Close(ctx); cerr != nil {
 		log.Error("flushing buffered writes", "err", cerr)
 		err = errors.Join(err, cerr)

@@ -169,7 +169,7 @@ type Mount struct {
 // (flush, unmount, a grace period for open files, ending the session),
 // and its reaping once killed.
 const (
-	exitLimit = 90 * time.Second
+	exitLimit = 2 * time.Minute
 	killLimit = 30 * time.Second
 )
 
