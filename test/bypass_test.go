@@ -397,3 +397,71 @@ func TestExportDuringRenameRecovery(t *testing.T) {
 		t.Errorf("after recovery: %v", err)
 	}
 }
+
+// TestFsckRepairSparesChangesMadeDuringIt: fsck compares a snapshot of the
+// paths with a scan of the inodes made after it. A file created, a hard
+// link made and a file removed between the two (here: while fsck's inode
+// scan is held) are not damage: fsck --repair must leave them alone (before,
+// it deleted the new file's inode and data, and lowered the link count
+// below the file's paths), and report the filesystem clean.
+func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
+	quickExit(t)
+	f := mounttest.NewFS(t)
+	m := f.Mount(t)
+	mounttest.Sh(t, m.Dir, `echo linked > linked && echo doomed > doomed`)
+	if out, code := esfsCmd(t, f, "", "fsck", "--no-wait"); code != 0 {
+		t.Fatalf("fsck before: status %d\n%s", code, out)
+	}
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := interceptProxy(t, f.URL, func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if r.Method == http.MethodPost && r.URL.Path == "/"+f.Index+"-inodes/_search" {
+			once.Do(func() { close(held); <-release })
+		}
+		return false
+	})
+	defer once.Do(func() {})
+	var out bytes.Buffer
+	cmd := exec.Command(f.Bin, "fsck", "--repair", "--no-wait", "--es-url", hold, "--index", f.Index)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-held:
+	case err := <-exited:
+		t.Fatalf("fsck ended before scanning inodes: %v\n%s", err, out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("fsck did not scan inodes within 60s")
+	}
+	mounttest.Sh(t, m.Dir, `echo born > born && ln linked link2 && rm doomed`)
+	esDo(t, f.URL, "POST", "/"+f.Index+","+f.Index+"-*/_refresh", "")
+	close(release)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("fsck --repair during changes: %v\n%s", err, out.String())
+		}
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("fsck did not end:\n%s", out.String())
+	}
+	t.Logf("fsck: %s", out.String())
+	ctx := context.Background()
+	for name, nlink := range map[string]uint32{"born": 1, "linked": 2} {
+		d, err := f.Store.GetDentry(ctx, "/"+name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		a, err := f.Store.GetInode(ctx, d.Ino)
+		if err != nil || a.Nlink != nlink {
+			t.Errorf("%s after fsck --repair: inode %+v, %v; want %d links", name, a, err, nlink)
+		}
+	}
+	if got := mounttest.Sh(t, m.Dir, `cat born link2`); got != "born\nlinked\n" {
+		t.Errorf("contents after fsck --repair: %q", got)
+	}
+}
