@@ -47,8 +47,13 @@ func cmdExport() *cli.Command {
 		ArgsUsage: "SRC LOCALDIR",
 		Description: `SRC is a path in the filesystem (/ for everything). Modes, times,
 symlinks, hard links and extended attributes are kept, and owners when run
-as root. The listing is one point-in-time snapshot; files changed by other
-mounts during the export are copied as they are when read, as cp -a would.`,
+as root. The listing is one point-in-time snapshot, taken after a refresh:
+it holds every write that completed before export started (renames in
+flight in SRC are waited for first). Files changed by other mounts during
+the export are copied as they are when read, as cp -a would; files they
+removed are left out with a warning. An entry the listing and the index
+disagree on (its directory or its inode missing, an unreadable document)
+is named on stderr and export exits 1 after copying everything else.`,
 		Flags:  adminFlags(&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, only errors and the summary"}),
 		Action: runExport,
 	}
