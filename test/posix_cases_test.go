@@ -226,35 +226,16 @@ var posixCases = []posixCase{
 	{name: "setxattr user.* on a symlink", setup: "ln -s nowhere l", who: asRoot, op: "setxattr l user.a v"},
 }
 
-var (
-	posixdoOnce sync.Once
-	posixdoPath string
-	posixdoErr  error
-)
-
-// posixdo builds the helper once, where other users can run it.
-func posixdo(t *testing.T) string {
+// buildPosixdo builds the helper where other users can run it.
+func buildPosixdo(t *testing.T) string {
 	t.Helper()
-	posixdoOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "esfs-posixdo-")
-		if err == nil {
-			err = os.Chmod(dir, 0o755)
-		}
-		if err != nil {
-			posixdoErr = err
-			return
-		}
-		posixdoPath = filepath.Join(dir, "posixdo")
-		cmd := exec.Command("go", "build", "-o", posixdoPath, "./test/posixdo")
-		cmd.Dir = mounttest.RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			posixdoErr = fmt.Errorf("go build posixdo: %v\n%s", err, out)
-		}
-	})
-	if posixdoErr != nil {
-		t.Fatal(posixdoErr)
+	bin := filepath.Join(publicDir(t, "posixdo"), "posixdo")
+	cmd := exec.Command("go", "build", "-o", bin, "./test/posixdo")
+	cmd.Dir = mounttest.RepoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build posixdo: %v\n%s", err, out)
 	}
-	return posixdoPath
+	return bin
 }
 
 // publicDir makes a directory other users can reach (t.TempDir's are
@@ -329,7 +310,7 @@ func (o posixOutcome) String() string {
 // happened. The call comes a little after the setup, so that the
 // filesystem's clock (a tmpfs's ticks by the jiffy) shows whether it moved
 // a time.
-func runPosixCase(t *testing.T, root string, c posixCase) (posixOutcome, string) {
+func runPosixCase(t *testing.T, posixdo, root string, c posixCase) (posixOutcome, string) {
 	t.Helper()
 	dir := filepath.Join(root, strings.NewReplacer(" ", "_", "/", "-", "|", "+").Replace(c.name))
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -340,7 +321,7 @@ func runPosixCase(t *testing.T, root string, c posixCase) (posixOutcome, string)
 		// missing).
 		cmd := exec.Command("bash", "-euo", "pipefail", "-c", c.setup)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(posixdo(t))+":"+os.Getenv("PATH"))
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(posixdo)+":"+os.Getenv("PATH"))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("setup %q: %v\n%s", c.setup, err, out)
 		}
@@ -353,7 +334,7 @@ func runPosixCase(t *testing.T, root string, c posixCase) (posixOutcome, string)
 		}
 	}
 	time.Sleep(20 * time.Millisecond)
-	cmd := exec.Command(posixdo(t), strings.Split(c.op, " ")...)
+	cmd := exec.Command(posixdo, strings.Split(c.op, " ")...)
 	cmd.Dir = dir
 	if c.who.uid != 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: c.who.uid, Gid: c.who.gid, Groups: c.who.groups}}
@@ -377,6 +358,7 @@ func TestPosixCases(t *testing.T) {
 		t.Skip("the survey switches users: run it as root")
 	}
 	quickExit(t)
+	posixdo := buildPosixdo(t)
 	local := publicDir(t, "posix-tmpfs")
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "mode=0755", "esfs-posix-survey", local).CombinedOutput(); err != nil {
 		t.Fatalf("mounting a tmpfs: %v %s", err, out)
@@ -396,7 +378,7 @@ func TestPosixCases(t *testing.T) {
 			seen[c.name] = true
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
-				posixCompare(t, local, m.Dir, c, func() { mu.Lock(); agree++; mu.Unlock() })
+				posixCompare(t, posixdo, local, m.Dir, c, func() { mu.Lock(); agree++; mu.Unlock() })
 			})
 		}
 	})
@@ -427,10 +409,10 @@ func TestPosixCases(t *testing.T) {
 }
 
 // posixCompare runs one case on the local filesystem and on esfs.
-func posixCompare(t *testing.T, local, mounted string, c posixCase, agreed func()) {
+func posixCompare(t *testing.T, posixdo, local, mounted string, c posixCase, agreed func()) {
 	t.Helper()
-	want, localDir := runPosixCase(t, local, c)
-	got, dir := runPosixCase(t, mounted, c)
+	want, localDir := runPosixCase(t, posixdo, local, c)
+	got, dir := runPosixCase(t, posixdo, mounted, c)
 	if got != want {
 		// The kernel keeps attributes for --attr-timeout (1 s): a
 		// difference that goes once they expire is stale caching, not a
