@@ -47,8 +47,13 @@ func cmdExport() *cli.Command {
 		ArgsUsage: "SRC LOCALDIR",
 		Description: `SRC is a path in the filesystem (/ for everything). Modes, times,
 symlinks, hard links and extended attributes are kept, and owners when run
-as root. The listing is one point-in-time snapshot; files changed by other
-mounts during the export are copied as they are when read, as cp -a would.`,
+as root. The listing is one point-in-time snapshot, taken after a refresh:
+it holds every write that completed before export started (renames in
+flight in SRC are waited for first). Files changed by other mounts during
+the export are copied as they are when read, as cp -a would; files they
+removed are left out with a warning. An entry the listing and the index
+disagree on (its directory or its inode missing, an unreadable document)
+is named on stderr and export exits 1 after copying everything else.`,
 		Flags:  adminFlags(&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, only errors and the summary"}),
 		Action: runExport,
 	}
@@ -569,19 +574,30 @@ func runExport(c *cli.Context) error {
 	}
 	defer done()
 	ctx := c.Context
+	url := c.String("es-url")
 	prog := newProgress("export", c.Bool("quiet"))
 	prog.start()
-	ex := &exporter{st: st, src: src, local: local, links: map[uint64]string{}, prog: prog, root: os.Geteuid() == 0}
-	sc := st.ScanTree(src, store.DefaultPageSize)
+	ex := &exporter{st: st, co: co, src: src, local: local, links: map[uint64]string{}, prog: prog, root: os.Geteuid() == 0,
+		dirs: map[string]*exportDir{}, notCopied: map[string]leftOut{}}
+	// fail stops the progress and prints what was found so far first.
+	fail := func(err error) error {
+		prog.stop()
+		ex.report()
+		return err
+	}
+	sc, err := ex.snapshot(ctx)
+	if err != nil {
+		return fail(explain(fmt.Errorf("export: %w", err), url))
+	}
 	defer sc.Close()
 	for {
 		page, bad, err := sc.Next(ctx)
 		if err != nil {
-			prog.stop()
-			return explain(fmt.Errorf("export: %w", err), c.String("es-url"))
+			return fail(explain(fmt.Errorf("export: listing %s failed after %d entries (what was copied stays in %s): %w", src, ex.entries, local, err), url))
 		}
 		for _, b := range bad {
-			fmt.Fprintf(os.Stderr, "esfs export: skipping a damaged path document: %v\n", b)
+			ex.problems++
+			ex.note(fmt.Sprintf("esfs export: an unreadable path document, not copied: %v", b))
 		}
 		if page == nil {
 			break
@@ -590,49 +606,278 @@ func runExport(c *cli.Context) error {
 		for _, d := range page {
 			v, ok, err := co.Visible(ctx, d)
 			if err != nil {
-				prog.stop()
-				return explain(err, c.String("es-url"))
+				return fail(explain(fmt.Errorf("export: %s: %w", d.Path, err), url))
 			}
 			if ok {
 				vis = append(vis, v)
 			}
 		}
 		if err := ex.page(ctx, vis); err != nil {
-			prog.stop()
-			return fmt.Errorf("export failed (what was copied stays in %s): %v", local, err)
+			return fail(explain(fmt.Errorf("export failed (what was copied stays in %s): %w", local, err), url))
 		}
 	}
-	if ex.entries == 0 {
-		prog.stop()
-		return fmt.Errorf("export: %s does not exist in the filesystem", src)
+	if !ex.sawSrc {
+		exists, err := ex.existsNow(ctx)
+		switch {
+		case err != nil:
+			return fail(explain(fmt.Errorf("export: %s is not in the listing, and reading it failed: %w", src, err), url))
+		case exists:
+			return fail(fmt.Errorf("export: %s exists (read directly) but the listing of the index does not show it, so its contents cannot be listed; nothing below it was exported (esfs fsck checks the index)", src))
+		case ex.problems == 0:
+			return fail(fmt.Errorf("export: %s does not exist in the filesystem", src))
+		}
+	}
+	for _, d := range ex.dirOrder {
+		if compareDirLinks && !dirLinksAgree(d.attr.Nlink, d.subdirs) {
+			ex.problems++
+			ex.note(fmt.Sprintf("esfs export: %s: directory with %d links, but the listing shows %d subdirectories in it (want %d links)", d.path, d.attr.Nlink, d.subdirs, 2+d.subdirs))
+		}
 	}
 	// Directories last, deepest first: writing into them changed their times.
-	for i := len(ex.dirs) - 1; i >= 0; i-- {
-		if err := ex.finish(ex.dirs[i].path, ex.dirs[i].attr); err != nil {
-			prog.stop()
-			return fmt.Errorf("export: %v", err)
+	for i := len(ex.dirOrder) - 1; i >= 0; i-- {
+		if err := ex.finish(ex.dirOrder[i].local, ex.dirOrder[i].attr); err != nil {
+			return fail(fmt.Errorf("export: %v", err))
 		}
 	}
 	prog.stop()
-	fmt.Fprintf(os.Stderr, "exported %s to %s: %d entries, %s in %s\n", src, local, ex.entries, mib(prog.bytesDone()), prog.elapsed().Round(time.Millisecond))
+	ex.report()
+	if ex.problems > 0 {
+		return fmt.Errorf("export: %d entries of %s were not copied: the listing and the filesystem disagree (above; esfs fsck checks the index); the other %d entries are in %s",
+			ex.problems+ex.uncopied, src, ex.entries, local)
+	}
+	fmt.Fprintf(os.Stderr, "exported %s to %s: %d entries, %s in %s%s\n", src, local, ex.entries, mib(prog.bytesDone()),
+		prog.elapsed().Round(time.Millisecond), goneNote(ex.gone))
 	return nil
 }
 
+func goneNote(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d removed by other mounts during the export were left out", n)
+}
+
+// exportRenameWait bounds how long export waits for the renames in flight
+// in SRC to end before it lists it. A mount ends its renames within
+// seconds; a dead mount's are finished by any live mount's sweeper within
+// its lease and a half.
+const exportRenameWait = 60 * time.Second
+
+// compareDirLinks turns on the comparison of each exported directory's
+// link count with the subdirectories its listing showed (dirLinksAgree).
+//
+// TODO(issue 11, item 3): turn on once mkdir, rmdir, renames between
+// directories, import and mkfs keep a directory's nlink at 2 + its
+// subdirectories. Until then directories store 1 (skipped) but the root 2,
+// which any subdirectory of / would contradict. Before turning it on, make
+// a mismatch re-read the directory's inode: the count is read after the
+// snapshot, so a mkdir or rmdir of another mount since then moves it.
+const compareDirLinks = false
+
+// dirLinksAgree reports whether a directory's link count agrees with the
+// number of subdirectories the listing showed in it: "." and its name in
+// its parent, plus each subdirectory's "..". A count below 2 is not
+// compared: filesystems made before directories counted their
+// subdirectories store 1.
+func dirLinksAgree(nlink uint32, listedSubdirs int) bool {
+	return nlink < 2 || int64(nlink) == 2+int64(listedSubdirs)
+}
+
+// maxReported bounds the problem and warning lines export keeps to print.
+const maxReported = 100
+
 type exporter struct {
 	st      *store.Store
+	co      visibility
 	src     string
 	local   string
 	links   map[uint64]string // inode -> first local path, for hard links
 	prog    *progress
 	root    bool
-	entries int64
-	dirs    []struct {
-		path string
-		attr store.Inode
+	entries int64 // copied
+
+	sawSrc   bool
+	dirs     map[string]*exportDir // copied directories, by path in the filesystem
+	dirOrder []*exportDir          // the same, parents first
+	// notCopied holds the directories left out (for a problem, or removed
+	// meanwhile), so that their entries are left out with them, silently.
+	notCopied map[string]leftOut
+
+	problems int64 // entries not copied because the listing and the filesystem disagree
+	uncopied int64 // entries below those, left out with them
+	gone     int64 // entries removed by another mount since the snapshot
+	lines    []string
+	dropped  int64 // lines beyond maxReported
+}
+
+type leftOut uint8
+
+const (
+	leftOutProblem leftOut = iota + 1
+	leftOutGone
+)
+
+type exportDir struct {
+	path, local string
+	attr        store.Inode
+	subdirs     int // listed and copied
+}
+
+// snapshot takes the listing export copies: a point-in-time of SRC taken
+// after a refresh, so that it holds every write acknowledged before export
+// started. Documents of renames in flight carry intents that are resolved
+// against the rename's record when read, which may be later than the
+// snapshot: a rename that commits and finishes in between would have its
+// old names hidden (committed) and its staged new names hidden too (their
+// intent outlived their operation), and export would quietly miss a
+// subtree. So a snapshot with intents of an operation not known to have
+// ended before it was taken is dropped, the operation waited for, and a
+// new one taken.
+func (ex *exporter) snapshot(ctx context.Context) (*store.Scanner, error) {
+	ended := map[string]bool{} // operations seen finished before the current snapshot
+	deadline := time.Now().Add(exportRenameWait)
+	for {
+		if err := ex.st.Refresh(ctx); err != nil {
+			return nil, err
+		}
+		sc := ex.st.ScanTree(ex.src, store.DefaultPageSize)
+		ops, err := sc.IntentOps(ctx)
+		if err != nil {
+			sc.Close()
+			return nil, err
+		}
+		var pending []string
+		for _, op := range ops {
+			if !ended[op] {
+				pending = append(pending, op)
+			}
+		}
+		if len(pending) == 0 {
+			return sc, nil
+		}
+		sc.Close()
+		for _, op := range pending {
+			if err := ex.waitEnded(ctx, op, deadline); err != nil {
+				return nil, err
+			}
+			ended[op] = true
+		}
 	}
 }
 
-// page copies one page of the scan (in path order: parents first).
+// waitEnded waits until operation op is done (or its record is gone,
+// which readers take as rolled back).
+func (ex *exporter) waitEnded(ctx context.Context, op string, deadline time.Time) error {
+	for {
+		rec, err := ex.st.GetOp(ctx, op)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && rec.State == store.OpDone) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the rename of %s to %s (operation %s, %s, by mount %s) is in flight in %s and did not end within %s; run export again (if that mount died, a live mount or esfs fsck --repair finishes it)",
+				rec.Src, rec.Dst, op, rec.State, rec.Owner, ex.src, exportRenameWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// visibility resolves the intents of renames in flight, as readers see them.
+type visibility interface {
+	Visible(context.Context, store.Dentry) (store.Dentry, bool, error)
+}
+
+// existsNow reads SRC in real time, for a listing that lacks it.
+func (ex *exporter) existsNow(ctx context.Context) (bool, error) {
+	d, err := ex.st.GetDentry(ctx, ex.src)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	_, ok, err := ex.co.Visible(ctx, d)
+	return ok, err
+}
+
+// problem records an entry not copied because the listing and the
+// filesystem disagree: export then fails, after copying everything else.
+func (ex *exporter) problem(d store.Dentry, format string, a ...any) {
+	ex.problems++
+	ex.note(fmt.Sprintf("esfs export: %s: not copied: %s", d.Path, fmt.Sprintf(format, a...)))
+	ex.leaveOut(d, leftOutProblem)
+}
+
+// vanished records an entry that another mount removed after the snapshot.
+func (ex *exporter) vanished(d store.Dentry) {
+	ex.gone++
+	ex.note(fmt.Sprintf("esfs export: %s: removed during the export, left out", d.Path))
+	ex.leaveOut(d, leftOutGone)
+}
+
+// leaveOut makes the entries below a directory left out share its fate.
+func (ex *exporter) leaveOut(d store.Dentry, why leftOut) {
+	if d.Type == store.TypeDir {
+		ex.notCopied[d.Path] = why
+	}
+}
+
+// recheck reads again, in real time, a listed entry whose inode is gone.
+// It returns ErrNotFound if another mount removed the entry since the
+// snapshot (its path is gone too, or names another inode that is gone as
+// well), the entry as it is now if it was replaced, and a disagreement if
+// the path still names the missing inode.
+func (ex *exporter) recheck(ctx context.Context, d store.Dentry) (store.Dentry, store.Inode, error) {
+	now, err := ex.st.GetDentry(ctx, d.Path)
+	if err != nil {
+		return d, store.Inode{}, err
+	}
+	now, ok, err := ex.co.Visible(ctx, now)
+	if err != nil {
+		return d, store.Inode{}, err
+	}
+	if !ok {
+		return d, store.Inode{}, fmt.Errorf("%s: %w", d.Path, store.ErrNotFound)
+	}
+	if now.Ino == d.Ino {
+		return d, store.Inode{}, disagreement(fmt.Sprintf("its inode %d does not exist (a direct read of the path names it too)", d.Ino))
+	}
+	a, err := ex.st.GetInode(ctx, now.Ino)
+	return now, a, err
+}
+
+// disagreement is an entry that the listing and the documents it names
+// disagree on: it is left out and export fails at the end.
+type disagreement string
+
+func (d disagreement) Error() string { return string(d) }
+
+func (ex *exporter) note(line string) {
+	if len(ex.lines) >= maxReported {
+		ex.dropped++
+		return
+	}
+	ex.lines = append(ex.lines, line)
+}
+
+// report prints the problems and warnings, after the progress bar is gone.
+func (ex *exporter) report() {
+	for _, l := range ex.lines {
+		fmt.Fprintln(os.Stderr, l)
+	}
+	if ex.dropped > 0 {
+		fmt.Fprintf(os.Stderr, "esfs export: ... and %d more\n", ex.dropped)
+	}
+	ex.lines, ex.dropped = nil, 0
+}
+
+// page copies one page of the listing (in path order: parents first).
 func (ex *exporter) page(ctx context.Context, ds []store.Dentry) error {
 	if len(ds) == 0 {
 		return nil
@@ -646,15 +891,55 @@ func (ex *exporter) page(ctx context.Context, ds []store.Dentry) error {
 		return err
 	}
 	for i, d := range ds {
-		if errors.Is(attrs[i].Err, store.ErrNotFound) {
-			continue // removed since the snapshot
+		a, err := attrs[i].Inode, attrs[i].Err
+		var parent *exportDir
+		if d.Path == ex.src {
+			ex.sawSrc = true
+		} else if why, ok := ex.notCopied[d.Parent]; ok {
+			// Left out with its directory, which was reported.
+			if why == leftOutGone {
+				ex.gone++
+			} else {
+				ex.uncopied++
+			}
+			ex.leaveOut(d, why)
+			continue
+		} else if parent = ex.dirs[d.Parent]; parent == nil {
+			ex.problem(d, "its directory %s is not in the listing", d.Parent)
+			continue
 		}
-		if attrs[i].Err != nil {
-			return fmt.Errorf("%s: %w", d.Path, attrs[i].Err)
+		if errors.Is(err, store.ErrNotFound) {
+			d, a, err = ex.recheck(ctx, d)
+			var dis disagreement
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				ex.vanished(d)
+				continue
+			case errors.As(err, &dis):
+				ex.problem(d, "%v", err)
+				continue
+			case err != nil:
+				return fmt.Errorf("%s: %w", d.Path, err)
+			}
+		} else if err != nil {
+			ex.problem(d, "%v", err) // a damaged inode document
+			continue
+		}
+		if a.Type != d.Type {
+			ex.problem(d, "the path is a %s, its inode %d a %s", d.Type, a.Ino, a.Type)
+			continue
 		}
 		local := filepath.Join(ex.local, strings.TrimPrefix(d.Path, ex.src))
-		if err := ex.entry(ctx, local, attrs[i].Inode); err != nil {
+		if err := ex.entry(ctx, local, a); err != nil {
 			return fmt.Errorf("%s: %v", d.Path, err)
+		}
+		if a.Type == store.TypeDir {
+			dir := &exportDir{path: d.Path, local: local, attr: a}
+			ex.dirs[d.Path] = dir
+			ex.dirOrder = append(ex.dirOrder, dir)
+			if parent != nil {
+				parent.subdirs++
+			}
 		}
 		ex.entries++
 		ex.prog.add(1, 0)
@@ -665,14 +950,7 @@ func (ex *exporter) page(ctx context.Context, ds []store.Dentry) error {
 func (ex *exporter) entry(ctx context.Context, local string, a store.Inode) error {
 	switch a.Type {
 	case store.TypeDir:
-		if err := os.Mkdir(local, 0o700); err != nil {
-			return err
-		}
-		ex.dirs = append(ex.dirs, struct {
-			path string
-			attr store.Inode
-		}{local, a})
-		return nil
+		return os.Mkdir(local, 0o700) // finished last, by runExport
 	case store.TypeSymlink:
 		if err := os.Symlink(a.Target, local); err != nil {
 			return err

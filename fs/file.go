@@ -35,7 +35,11 @@ type openFile struct {
 	// extent is the end of the data this mount has sent to the store, which
 	// can pass attr.Size until the inode is written at flush.
 	extent   int64
-	unlinked bool  // no links left: delete the inode at the last close
+	unlinked bool // no links left: delete the inode at the last close
+	// killPriv: a caller other than root wrote since the last flush, so
+	// the flush clears setuid (and setgid with group execute), as the
+	// kernel does for callers without CAP_FSETID.
+	killPriv bool
 	sticky   error // a failed background flush, reported at the next flush
 	// Read-ahead for sequential readers: nextSeq is the chunk a
 	// sequential reader asks for next, aheadTo the end of what was asked
@@ -357,6 +361,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if of.f.opts.ReadOnly {
 		return 0, syscall.EROFS
 	}
+	uid, _ := caller(ctx)
 	ctx, cancel := of.f.ctxOf(ctx)
 	defer cancel()
 	of.mu.Lock()
@@ -418,6 +423,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	of.cgen++ // read-ahead in flight may hold the old bytes
 	of.mtime = now()
 	of.changed = true
+	of.killPriv = of.killPriv || uid != 0
 	if of.dirtyLen > of.f.opts.DirtyLimit {
 		// Send the data but not the inode: the size becomes visible at
 		// flush, like any other buffered write.
@@ -463,18 +469,22 @@ func (of *openFile) flush(ctx context.Context) error {
 	if !of.changed || of.unlinked {
 		return nil
 	}
-	size, mtime := of.size, of.mtime
+	size, mtime, killPriv := of.size, of.mtime, of.killPriv
 	a, err := of.f.updateInode(ctx, of.ino, func(a *store.Inode) error {
 		a.Size = size
 		if mtime > a.Mtime {
 			a.Mtime = mtime
 		}
 		a.Ctime = max(a.Ctime, mtime)
-		// Writing clears setuid, and setgid with group execute, as on any
-		// POSIX filesystem (the kernel asks only when it knows the mode).
-		a.Mode &^= syscall.S_ISUID
-		if a.Mode&0o010 != 0 {
-			a.Mode &^= syscall.S_ISGID
+		// Writing clears setuid, and setgid with group execute, unless
+		// root wrote, as on any POSIX filesystem. The kernel asks for it
+		// too, but only when its cached mode (maybe older than another
+		// mount's chmod) has the bits.
+		if killPriv {
+			a.Mode &^= syscall.S_ISUID
+			if a.Mode&0o010 != 0 {
+				a.Mode &^= syscall.S_ISGID
+			}
 		}
 		return nil
 	})
@@ -485,7 +495,7 @@ func (of *openFile) flush(ctx context.Context) error {
 		return err
 	}
 	of.attr = a
-	of.changed = false
+	of.changed, of.killPriv = false, false
 	return nil
 }
 

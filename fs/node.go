@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"syscall"
 	"time"
 
@@ -165,10 +166,13 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 	}
 	out.Owner = fuse.Owner{Uid: a.Uid, Gid: a.Gid}
 	setTime := func(ns int64) (uint64, uint32) {
-		if ns < 0 {
-			return 0, 0
+		// The kernel reads the seconds as signed: times before 1970 pass
+		// as two's complement, with nanoseconds counted forward.
+		sec, nsec := ns/1e9, ns%1e9
+		if nsec < 0 {
+			sec, nsec = sec-1, nsec+1e9
 		}
-		return uint64(ns / 1e9), uint32(ns % 1e9)
+		return uint64(sec), uint32(nsec)
 	}
 	out.Atime, out.Atimensec = setTime(a.Atime)
 	out.Mtime, out.Mtimensec = setTime(a.Mtime)
@@ -297,10 +301,10 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 			a.Gid = gid
 		}
 		if hasAtime {
-			a.Atime = atime.UnixNano()
+			a.Atime = clampedNano(atime)
 		}
 		if hasMtime {
-			a.Mtime = mtime.UnixNano()
+			a.Mtime = clampedNano(mtime)
 			if of := n.f.openState(a.Ino); of != nil {
 				of.setMtime(a.Mtime) // an explicit mtime wins over the write's
 			}
@@ -313,6 +317,26 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	}
 	n.f.fillAttr(a, &out.Attr)
 	return 0
+}
+
+// Times are stored in nanoseconds since 1970 in an int64: from 1677-09-21
+// to 2262-04-11.
+var (
+	minTime = time.Unix(0, math.MinInt64)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
+
+// clampedNano is t in nanoseconds, a time beyond what the store holds
+// clamped to its range, as local filesystems clamp times to theirs (ext4:
+// 1901 to 2446) instead of wrapping around.
+func clampedNano(t time.Time) int64 {
+	switch {
+	case t.Before(minTime):
+		return math.MinInt64
+	case t.After(maxTime):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
 }
 
 // caller returns the uid and gid of the process making the request.

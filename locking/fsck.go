@@ -2,6 +2,7 @@ package locking
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -20,6 +21,8 @@ type FsckBackend interface {
 	DeleteDentry(ctx context.Context, path string, ifVer store.Version) (store.Version, error)
 	DeleteChunks(ctx context.Context, ino uint64, first, last int64) error
 	ChunkSize() int64
+	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
+	SearchPaths(query string, inos []uint64, f store.SearchFilter, pageSize int) (*store.Scanner, error)
 }
 
 var _ FsckBackend = (*store.Store)(nil)
@@ -156,10 +159,6 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 		return rep, err
 	}
 	// Paths.
-	type pathInfo struct {
-		typ store.FileType
-		ino uint64
-	}
 	paths := map[string]pathInfo{}
 	var docs []store.Dentry
 	sc := fb.ScanTree("/", store.DefaultPageSize)
@@ -238,6 +237,9 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 		}
 	}
 	rep.Inodes = len(inodes)
+	if err := c.lookAgain(ctx, fb, inodes, links, paths); err != nil {
+		return rep, err
+	}
 	inos := make([]uint64, 0, len(links))
 	for ino := range links {
 		inos = append(inos, ino)
@@ -286,6 +288,87 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 		rep.Problems = append(rep.Problems, p)
 	}
 	return rep, nil
+}
+
+type pathInfo struct {
+	typ store.FileType
+	ino uint64
+}
+
+// lookAgain reads again, now, the inodes on which the two snapshots fsck
+// compares disagree: an inode without a path, a path without its inode, a
+// link count that differs from the paths. The snapshots are taken one after
+// the other (paths, then inodes), so a file created between them has an
+// inode but no path, one removed between them a path but no inode, a link
+// made between them one link too many; and repairing those as damage would
+// delete a live file or lower its link count below its paths. For each
+// such inode the paths that name it are searched again after a refresh
+// (which shows every path written before it) and the inode is read in real
+// time; the checks then judge what was read last.
+func (c *Coordinator) lookAgain(ctx context.Context, fb FsckBackend, inodes map[uint64]store.Inode, links map[uint64][]string, paths map[string]pathInfo) error {
+	var suspects []uint64
+	for ino, ps := range links {
+		if n, ok := inodes[ino]; !ok || (n.Type != store.TypeDir && int(n.Nlink) != len(ps)) {
+			suspects = append(suspects, ino)
+		}
+	}
+	for ino := range inodes {
+		if _, ok := links[ino]; !ok && ino != store.RootIno {
+			suspects = append(suspects, ino)
+		}
+	}
+	if len(suspects) == 0 {
+		return nil
+	}
+	if err := fb.Refresh(ctx); err != nil {
+		return err
+	}
+	sort.Slice(suspects, func(i, j int) bool { return suspects[i] < suspects[j] })
+	named := map[uint64][]string{}
+	const batch = 10000 // below index.max_terms_count
+	for start := 0; start < len(suspects); start += batch {
+		sc, err := fb.SearchPaths("", suspects[start:min(start+batch, len(suspects))], store.SearchFilter{}, store.DefaultPageSize)
+		if err != nil {
+			return err
+		}
+		for {
+			page, _, err := sc.Next(ctx)
+			if err != nil {
+				sc.Close()
+				return err
+			}
+			if page == nil {
+				break
+			}
+			for _, d := range page {
+				vis, ok, err := c.Journal.Visible(ctx, d)
+				if err != nil {
+					sc.Close()
+					return err
+				}
+				if ok {
+					named[vis.Ino] = append(named[vis.Ino], vis.Path)
+					paths[vis.Path] = pathInfo{vis.Type, vis.Ino}
+				}
+			}
+		}
+		sc.Close()
+	}
+	for _, ino := range suspects {
+		if ps := named[ino]; len(ps) > 0 {
+			links[ino] = ps
+		} else {
+			delete(links, ino)
+		}
+		n, err := fb.GetInode(ctx, ino)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			delete(inodes, ino)
+		case err == nil:
+			inodes[ino] = n
+		} // else unreadable (a corrupt document, reported already): as the scan saw it
+	}
+	return nil
 }
 
 func lockName(d store.LockDoc) string {

@@ -77,22 +77,8 @@ func (sc *Scanner) Next(ctx context.Context) (page []Dentry, bad []error, err er
 		sc.pageSize = DefaultPageSize
 	}
 	s := sc.s
-	if sc.usePIT && sc.pit == "" {
-		what := "opening a point-in-time on " + s.idx.Paths
-		res, err := s.do(ctx, what, request{method: "POST", path: "/" + url.PathEscape(s.idx.Paths) + "/_pit", query: url.Values{"keep_alive": {"5m"}}})
-		if err != nil {
-			return nil, nil, err
-		}
-		if res.status != 200 {
-			return nil, nil, failure(what, res)
-		}
-		var pit struct {
-			ID string `json:"id"`
-		}
-		if err := json.Unmarshal(res.body, &pit); err != nil || pit.ID == "" {
-			return nil, nil, fmt.Errorf("%s: %w", what, ErrCorrupt)
-		}
-		sc.pit = pit.ID
+	if err := sc.openPIT(ctx); err != nil {
+		return nil, nil, err
 	}
 	req := map[string]any{
 		"size":                sc.pageSize,
@@ -159,6 +145,101 @@ func (sc *Scanner) Next(ctx context.Context) (page []Dentry, bad []error, err er
 		sc.closePIT()
 	}
 	return page, bad, nil
+}
+
+// openPIT takes the scan's snapshot, once, if it uses one.
+func (sc *Scanner) openPIT(ctx context.Context) error {
+	if !sc.usePIT || sc.pit != "" {
+		return nil
+	}
+	s := sc.s
+	what := "opening a point-in-time on " + s.idx.Paths
+	res, err := s.do(ctx, what, request{method: "POST", path: "/" + url.PathEscape(s.idx.Paths) + "/_pit", query: url.Values{"keep_alive": {"5m"}}})
+	if err != nil {
+		return err
+	}
+	if res.status != 200 {
+		return failure(what, res)
+	}
+	var pit struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(res.body, &pit); err != nil || pit.ID == "" {
+		return fmt.Errorf("%s: %w", what, ErrCorrupt)
+	}
+	sc.pit = pit.ID
+	return nil
+}
+
+// IntentOps returns the operations named by the intents that documents of
+// the scan's snapshot carry (taking the snapshot if Next has not yet):
+// renames that were in flight when it was taken. A reader that resolves those documents
+// later, against the operation's record as it is then, may judge a
+// snapshot of one state by a record of a later one (staged new names the
+// snapshot lacks, old names the rename has since removed); a reader that
+// must be complete waits for these operations to end and takes a new
+// snapshot. Call it before the first Next.
+func (sc *Scanner) IntentOps(ctx context.Context) ([]string, error) {
+	if !sc.usePIT {
+		return nil, fmt.Errorf("intents of a scan without a snapshot: %w", ErrInvalid)
+	}
+	if err := sc.openPIT(ctx); err != nil {
+		return nil, err
+	}
+	s := sc.s
+	var ops []string
+	var after any
+	for {
+		terms := map[string]any{"size": 1000, "sources": []any{
+			map[string]any{"op": map[string]any{"terms": map[string]any{"field": "op"}}},
+		}}
+		if after != nil {
+			terms["after"] = after
+		}
+		req := map[string]any{
+			"size": 0, "track_total_hits": false,
+			"query": map[string]any{"bool": map[string]any{"filter": []any{
+				sc.query, map[string]any{"exists": map[string]any{"field": "op"}},
+			}}},
+			"pit":  map[string]any{"id": sc.pit, "keep_alive": "5m"},
+			"aggs": map[string]any{"ops": map[string]any{"composite": terms}},
+		}
+		body, _ := json.Marshal(req)
+		what := "listing the renames in flight in a snapshot of " + s.idx.Paths
+		res, err := s.do(ctx, what, request{method: "POST", path: "/_search", body: body})
+		if err != nil {
+			return nil, err
+		}
+		if res.status != 200 {
+			return nil, failure(what, res)
+		}
+		var out struct {
+			PitID        string `json:"pit_id"`
+			Aggregations struct {
+				Ops struct {
+					AfterKey map[string]any `json:"after_key"`
+					Buckets  []struct {
+						Key struct {
+							Op string `json:"op"`
+						} `json:"key"`
+					} `json:"buckets"`
+				} `json:"ops"`
+			} `json:"aggregations"`
+		}
+		if err := json.Unmarshal(res.body, &out); err != nil {
+			return nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+		}
+		if out.PitID != "" {
+			sc.pit = out.PitID
+		}
+		for _, b := range out.Aggregations.Ops.Buckets {
+			ops = append(ops, b.Key.Op)
+		}
+		if len(out.Aggregations.Ops.Buckets) == 0 || out.Aggregations.Ops.AfterKey == nil {
+			return ops, nil
+		}
+		after = out.Aggregations.Ops.AfterKey
+	}
 }
 
 // Close releases the point-in-time, if any. Safe to call twice.
