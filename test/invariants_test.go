@@ -383,13 +383,10 @@ func lkAllInodes(ctx context.Context, f *mounttest.FS) ([]store.Inode, error) {
 		}
 		for _, h := range page.Hits.Hits {
 			a := store.Inode{Ino: h.Source.Ino, Nlink: h.Source.Nlink, Size: h.Source.Size}
-			switch h.Source.Type {
-			case "file":
-				a.Type = store.TypeFile
-			case "dir":
-				a.Type = store.TypeDir
-			case "symlink":
-				a.Type = store.TypeSymlink
+			for typ := store.TypeFile; typ <= store.TypeBlockDev; typ++ {
+				if typ.String() == h.Source.Type {
+					a.Type = typ
+				}
 			}
 			out = append(out, a)
 		}

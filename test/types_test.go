@@ -238,3 +238,84 @@ func TestModesAsAsked(t *testing.T) {
 	}
 	alive(t, m)
 }
+
+// specialScript makes every file type and puts the special ones through
+// what any entry goes through: chmod, chown, hard links, renames (also
+// inside a directory that moves, and over an existing file) and unlink.
+const specialScript = `
+mkfifo fifo
+mkfifo -m 0600 fifo-0600
+mknod null c 1 3
+mknod disk b 8 1
+mknod big c 300 70000
+python3 -c '
+import os, socket, stat
+s = socket.socket(socket.AF_UNIX); s.bind("sock"); s.close()
+os.mknod("regular", stat.S_IFREG | 0o640)
+os.mknod("fifo-by-mknod", stat.S_IFIFO | 0o604)
+'
+chmod 0610 fifo
+chown 1234:5678 null
+chmod 4755 disk
+ln fifo fifo-link
+ln null null-link
+mkdir sub
+mkfifo sub/fifo
+mknod sub/dev c 4 5
+python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.bind("sub/sock")'
+mv sub moved
+mkdir other
+mv moved/sock other/sock
+echo data > target
+mv fifo-0600 target
+mkfifo gone && rm gone
+mknod gone-dev c 1 5 && rm gone-dev
+`
+
+// TestSpecialFiles (issue 11, item 2): FIFOs, UNIX sockets and character
+// and block devices are entries like any other (list, stat with their type
+// and device number, chmod, chown, link, rename, unlink, as a local
+// filesystem shows them); a FIFO pipes and a socket connects on the mount
+// (the kernel does that work); devices are not opened (the mount is nodev);
+// import and export carry them.
+func TestSpecialFiles(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m := f.Mount(t)
+	there := sameAsLocal(t, m, "special", specialScript)
+
+	// A FIFO works as a FIFO on the mount.
+	out := mounttest.Sh(t, there, `mkfifo pipe && (echo through the pipe > pipe &) && timeout 60 cat pipe`)
+	if out != "through the pipe\n" {
+		t.Errorf("through a FIFO on the mount: %q", out)
+	}
+	// A socket bound on the mount accepts a connection made through it.
+	out = mounttest.Sh(t, there, `timeout 60 python3 -c '
+import os, socket, threading
+srv = socket.socket(socket.AF_UNIX); srv.bind("server.sock"); srv.listen(1)
+def serve():
+    c, _ = srv.accept(); c.sendall(c.recv(100).upper()); c.close()
+threading.Thread(target=serve).start()
+cli = socket.socket(socket.AF_UNIX); cli.connect("server.sock"); cli.sendall(b"ping")
+print(cli.recv(100).decode())
+'`)
+	if out != "PING\n" {
+		t.Errorf("through a UNIX socket on the mount: %q", out)
+	}
+	// Devices stat right but do not open: FUSE mounts are nodev.
+	if fd, err := unix.Open(filepath.Join(there, "null"), unix.O_RDONLY, 0); err != unix.EACCES {
+		unix.Close(fd)
+		t.Errorf("opening a character device on the mount: %v, want EACCES (nodev)", err)
+	}
+
+	// What the index holds, through a fresh mount without caches.
+	fresh := f.Mount(t, lkNoCache...)
+	mine := lsTree(t, there)
+	if diffs := diffTrees(mine, lsTree(t, fresh.Path("special"))); len(diffs) > 0 {
+		t.Errorf("a fresh mount shows the special files otherwise:\n  %s", strings.Join(diffs, "\n  "))
+	}
+	if out, err := f.Run("fsck", "--no-wait"); err != nil {
+		t.Errorf("fsck: %v\n%s", err, out)
+	}
+	alive(t, m)
+	alive(t, fresh)
+}
