@@ -195,12 +195,15 @@ func alive(t *testing.T, m *mounttest.Mount) {
 // system calls themselves (tools like install and mkdir -m chmod after).
 const modesScript = `
 python3 - <<'EOF'
-import os
+import os, stat
 def make(umask, suffix):
     os.umask(umask)
     for mode in (0o0000, 0o7777, 0o1000, 0o4711, 0o2070, 0o0777):
         os.close(os.open('f%04o%s' % (mode, suffix), os.O_CREAT | os.O_WRONLY, mode))
         os.mkdir('d%04o%s' % (mode, suffix), mode)
+        os.mknod('p%04o%s' % (mode, suffix), stat.S_IFIFO | mode)
+        os.mknod('c%04o%s' % (mode, suffix), stat.S_IFCHR | mode, os.makedev(1, 7))
+        os.mknod('r%04o%s' % (mode, suffix), stat.S_IFREG | mode)
 make(0o000, '')
 make(0o027, '-umask027')
 os.umask(0)
