@@ -74,6 +74,7 @@ type importer struct {
 	src, dest string
 	chunk     int64
 	links     map[devIno]*linkState // local files with several links
+	subdirs   map[string]uint32     // local directory -> its subdirectories, for link counts
 	prog      *progress
 	now       int64
 	root      uint64 // DEST's inode, whose path document is written last
@@ -133,7 +134,7 @@ func runImport(c *cli.Context) error {
 	prog := newProgress("import", c.Bool("quiet"))
 	// Count first: the progress has a total, and hard links their count
 	// inside the tree before the inode is written.
-	imp := &importer{src: src, dest: dest, links: map[devIno]*linkState{}, prog: prog, now: time.Now().UnixNano()}
+	imp := &importer{src: src, dest: dest, links: map[devIno]*linkState{}, subdirs: map[string]uint32{}, prog: prog, now: time.Now().UnixNano()}
 	if err := imp.count(); err != nil {
 		return fmt.Errorf("import: %v", err)
 	}
@@ -195,12 +196,17 @@ func runImport(c *cli.Context) error {
 	if err := imp.alive(); err != nil {
 		return fmt.Errorf("import: %s not made: %w", dest, err)
 	}
-	res, err := st.Bulk(ctx, []store.BulkOp{root, st.OpTouchInode(parentIno, imp.now, imp.now)})
+	res, err := st.Bulk(ctx, []store.BulkOp{root})
 	if err == nil {
 		err = res[0].Err
 	}
 	if err != nil {
 		return explain(fmt.Errorf("import: creating %s itself, after everything below it: %w", dest, err), c.String("es-url"))
+	}
+	// DEST is a new subdirectory of its parent (whose lock we share with
+	// mounts that may be making others).
+	if _, err := st.AddDirLinks(ctx, parentIno, 1, imp.now); err != nil {
+		fmt.Fprintf(os.Stderr, "esfs import: %s was made, but the link count of its directory may be one off (esfs fsck --repair counts it): %v\n", dest, err)
 	}
 	if err := txn.End(ctx); err != nil {
 		return explain(fmt.Errorf("import: %s was made, but releasing its lock failed: %w", dest, err), c.String("es-url"))
@@ -312,6 +318,9 @@ func (imp *importer) count() error {
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			bytes += st.Size
 		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR && p != imp.src {
+			imp.subdirs[filepath.Dir(p)]++
+		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 {
 			k := devIno{uint64(st.Dev), st.Ino}
 			if l := imp.links[k]; l != nil {
@@ -411,7 +420,7 @@ func (imp *importer) entry(p string) error {
 	a.Btime = a.Ctime
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		a.Type = store.TypeDir
+		a.Type, a.Nlink = store.TypeDir, 2+imp.subdirs[p]
 		imp.dirs++
 	case unix.S_IFLNK:
 		target, err := os.Readlink(p)

@@ -191,10 +191,8 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 		out.Rdev = a.Rdev
 	}
 	out.Nlink = a.Nlink
-	if a.Type == store.TypeDir {
-		// Directories report 1 link: esfs does not count subdirectories, and 1
-		// tells find(1) and fts not to trust the count for leaf optimisation.
-		out.Nlink = 1
+	if a.Type == store.TypeDir && !a.DirLinksCounted() {
+		out.Nlink = 1 // not counted (see DirLinksCounted)
 	}
 	out.Owner = fuse.Owner{Uid: a.Uid, Gid: a.Gid}
 	setTime := func(ns int64) (uint64, uint32) {
@@ -394,13 +392,14 @@ func (n *node) create(ctx context.Context, name string, e newEntry) (store.Node,
 		// Our locks were taken from us (this mount was frozen past its
 		// lease): someone may have removed the directory meanwhile. The
 		// create reports EIO, so it must leave nothing behind.
-		n.f.undoCreate(ctx, sn)
+		n.f.undoCreate(ctx, sn, n.ino())
 	}
 	return sn, err
 }
 
-// undoCreate removes what a create wrote, at the versions it wrote.
-func (f *FS) undoCreate(ctx context.Context, sn store.Node) {
+// undoCreate removes what a create in directory parent wrote, at the
+// versions it wrote.
+func (f *FS) undoCreate(ctx context.Context, sn store.Node, parent uint64) {
 	if sn.Type == store.TypeDir {
 		if empty, err := f.isEmptyDir(ctx, sn.Path); err != nil || !empty {
 			return
@@ -413,6 +412,9 @@ func (f *FS) undoCreate(ctx context.Context, sn store.Node) {
 	}
 	if _, err := f.st.DeleteInode(ctx, sn.Ino, sn.Attr.Ver); err != nil {
 		f.log.Warn("could not undo a fenced create's inode", "ino", sn.Ino, "err", err)
+	}
+	if sn.Type == store.TypeDir {
+		f.addDirLinks(ctx, parent, -1, 0)
 	}
 }
 
@@ -485,7 +487,7 @@ func (n *node) createShared(ctx context.Context, name string, e newEntry) (sn st
 	// meanwhile: a session still valid after the write was not declared
 	// dead before it landed (others wait lease + grace of silence).
 	if err := h.Sess.Check(); err != nil {
-		n.f.undoCreate(ctx, sn)
+		n.f.undoCreate(ctx, sn, n.ino())
 		return store.Node{}, true, err
 	}
 	return sn, true, nil
@@ -510,7 +512,10 @@ func (n *node) writeNew(ctx context.Context, dir, path string, e newEntry) (stor
 	t := now()
 	a := store.Inode{Ino: store.NewIno(), Type: typ, Mode: mode & 0o7777, Uid: uid, Gid: gid, Nlink: 1,
 		Atime: t, Mtime: t, Ctime: t, Btime: t, Target: e.target}
+	subdirs := 0 // what the new entry adds to the parent's link count
 	switch {
+	case typ == store.TypeDir:
+		a.Nlink, subdirs = 2, 1
 	case typ == store.TypeSymlink:
 		a.Size = int64(len(e.target))
 		a.Mode = 0o777
@@ -526,13 +531,17 @@ func (n *node) writeNew(ctx context.Context, dir, path string, e newEntry) (stor
 	if err != nil {
 		return store.Node{}, err
 	}
-	n.f.cache.InvalidatePath(path)
-	n.f.cache.InvalidateInode(n.ino())
-	n.f.noteWrite()
-	res, err := n.f.st.Bulk(ctx, []store.BulkOp{opInode, opPath, n.f.st.OpTouchInode(n.ino(), t, t)})
+	opParent, pl, err := n.f.dirLinksOp(ctx, n.ino(), subdirs, t)
 	if err != nil {
 		return store.Node{}, err
 	}
+	n.f.cache.InvalidatePath(path)
+	n.f.noteWrite()
+	res, err := n.f.st.Bulk(ctx, []store.BulkOp{opInode, opPath, opParent})
+	if err != nil {
+		return store.Node{}, err
+	}
+	n.f.settleDirLinks(ctx, pl, res[2], res[0].Err == nil && res[1].Err == nil)
 	if res[1].Err != nil {
 		// The name is taken (or the path write failed): undo the inode.
 		if res[0].Err == nil {
@@ -548,9 +557,6 @@ func (n *node) writeNew(ctx context.Context, dir, path string, e newEntry) (stor
 			n.f.log.Error("could not remove a path whose inode failed", "path", path, "err", derr)
 		}
 		return store.Node{}, res[0].Err
-	}
-	if res[2].Err != nil {
-		n.f.log.Warn("could not update directory times", "dir", dir, "err", res[2].Err)
 	}
 	a.Ver, d.Ver = res[0].Ver, res[1].Ver
 	d.Parent, d.Name = store.Split(path)
@@ -819,9 +825,28 @@ func (n *node) removeLocked(ctx context.Context, dir, path string, wantDir bool)
 				return syscall.ENOTEMPTY
 			}
 		}
+		opPath, err := n.f.st.OpDeleteDentry(path, sn.Ver)
+		if err != nil {
+			return err
+		}
+		subdirs := 0
+		if sn.Type == store.TypeDir {
+			subdirs = -1
+		}
+		// The directory's times, and its count for a subdirectory, ride
+		// with the delete.
+		opParent, pl, err := n.f.dirLinksOp(ctx, n.ino(), subdirs, now())
+		if err != nil {
+			return err
+		}
 		n.f.cache.InvalidatePath(path)
 		n.f.noteWrite()
-		_, err = n.f.st.DeleteDentry(ctx, path, sn.Ver)
+		res, err := n.f.st.Bulk(ctx, []store.BulkOp{opPath, opParent})
+		if err != nil {
+			return err
+		}
+		n.f.settleDirLinks(ctx, pl, res[1], res[0].Err == nil)
+		err = res[0].Err
 		if errors.Is(err, store.ErrConflict) && attempt < 10 {
 			continue // changed between our read and delete: look again
 		}
@@ -831,7 +856,6 @@ func (n *node) removeLocked(ctx context.Context, dir, path string, wantDir bool)
 		if err != nil {
 			return err
 		}
-		n.f.touchDir(n.ino(), now())
 		return n.f.dropLink(ctx, sn.Ino)
 	}
 }

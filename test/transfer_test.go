@@ -96,6 +96,9 @@ func sameTree(t *testing.T, want, got string, xattrs bool) {
 		if a.Mode&unix.S_IFMT != unix.S_IFDIR && a.Size != b.Size {
 			t.Errorf("%s: size %d, want %d", rel, b.Size, a.Size)
 		}
+		if a.Mode&unix.S_IFMT == unix.S_IFDIR && a.Nlink != b.Nlink {
+			t.Errorf("%s: directory with %d links, want %d", rel, b.Nlink, a.Nlink)
+		}
 		if a.Mtim != b.Mtim {
 			t.Errorf("%s: mtime %v, want %v", rel, time.Unix(b.Mtim.Unix()), time.Unix(a.Mtim.Unix()))
 		}

@@ -1,13 +1,17 @@
 package test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/esfs/esfs/test/mounttest"
 	"golang.org/x/sys/unix"
@@ -100,9 +104,6 @@ func lsTree(t *testing.T, root string) map[string]lsEntry {
 		// d_type from the listing must agree with stat.
 		if rel != "." && d.Type() != fs.FileMode(0) && uint32(fsModeType(d.Type())) != e.Type {
 			t.Errorf("%s: readdir says %v, stat says %s", p, d.Type(), typeName(e.Type))
-		}
-		if e.Type == unix.S_IFDIR {
-			e.Nlink = 0 // not counted by esfs yet
 		}
 		out[rel] = e
 		return nil
@@ -321,4 +322,266 @@ print(cli.recv(100).decode())
 	}
 	alive(t, m)
 	alive(t, fresh)
+}
+
+// linksScript changes the subdirectories of directories in every way:
+// mkdir, rmdir, renames within and between directories, over empty
+// directories, and of files (which change no count).
+const linksScript = `
+mkdir -p a/b/c d e f g h/i
+mkdir a/x a/y
+rmdir a/y
+mv a/x d/
+mv e d/e2
+touch file && mv file a/b/
+python3 -c '
+import os
+os.rename("f", "g")          # over an empty directory, same parent
+os.rename("a/b/c", "d/x")    # over an empty directory in another parent
+os.rename("h/i", "i")        # up
+os.rename("d/e2", "h/i")     # down, into the name just freed
+'
+`
+
+// dirLinksAgree checks, through the mount, that every directory's link
+// count is 2 plus what find(1) lists as its subdirectories, and that ls
+// agrees with stat.
+func dirLinksAgree(t *testing.T, dir string) {
+	t.Helper()
+	out := mounttest.Sh(t, dir, `
+find . -type d | while read -r d; do
+	want=$(( 2 + $(find "$d" -mindepth 1 -maxdepth 1 -type d | wc -l) ))
+	st=$(stat -c %h "$d")
+	ls=$(ls -lad "$d" | awk '{print $2}')
+	if [ "$st" != "$want" ] || [ "$ls" != "$want" ]; then echo "$d: stat $st, ls $ls, want $want"; fi
+done`)
+	if out != "" {
+		t.Errorf("directory link counts in %s:\n%s", dir, out)
+	}
+}
+
+// TestDirLinkCounts (issue 11, item 3): a directory has 2 links plus its
+// subdirectories, through mkdir, rmdir and renames as on a local
+// filesystem, as another mount sees it, and when mounts make and remove
+// subdirectories of one directory at once.
+func TestDirLinkCounts(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m := f.Mount(t)
+	there := sameAsLocal(t, m, "links", linksScript)
+	dirLinksAgree(t, m.Dir)
+
+	// Another mount, without caches, reads the same counts from the index.
+	other := f.Mount(t, lkNoCache...)
+	if diffs := diffTrees(lsTree(t, there), lsTree(t, other.Path("links"))); len(diffs) > 0 {
+		t.Errorf("another mount shows other counts:\n  %s", strings.Join(diffs, "\n  "))
+	}
+	// With caches: within the README's bound (kernel attribute timeout +
+	// daemon cache TTL), the second mount sees a change of the first.
+	cached := f.Mount(t)
+	var st unix.Stat_t
+	if err := unix.Stat(cached.Path("links", "d"), &st); err != nil {
+		t.Fatal(err)
+	}
+	before := st.Nlink
+	if err := os.Mkdir(m.Path("links", "d", "new"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the count of a mkdir on another mount", 10*time.Second, func() bool {
+		return unix.Stat(cached.Path("links", "d"), &st) == nil && st.Nlink == before+1
+	})
+
+	// Two mounts make and remove subdirectories of one directory at once:
+	// every count is a compare-and-set, and none is lost.
+	if err := os.Mkdir(m.Path("busy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	storm := `timeout 300 python3 -c '
+import os, sys, threading
+tag, threads, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def work(k):
+    for i in range(n):
+        os.mkdir("busy/%s-%d-%d" % (tag, k, i))
+        if i % 3 == 0:
+            os.rmdir("busy/%s-%d-%d" % (tag, k, i))
+        with open("busy/file-%s-%d-%d" % (tag, k, i), "w"): pass
+ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+[t.start() for t in ts]; [t.join() for t in ts]
+' `
+	a := crGo(func() crResult { return crRun(5*time.Minute, m.Dir, "bash", "-c", storm+"a 8 12") })
+	b := crGo(func() crResult { return crRun(5*time.Minute, other.Dir, "bash", "-c", storm+"b 4 12") })
+	for _, r := range []crResult{crWaitResult(t, "mount A's mkdirs", a, 6*time.Minute), crWaitResult(t, "mount B's mkdirs", b, 6*time.Minute)} {
+		if r.err != nil {
+			t.Fatalf("mkdir storm: %v\n%s", r.err, r.out)
+		}
+	}
+	entries, err := os.ReadDir(other.Path("busy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subdirs := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			subdirs++
+		}
+	}
+	if want := 2 + (8+4)*8; subdirs != want-2 {
+		t.Errorf("busy lists %d subdirectories, want %d", subdirs, want-2)
+	}
+	if err := unix.Stat(other.Path("busy"), &st); err != nil || int(st.Nlink) != 2+subdirs {
+		t.Errorf("busy: %d links (%v) after concurrent mkdir and rmdir on two mounts, want %d", st.Nlink, err, 2+subdirs)
+	}
+	if out, err := f.Run("fsck", "--no-wait"); err != nil {
+		t.Errorf("fsck: %v\n%s", err, out)
+	}
+	alive(t, m)
+	alive(t, other)
+}
+
+// statLinks returns the link count of path, failing the test on error.
+func statLinks(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return uint64(st.Nlink)
+}
+
+// TestCrashDirLinkCounts (issue 11, item 3): a directory moved between
+// directories moves one link from the old parent to the new one exactly
+// once, also when the renaming mount is killed around its commit and a
+// survivor finishes or undoes the rename (after a crash after its finish
+// moved the counts, the survivor's finish must not move them again).
+func TestCrashDirLinkCounts(t *testing.T) {
+	before, after := newCrTree(), newCrTree()
+	for _, d := range []string{"a", "a/keep", "a/src", "a/src/s1", "a/src/s1/s2", "a/src/s3", "b"} {
+		before.dirs[d] = true
+		after.dirs[strings.Replace(d, "a/src", "b/src", 1)] = true
+	}
+	before.files["a/src/s1/f"], after.files["b/src/s1/f"] = "f\n", "f\n"
+	for _, p := range []struct {
+		point     string
+		committed bool
+	}{
+		{"rename-before-commit", false},
+		{"rename-after-commit", true},
+		{"rename-before-release", true},
+	} {
+		t.Run(p.point, func(t *testing.T) {
+			crCrash(t, crCase{
+				point: p.point, committed: p.committed, src: "a/src", dst: "b/src",
+				prepare: func(t *testing.T, f *mounttest.FS, b *mounttest.Mount) {
+					mounttest.Sh(t, b.Dir, `mkdir -p a/keep a/src/s1/s2 a/src/s3 b && echo f > a/src/s1/f`)
+				},
+				before: before, after: after,
+				check: func(t *testing.T, f *mounttest.FS, b *mounttest.Mount) {
+					wantA, wantB := uint64(4), uint64(2)
+					if p.committed {
+						wantA, wantB = 3, 3
+					}
+					if a, bb := statLinks(t, b.Path("a")), statLinks(t, b.Path("b")); a != wantA || bb != wantB {
+						t.Errorf("after the crash at %s: /a has %d links, /b %d; want %d and %d", p.point, a, bb, wantA, wantB)
+					}
+					dirLinksAgree(t, b.Dir)
+				},
+			})
+		})
+	}
+}
+
+// TestDirLinkCountsFsck (issue 11, item 3): esfs fsck finds a directory
+// count left off by a crash between a rename's finish and its counts, and
+// the counts of directories made by an esfs that did not count, and
+// --repair sets them; a rename whose mount died with no other mount alive
+// is finished by esfs fsck --repair, counts included.
+func TestDirLinkCountsFsck(t *testing.T) {
+	f := mounttest.NewFS(t)
+	b := crMount(t, f, nil)
+	mounttest.Sh(t, b.Dir, `mkdir -p a/keep a/d/sub b old/x/y`)
+	a := crMount(t, f, []string{"ESFS_CRASH_POINT=rename-after-links-marked"})
+	mv := crGo(func() crResult { return crRun(2*time.Minute, "/", "mv", "-T", a.Path("a", "d"), a.Path("b", "d")) })
+	if _, ok := a.WaitExit(2 * time.Minute); !ok {
+		t.Fatal("the renaming mount did not die at rename-after-links-marked")
+	}
+	died := time.Now()
+	a.Kill()
+	crWaitResult(t, "mv on the dead mount", mv, time.Minute)
+	want := newCrTree()
+	for _, d := range []string{"a", "a/keep", "b", "b/d", "b/d/sub", "old", "old/x", "old/x/y"} {
+		want.dirs[d] = true
+	}
+	crWaitClean(t, f, b, want, died, crBound+30*time.Second)
+	// The survivor finished the rename, but the counts were marked as
+	// moved by the mount that died before it moved them.
+	if na, nb := statLinks(t, b.Path("a")), statLinks(t, b.Path("b")); na != 4 || nb != 2 {
+		t.Fatalf("after the crash: /a has %d links, /b %d; want the stale 4 and 2 (the crash point is not where the test thinks)", na, nb)
+	}
+	// A directory as an esfs that did not count left it.
+	ctx := context.Background()
+	var st unix.Stat_t
+	if err := unix.Stat(b.Path("old", "x"), &st); err != nil {
+		t.Fatal(err)
+	}
+	old, err := f.Store.GetInode(ctx, st.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Nlink = 1
+	if _, err := f.Store.PutInode(ctx, old, old.Ver); err != nil {
+		t.Fatal(err)
+	}
+	if n := statLinks(t, b.Path("old", "x")); n != 1 {
+		t.Errorf("a directory stored with 1 link (not counted) reports %d, want 1", n)
+	}
+
+	out, err := f.Run("fsck", "--no-wait")
+	if code := exitCode(err); code != 4 || !strings.Contains(out, "directory link count: /a: nlink 4, want 3 ") ||
+		!strings.Contains(out, "directory link count: /b: nlink 2, want 3 ") || !strings.Contains(out, "directory link count: /old/x: not counted") {
+		t.Fatalf("fsck: exit %d, want 4 naming /a, /b and /old/x:\n%s", code, out)
+	}
+	if out, err := f.Run("fsck", "--no-wait", "--repair"); exitCode(err) != 1 || strings.Count(out, "(repaired)") != 3 {
+		t.Fatalf("fsck --repair: exit %d, want 1 with 3 repairs:\n%s", exitCode(err), out)
+	}
+	if out, err := f.Run("fsck", "--no-wait"); err != nil {
+		t.Fatalf("fsck after the repair: %v\n%s", err, out)
+	}
+	dirLinksAgree(t, b.Dir)
+	alive(t, b)
+
+	// No mount alive: an admin command finishes a dead mount's rename.
+	b.Unmount(t)
+	a = crMount(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"})
+	mv = crGo(func() crResult { return crRun(2*time.Minute, "/", "mv", "-T", a.Path("b", "d"), a.Path("old", "d")) })
+	if _, ok := a.WaitExit(2 * time.Minute); !ok {
+		t.Fatal("the renaming mount did not die at rename-after-commit")
+	}
+	a.Kill()
+	crWaitResult(t, "mv on the dead mount", mv, time.Minute)
+	if out, err := f.Run("fsck", "--repair"); exitCode(err) != 1 || !strings.Contains(out, "unfinished operation") {
+		t.Fatalf("fsck --repair of a dead mount's rename: exit %d, want 1:\n%s", exitCode(err), out)
+	}
+	if out, err := f.Run("fsck", "--no-wait"); err != nil {
+		t.Fatalf("fsck after recovery by fsck: %v\n%s", err, out)
+	}
+	c := crMount(t, f, nil)
+	if _, err := os.Stat(c.Path("old", "d", "sub")); err != nil {
+		t.Errorf("the rename finished by fsck: %v", err)
+	}
+	if nb, no := statLinks(t, c.Path("b")), statLinks(t, c.Path("old")); nb != 2 || no != 4 {
+		t.Errorf("after fsck finished the rename: /b has %d links, /old %d; want 2 and 4", nb, no)
+	}
+	dirLinksAgree(t, c.Dir)
+	alive(t, c)
+}
+
+// exitCode is the exit status of a command's error (0 for nil).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }
