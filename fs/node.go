@@ -357,11 +357,6 @@ func caller(ctx context.Context) (uint32, uint32) {
 	return 0, 0
 }
 
-// create makes a new inode and its path in this directory, in one bulk:
-// the inode, the path (op_type=create, so two creators never both win) and
-// the directory's timestamps. A path whose inode could not be written is
-// rolled back; a crash can only leave an unreachable inode, never a path
-// without an inode.
 // newEntry is what a create asks for: the type, the mode (the kernel has
 // applied the umask), a symlink's target, a device's number.
 type newEntry struct {
@@ -371,6 +366,11 @@ type newEntry struct {
 	rdev   uint32
 }
 
+// create makes a new inode and its path in this directory, in one bulk:
+// the inode, the path (op_type=create, so two creators never both win) and
+// the directory's timestamps (and link count, for a subdirectory). A path whose inode could not be written is
+// rolled back; a crash can only leave an unreachable inode, never a path
+// without an inode.
 func (n *node) create(ctx context.Context, name string, e newEntry) (store.Node, error) {
 	if n.f.opts.ReadOnly {
 		return store.Node{}, syscall.EROFS
@@ -494,7 +494,8 @@ func (n *node) createShared(ctx context.Context, name string, e newEntry) (sn st
 }
 
 // writeNew writes the inode and the path document of a new entry, with
-// create-if-absent for both, and the directory's times. store.ErrExists:
+// create-if-absent for both, and the directory's times and count (see
+// dirLinksOp). store.ErrExists:
 // the name is taken, and nothing was left behind.
 func (n *node) writeNew(ctx context.Context, dir, path string, e newEntry) (store.Node, error) {
 	typ, mode := e.typ, e.mode
