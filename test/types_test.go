@@ -280,8 +280,8 @@ mknod gone-dev c 1 5 && rm gone-dev
 // and block devices are entries like any other (list, stat with their type
 // and device number, chmod, chown, link, rename, unlink, as a local
 // filesystem shows them); a FIFO pipes and a socket connects on the mount
-// (the kernel does that work); devices are not opened (the mount is nodev);
-// import and export carry them.
+// (the kernel does that work); devices are not opened (the mount is nodev).
+// TestImportExport carries them out of and into the filesystem.
 func TestSpecialFiles(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
