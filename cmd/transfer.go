@@ -29,9 +29,8 @@ func cmdImport() *cli.Command {
 		Usage:     "load the local directory LOCALDIR into the filesystem as DEST (a new directory), through _bulk",
 		ArgsUsage: "LOCALDIR DEST",
 		Description: `DEST is a path in the filesystem (/projects/x); it must not exist, its
-parent must. Modes, owners, times, symlinks, hard links (within the tree)
-and extended attributes are kept; sockets, FIFOs and devices are skipped
-with a warning. DEST appears only when everything below it is written: an
+parent must. Modes, owners, times, symlinks, FIFOs, sockets, devices, hard
+links (within the tree) and extended attributes are kept. DEST appears only when everything below it is written: an
 import that fails leaves nothing visible, and running it again first
 removes what the failed one wrote (fsck --repair removes its orphaned
 inodes). Other mounts can work meanwhile; DEST is locked while it is made.`,
@@ -46,14 +45,16 @@ func cmdExport() *cli.Command {
 		Usage:     "copy SRC from the filesystem to the local path LOCALDIR (which must not exist), like cp -a",
 		ArgsUsage: "SRC LOCALDIR",
 		Description: `SRC is a path in the filesystem (/ for everything). Modes, times,
-symlinks, hard links and extended attributes are kept, and owners when run
-as root. The listing is one point-in-time snapshot, taken after a refresh:
-it holds every write that completed before export started (renames in
-flight in SRC are waited for first). Files changed by other mounts during
-the export are copied as they are when read, as cp -a would; files they
-removed are left out with a warning. An entry the listing and the index
-disagree on (its directory or its inode missing, an unreadable document)
-is named on stderr and export exits 1 after copying everything else.`,
+symlinks, FIFOs, sockets, hard links and extended attributes are kept, and
+owners and devices when run as root (as cp -a, other users cannot make
+devices: each is named and export exits 1 after copying the rest). The
+listing is one point-in-time snapshot, taken after a refresh: it holds
+every write that completed before export started (renames in flight in
+SRC are waited for first). Files changed by other mounts during the export
+are copied as they are when read, as cp -a would; files they removed are
+left out with a warning. An entry the listing and the index disagree on
+(its directory or its inode missing, an unreadable document) is named on
+stderr and export exits 1 after copying everything else.`,
 		Flags:  adminFlags(&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, only errors and the summary"}),
 		Action: runExport,
 	}
@@ -79,6 +80,7 @@ type importer struct {
 	src, dest string
 	chunk     int64
 	links     map[devIno]*linkState // local files with several links
+	subdirs   map[string]uint32     // local directory -> its subdirectories, for link counts
 	prog      *progress
 	now       int64
 	root      uint64 // DEST's inode, whose path document is written last
@@ -95,7 +97,7 @@ type importer struct {
 	work  chan bulkBatch
 	wg    sync.WaitGroup
 
-	dirs, regular, symlinks, skipped int64
+	dirs, regular, symlinks, special, skipped int64
 }
 
 type linkState struct {
@@ -138,7 +140,7 @@ func runImport(c *cli.Context) error {
 	prog := newProgress("import", c.Bool("quiet"))
 	// Count first: the progress has a total, and hard links their count
 	// inside the tree before the inode is written.
-	imp := &importer{src: src, dest: dest, links: map[devIno]*linkState{}, prog: prog, now: time.Now().UnixNano()}
+	imp := &importer{src: src, dest: dest, links: map[devIno]*linkState{}, subdirs: map[string]uint32{}, prog: prog, now: time.Now().UnixNano()}
 	if err := imp.count(); err != nil {
 		return fmt.Errorf("import: %v", err)
 	}
@@ -200,18 +202,23 @@ func runImport(c *cli.Context) error {
 	if err := imp.alive(); err != nil {
 		return fmt.Errorf("import: %s not made: %w", dest, err)
 	}
-	res, err := st.Bulk(ctx, []store.BulkOp{root, st.OpTouchInode(parentIno, imp.now, imp.now)})
+	res, err := st.Bulk(ctx, []store.BulkOp{root})
 	if err == nil {
 		err = res[0].Err
 	}
 	if err != nil {
 		return explain(fmt.Errorf("import: creating %s itself, after everything below it: %w", dest, err), c.String("es-url"))
 	}
+	// DEST is a new subdirectory of its parent (whose lock we share with
+	// mounts that may be making others).
+	if _, err := st.AddDirLinks(ctx, parentIno, 1, imp.now); err != nil {
+		fmt.Fprintf(os.Stderr, "esfs import: %s was made, but the link count of its directory may be one off (esfs fsck --repair counts it): %v\n", dest, err)
+	}
 	if err := txn.End(ctx); err != nil {
 		return explain(fmt.Errorf("import: %s was made, but releasing its lock failed: %w", dest, err), c.String("es-url"))
 	}
-	fmt.Fprintf(os.Stderr, "imported %s to %s: %d files, %d directories, %d symlinks, %s in %s (%s/s)%s\n",
-		src, dest, imp.regular, imp.dirs, imp.symlinks, mib(prog.bytesDone()), prog.elapsed().Round(time.Millisecond),
+	fmt.Fprintf(os.Stderr, "imported %s to %s: %d files, %d directories, %d symlinks, %d special files, %s in %s (%s/s)%s\n",
+		src, dest, imp.regular, imp.dirs, imp.symlinks, imp.special, mib(prog.bytesDone()), prog.elapsed().Round(time.Millisecond),
 		mib(int64(float64(prog.bytesDone())/max(prog.elapsed().Seconds(), 1e-3))), skippedNote(imp.skipped))
 	return nil
 }
@@ -220,7 +227,7 @@ func skippedNote(n int64) string {
 	if n == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; %d special files skipped", n)
+	return fmt.Sprintf("; %d devices skipped", n)
 }
 
 // check verifies, under DEST's lock, that the parent is a directory and
@@ -316,13 +323,16 @@ func (imp *importer) count() error {
 		entries++
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			bytes += st.Size
-			if st.Nlink > 1 {
-				k := devIno{uint64(st.Dev), st.Ino}
-				if l := imp.links[k]; l != nil {
-					l.count++
-				} else {
-					imp.links[k] = &linkState{ino: store.NewIno(), count: 1}
-				}
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR && p != imp.src {
+			imp.subdirs[filepath.Dir(p)]++
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 {
+			k := devIno{uint64(st.Dev), st.Ino}
+			if l := imp.links[k]; l != nil {
+				l.count++
+			} else {
+				imp.links[k] = &linkState{ino: store.NewIno(), count: 1}
 			}
 		}
 		return nil
@@ -416,7 +426,7 @@ func (imp *importer) entry(p string) error {
 	a.Btime = a.Ctime
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		a.Type = store.TypeDir
+		a.Type, a.Nlink = store.TypeDir, 2+imp.subdirs[p]
 		imp.dirs++
 	case unix.S_IFLNK:
 		target, err := os.Readlink(p)
@@ -431,11 +441,28 @@ func (imp *importer) entry(p string) error {
 	case unix.S_IFREG:
 		a.Type, a.Size = store.TypeFile, st.Size
 		imp.regular++
+	case unix.S_IFIFO:
+		a.Type = store.TypeFifo
+		imp.special++
+	case unix.S_IFSOCK:
+		a.Type = store.TypeSocket
+		imp.special++
+	case unix.S_IFCHR, unix.S_IFBLK:
+		a.Type = store.TypeCharDev
+		if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+			a.Type = store.TypeBlockDev
+		}
+		// FUSE carries device numbers in 32 bits (majors below 4096).
+		if st.Rdev > 0xffffffff {
+			fmt.Fprintf(os.Stderr, "esfs import: skipping %s: device %d:%d has a number FUSE cannot carry\n", p, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+			imp.skipped++
+			imp.files++
+			return nil
+		}
+		a.Rdev = uint32(st.Rdev)
+		imp.special++
 	default:
-		fmt.Fprintf(os.Stderr, "esfs import: skipping %s: sockets, FIFOs and devices cannot be stored\n", p)
-		imp.skipped++
-		imp.files++
-		return nil
+		return fmt.Errorf("%s: a file of unknown type %o", p, st.Mode&unix.S_IFMT)
 	}
 	xattrs, err := readXattrs(p)
 	if err != nil {
@@ -443,7 +470,7 @@ func (imp *importer) entry(p string) error {
 	}
 	a.Xattrs = xattrs
 	writeInode := true
-	if a.Type == store.TypeFile && st.Nlink > 1 {
+	if a.Type != store.TypeDir && st.Nlink > 1 {
 		l := imp.links[devIno{uint64(st.Dev), st.Ino}]
 		if l == nil {
 			return fmt.Errorf("%s: a hard link that appeared during the import", p)
@@ -647,6 +674,9 @@ func runExport(c *cli.Context) error {
 	}
 	fmt.Fprintf(os.Stderr, "exported %s to %s: %d entries, %s in %s%s\n", src, local, ex.entries, mib(prog.bytesDone()),
 		prog.elapsed().Round(time.Millisecond), goneNote(ex.gone))
+	if ex.devicesSkipped > 0 {
+		return fmt.Errorf("export: %d devices not made (only root can make devices); everything else is in %s", ex.devicesSkipped, local)
+	}
 	return nil
 }
 
@@ -708,6 +738,9 @@ type exporter struct {
 	gone     int64 // entries removed by another mount since the snapshot
 	lines    []string
 	dropped  int64 // lines beyond maxReported
+
+	// devicesSkipped counts devices a user other than root could not make.
+	devicesSkipped int64
 }
 
 type leftOut uint8
@@ -956,6 +989,9 @@ func (ex *exporter) entry(ctx context.Context, local string, a store.Inode) erro
 			return err
 		}
 		return ex.finish(local, a)
+
+	case store.TypeFifo, store.TypeSocket, store.TypeCharDev, store.TypeBlockDev:
+		return ex.special(local, a)
 	}
 	if first, ok := ex.links[a.Ino]; ok {
 		return os.Link(first, local)
@@ -997,6 +1033,30 @@ func (ex *exporter) entry(ctx context.Context, local string, a store.Inode) erro
 	}
 	if err := f.Close(); err != nil {
 		return err
+	}
+	return ex.finish(local, a)
+}
+
+// special makes a FIFO, a socket or a device. Only root may make devices:
+// for anyone else each is named and counted, as cp -a does, and export
+// fails once the rest is copied.
+func (ex *exporter) special(local string, a store.Inode) error {
+	if first, ok := ex.links[a.Ino]; ok {
+		return os.Link(first, local)
+	}
+	mode := map[store.FileType]uint32{store.TypeFifo: unix.S_IFIFO, store.TypeSocket: unix.S_IFSOCK,
+		store.TypeCharDev: unix.S_IFCHR, store.TypeBlockDev: unix.S_IFBLK}[a.Type]
+	err := unix.Mknod(local, mode|0o600, int(a.Rdev))
+	if errors.Is(err, unix.EPERM) && a.Type.IsDevice() {
+		fmt.Fprintf(os.Stderr, "esfs export: %s: device %d:%d not made: only root can make devices\n", local, unix.Major(uint64(a.Rdev)), unix.Minor(uint64(a.Rdev)))
+		ex.devicesSkipped++
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if a.Nlink > 1 {
+		ex.links[a.Ino] = local
 	}
 	return ex.finish(local, a)
 }

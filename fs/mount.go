@@ -78,6 +78,11 @@ func mountOptions(o Options, logger *log.Logger) *gofs.Options {
 		NegativeTimeout: &neg,
 		RootStableAttr:  &gofs.StableAttr{Ino: 1},
 		Logger:          logger,
+		// Modes are what was asked: without this, go-fuse shows a stored
+		// 0000 as 0644 (0755 for directories). The kernel applies the
+		// umask before the request reaches us (FUSE_DONT_MASK is not
+		// negotiated), so the mode of a create is stored as it comes.
+		NullPermissions: true,
 	}
 }
 

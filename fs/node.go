@@ -28,6 +28,7 @@ var (
 	_ = (gofs.NodeMkdirer)((*node)(nil))
 	_ = (gofs.NodeCreater)((*node)(nil))
 	_ = (gofs.NodeSymlinker)((*node)(nil))
+	_ = (gofs.NodeMknoder)((*node)(nil))
 	_ = (gofs.NodeReadlinker)((*node)(nil))
 	_ = (gofs.NodeLinker)((*node)(nil))
 	_ = (gofs.NodeUnlinker)((*node)(nil))
@@ -143,8 +144,37 @@ func typeBits(t store.FileType) uint32 {
 		return syscall.S_IFDIR
 	case store.TypeSymlink:
 		return syscall.S_IFLNK
+	case store.TypeFifo:
+		return syscall.S_IFIFO
+	case store.TypeSocket:
+		return syscall.S_IFSOCK
+	case store.TypeCharDev:
+		return syscall.S_IFCHR
+	case store.TypeBlockDev:
+		return syscall.S_IFBLK
 	}
 	return syscall.S_IFREG
+}
+
+// fileType is the type of the S_IFMT bits of mode; 0 if esfs has none.
+func fileType(mode uint32) store.FileType {
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+		return store.TypeFile
+	case syscall.S_IFDIR:
+		return store.TypeDir
+	case syscall.S_IFLNK:
+		return store.TypeSymlink
+	case syscall.S_IFIFO:
+		return store.TypeFifo
+	case syscall.S_IFSOCK:
+		return store.TypeSocket
+	case syscall.S_IFCHR:
+		return store.TypeCharDev
+	case syscall.S_IFBLK:
+		return store.TypeBlockDev
+	}
+	return 0
 }
 
 // fillAttr converts store attributes for the kernel.
@@ -158,11 +188,12 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 	out.Blocks = (uint64(size) + 511) / 512
 	out.Blksize = 128 << 10
 	out.Mode = typeBits(a.Type) | a.Mode
+	if a.Type.IsDevice() {
+		out.Rdev = a.Rdev
+	}
 	out.Nlink = a.Nlink
-	if a.Type == store.TypeDir {
-		// Directories report 1 link: esfs does not count subdirectories, and 1
-		// tells find(1) and fts not to trust the count for leaf optimisation.
-		out.Nlink = 1
+	if a.Type == store.TypeDir && !a.DirLinksCounted() {
+		out.Nlink = 1 // not counted (see DirLinksCounted)
 	}
 	out.Owner = fuse.Owner{Uid: a.Uid, Gid: a.Gid}
 	setTime := func(ns int64) (uint64, uint32) {
@@ -350,39 +381,49 @@ func caller(ctx context.Context) (uint32, uint32) {
 	return 0, 0
 }
 
+// newEntry is what a create asks for: the type, the mode (the kernel has
+// applied the umask), a symlink's target, a device's number.
+type newEntry struct {
+	typ    store.FileType
+	mode   uint32
+	target string
+	rdev   uint32
+}
+
 // create makes a new inode and its path in this directory, in one bulk:
 // the inode, the path (op_type=create, so two creators never both win) and
-// the directory's timestamps. A path whose inode could not be written is
+// the directory's timestamps (and link count, for a subdirectory). A path whose inode could not be written is
 // rolled back; a crash can only leave an unreachable inode, never a path
 // without an inode.
-func (n *node) create(ctx context.Context, name string, typ store.FileType, mode uint32, target string) (store.Node, error) {
+func (n *node) create(ctx context.Context, name string, e newEntry) (store.Node, error) {
 	if n.f.opts.ReadOnly {
 		return store.Node{}, syscall.EROFS
 	}
 	if err := store.CheckName(name); err != nil {
 		return store.Node{}, err
 	}
-	if sn, handled, err := n.createShared(ctx, name, typ, mode, target); handled {
+	if sn, handled, err := n.createShared(ctx, name, e); handled {
 		return sn, err
 	}
 	dir, path, txn, err := n.lockEntry(ctx, name)
 	if err != nil {
 		return store.Node{}, err
 	}
-	sn, err := n.createLocked(ctx, dir, path, typ, mode, target)
+	sn, err := n.createLocked(ctx, dir, path, e)
 	created := err == nil
 	n.f.end(ctx, txn, &err)
 	if created && errors.Is(err, locking.ErrLeaseLost) {
 		// Our locks were taken from us (this mount was frozen past its
 		// lease): someone may have removed the directory meanwhile. The
 		// create reports EIO, so it must leave nothing behind.
-		n.f.undoCreate(ctx, sn)
+		n.f.undoCreate(ctx, sn, n.ino())
 	}
 	return sn, err
 }
 
-// undoCreate removes what a create wrote, at the versions it wrote.
-func (f *FS) undoCreate(ctx context.Context, sn store.Node) {
+// undoCreate removes what a create in directory parent wrote, at the
+// versions it wrote.
+func (f *FS) undoCreate(ctx context.Context, sn store.Node, parent uint64) {
 	if sn.Type == store.TypeDir {
 		if empty, err := f.isEmptyDir(ctx, sn.Path); err != nil || !empty {
 			return
@@ -396,15 +437,18 @@ func (f *FS) undoCreate(ctx context.Context, sn store.Node) {
 	if _, err := f.st.DeleteInode(ctx, sn.Ino, sn.Attr.Ver); err != nil {
 		f.log.Warn("could not undo a fenced create's inode", "ino", sn.Ino, "err", err)
 	}
+	if sn.Type == store.TypeDir {
+		f.addDirLinks(ctx, parent, -1, 0)
+	}
 }
 
 // createLocked is create under the locks: it re-checks, with realtime
 // reads, that the directory is still there and still this inode.
-func (n *node) createLocked(ctx context.Context, dir, path string, typ store.FileType, mode uint32, target string) (store.Node, error) {
+func (n *node) createLocked(ctx context.Context, dir, path string, e newEntry) (store.Node, error) {
 	if err := n.checkDirAt(ctx, dir, true); err != nil {
 		return store.Node{}, err
 	}
-	sn, err := n.writeNew(ctx, dir, path, typ, mode, target)
+	sn, err := n.writeNew(ctx, dir, path, e)
 	if errors.Is(err, store.ErrExists) {
 		// Taken by a visible entry, or by the garbage of an aborted or
 		// finished rename, which we may clear since we hold its name.
@@ -414,7 +458,7 @@ func (n *node) createLocked(ctx context.Context, dir, path string, typ store.Fil
 			}
 			return store.Node{}, err
 		}
-		return n.createLocked(ctx, dir, path, typ, mode, target)
+		return n.createLocked(ctx, dir, path, e)
 	}
 	return sn, err
 }
@@ -424,7 +468,7 @@ func (n *node) createLocked(ctx context.Context, dir, path string, typ store.Fil
 // the locked path must decide instead: the name is taken (by an entry, or
 // by garbage only the name's lock may clear), or the strategy has no
 // shared part, or this directory moved meanwhile.
-func (n *node) createShared(ctx context.Context, name string, typ store.FileType, mode uint32, target string) (sn store.Node, handled bool, err error) {
+func (n *node) createShared(ctx context.Context, name string, e newEntry) (sn store.Node, handled bool, err error) {
 	dir, ok := n.path()
 	if !ok {
 		return store.Node{}, false, nil
@@ -456,7 +500,7 @@ func (n *node) createShared(ctx context.Context, name string, typ store.FileType
 	if err := h.Sess.Check(); err != nil {
 		return store.Node{}, true, err
 	}
-	sn, err = n.writeNew(ctx, dir, path, typ, mode, target)
+	sn, err = n.writeNew(ctx, dir, path, e)
 	if errors.Is(err, store.ErrExists) {
 		return store.Node{}, false, nil
 	}
@@ -467,16 +511,18 @@ func (n *node) createShared(ctx context.Context, name string, typ store.FileType
 	// meanwhile: a session still valid after the write was not declared
 	// dead before it landed (others wait lease + grace of silence).
 	if err := h.Sess.Check(); err != nil {
-		n.f.undoCreate(ctx, sn)
+		n.f.undoCreate(ctx, sn, n.ino())
 		return store.Node{}, true, err
 	}
 	return sn, true, nil
 }
 
 // writeNew writes the inode and the path document of a new entry, with
-// create-if-absent for both, and the directory's times. store.ErrExists:
+// create-if-absent for both, and the directory's times and count (see
+// dirLinksOp). store.ErrExists:
 // the name is taken, and nothing was left behind.
-func (n *node) writeNew(ctx context.Context, dir, path string, typ store.FileType, mode uint32, target string) (store.Node, error) {
+func (n *node) writeNew(ctx context.Context, dir, path string, e newEntry) (store.Node, error) {
+	typ, mode := e.typ, e.mode
 	parent, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
 	if err != nil {
 		return store.Node{}, err
@@ -490,10 +536,16 @@ func (n *node) writeNew(ctx context.Context, dir, path string, typ store.FileTyp
 	}
 	t := now()
 	a := store.Inode{Ino: store.NewIno(), Type: typ, Mode: mode & 0o7777, Uid: uid, Gid: gid, Nlink: 1,
-		Atime: t, Mtime: t, Ctime: t, Btime: t, Target: target}
-	if typ == store.TypeSymlink {
-		a.Size = int64(len(target))
+		Atime: t, Mtime: t, Ctime: t, Btime: t, Target: e.target}
+	subdirs := 0 // what the new entry adds to the parent's link count
+	switch {
+	case typ == store.TypeDir:
+		a.Nlink, subdirs = 2, 1
+	case typ == store.TypeSymlink:
+		a.Size = int64(len(e.target))
 		a.Mode = 0o777
+	case typ.IsDevice():
+		a.Rdev = e.rdev
 	}
 	d := store.Dentry{Path: path, Ino: a.Ino, Type: typ}
 	opInode, err := n.f.st.OpCreateInode(a)
@@ -504,13 +556,17 @@ func (n *node) writeNew(ctx context.Context, dir, path string, typ store.FileTyp
 	if err != nil {
 		return store.Node{}, err
 	}
-	n.f.cache.InvalidatePath(path)
-	n.f.cache.InvalidateInode(n.ino())
-	n.f.noteWrite()
-	res, err := n.f.st.Bulk(ctx, []store.BulkOp{opInode, opPath, n.f.st.OpTouchInode(n.ino(), t, t)})
+	opParent, pl, err := n.f.dirLinksOp(ctx, n.ino(), subdirs, t)
 	if err != nil {
 		return store.Node{}, err
 	}
+	n.f.cache.InvalidatePath(path)
+	n.f.noteWrite()
+	res, err := n.f.st.Bulk(ctx, []store.BulkOp{opInode, opPath, opParent})
+	if err != nil {
+		return store.Node{}, err
+	}
+	n.f.settleDirLinks(ctx, pl, res[2], res[0].Err == nil && res[1].Err == nil)
 	if res[1].Err != nil {
 		// The name is taken (or the path write failed): undo the inode.
 		if res[0].Err == nil {
@@ -527,9 +583,6 @@ func (n *node) writeNew(ctx context.Context, dir, path string, typ store.FileTyp
 		}
 		return store.Node{}, res[0].Err
 	}
-	if res[2].Err != nil {
-		n.f.log.Warn("could not update directory times", "dir", dir, "err", res[2].Err)
-	}
 	a.Ver, d.Ver = res[0].Ver, res[1].Ver
 	d.Parent, d.Name = store.Split(path)
 	sn := store.Node{Dentry: d, Attr: a}
@@ -540,7 +593,7 @@ func (n *node) writeNew(ctx context.Context, dir, path string, typ store.FileTyp
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	sn, err := n.create(ctx, name, store.TypeDir, mode, "")
+	sn, err := n.create(ctx, name, newEntry{typ: store.TypeDir, mode: mode})
 	if err != nil {
 		return nil, n.f.toErrno("mkdir", err)
 	}
@@ -556,9 +609,31 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		}
 		return nil, syscall.ENAMETOOLONG
 	}
-	sn, err := n.create(ctx, name, store.TypeSymlink, 0o777, target)
+	sn, err := n.create(ctx, name, newEntry{typ: store.TypeSymlink, mode: 0o777, target: target})
 	if err != nil {
 		return nil, n.f.toErrno("symlink", err)
+	}
+	return n.newChild(ctx, sn, out), 0
+}
+
+// Mknod makes FIFOs, UNIX sockets (bind(2) on a path makes one), devices
+// and, as mknod(2) may, regular files. Nothing else: the kernel turns
+// mknod of a directory into EPERM before it asks. Special files hold no
+// data here: the kernel of the mount that opens one does the piping, and
+// the socket's server and clients meet in that kernel. The kernel checks
+// CAP_MKNOD for devices, and opens none of them: FUSE mounts are nodev.
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	typ := fileType(mode)
+	switch typ {
+	case store.TypeFile, store.TypeFifo, store.TypeSocket, store.TypeCharDev, store.TypeBlockDev:
+	default:
+		return nil, syscall.EINVAL
+	}
+	sn, err := n.create(ctx, name, newEntry{typ: typ, mode: mode, rdev: dev})
+	if err != nil {
+		return nil, n.f.toErrno("mknod", err)
 	}
 	return n.newChild(ctx, sn, out), 0
 }
@@ -579,7 +654,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	sn, err := n.create(ctx, name, store.TypeFile, mode, "")
+	sn, err := n.create(ctx, name, newEntry{typ: store.TypeFile, mode: mode})
 	if errors.Is(err, store.ErrExists) && flags&syscall.O_EXCL == 0 {
 		// Another process created it since the kernel's lookup: open that one.
 		dir, derr := n.dirPath(ctx, false)
@@ -589,6 +664,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		sn, err = n.f.resolveFresh(ctx, store.Join(dir, name))
 		if err == nil && sn.Type == store.TypeDir {
 			return nil, nil, 0, syscall.EISDIR
+		}
+		if err == nil && sn.Type != store.TypeFile {
+			// A symlink or a special file, made since the kernel looked:
+			// the kernel opens those itself, and would take a handle
+			// from us for an EIO.
+			return nil, nil, 0, syscall.EEXIST
 		}
 		if err == nil && flags&syscall.O_TRUNC != 0 {
 			err = n.f.truncate(ctx, sn.Ino, 0)
@@ -769,9 +850,28 @@ func (n *node) removeLocked(ctx context.Context, dir, path string, wantDir bool)
 				return syscall.ENOTEMPTY
 			}
 		}
+		opPath, err := n.f.st.OpDeleteDentry(path, sn.Ver)
+		if err != nil {
+			return err
+		}
+		subdirs := 0
+		if sn.Type == store.TypeDir {
+			subdirs = -1
+		}
+		// The directory's times, and its count for a subdirectory, ride
+		// with the delete.
+		opParent, pl, err := n.f.dirLinksOp(ctx, n.ino(), subdirs, now())
+		if err != nil {
+			return err
+		}
 		n.f.cache.InvalidatePath(path)
 		n.f.noteWrite()
-		_, err = n.f.st.DeleteDentry(ctx, path, sn.Ver)
+		res, err := n.f.st.Bulk(ctx, []store.BulkOp{opPath, opParent})
+		if err != nil {
+			return err
+		}
+		n.f.settleDirLinks(ctx, pl, res[1], res[0].Err == nil)
+		err = res[0].Err
 		if errors.Is(err, store.ErrConflict) && attempt < 10 {
 			continue // changed between our read and delete: look again
 		}
@@ -781,7 +881,6 @@ func (n *node) removeLocked(ctx context.Context, dir, path string, wantDir bool)
 		if err != nil {
 			return err
 		}
-		n.f.touchDir(n.ino(), now())
 		return n.f.dropLink(ctx, sn.Ino)
 	}
 }

@@ -250,7 +250,8 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to *node,
 		f.cache.InvalidateInode(to.ino())
 		f.cache.InvalidateInode(s.Ino)
 	}()
-	if err := txn.Rename(ctx, locking.RenameSpec{Src: s, Dst: dst, Target: target, After: times}); err != nil {
+	spec := locking.RenameSpec{Src: s, Dst: dst, Target: target, After: times, SrcParent: from.ino(), DstParent: to.ino()}
+	if err := txn.Rename(ctx, spec); err != nil {
 		if target == nil && errors.Is(err, store.ErrExists) && !errors.Is(err, locking.ErrLeaseLost) {
 			// The name appeared after our check: a create under shared
 			// locks (locking.Share) does not take the name's lock, and

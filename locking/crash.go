@@ -13,7 +13,8 @@ import (
 //
 // The points: rename-after-record, rename-mid-stage, rename-before-commit,
 // rename-after-commit, rename-mid-finish, rename-before-release (the steps
-// of a rename), and resolve-after-first-page (a search-driven finish or
+// of a rename), rename-after-links-marked (a finish that marked the link
+// counts it moves, before it moves them), and resolve-after-first-page (a search-driven finish or
 // rollback, as recovery runs it, after its first page of documents).
 func crashPoint(name string) error {
 	if os.Getenv("ESFS_CRASH_POINT") != name {

@@ -23,6 +23,7 @@ type FsckBackend interface {
 	ChunkSize() int64
 	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
 	SearchPaths(query string, inos []uint64, f store.SearchFilter, pageSize int) (*store.Scanner, error)
+	ListDir(dir string, pageSize int) *store.Scanner
 }
 
 var _ FsckBackend = (*store.Store)(nil)
@@ -70,7 +71,7 @@ func (r Report) Unrepaired() int {
 // the link count matches), no document carries the intent of a finished
 // operation or of a dead mount's, no operation of a dead mount is
 // unfinished, no lock entry of a dead mount is left, every inode is
-// reachable. Sessions are judged dead as the sweeper does: declared, or
+// reachable, every directory's link count is 2 plus its subdirectories. Sessions are judged dead as the sweeper does: declared, or
 // silent for their lease plus grace, which fsck waits for when it must.
 // With repair, it does what recovery would: finishes or undoes dead
 // mounts' operations, removes leftovers, orphans and strays.
@@ -273,6 +274,32 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 			}
 		}
 	}
+	// Directory link counts: 2 plus the subdirectories.
+	subdirs := map[string]int{}
+	for _, d := range docs {
+		if d.Type == store.TypeDir && d.Path != "/" {
+			subdirs[d.Parent]++
+		}
+	}
+	for _, d := range docs {
+		n, ok := inodes[d.Ino]
+		if d.Type != store.TypeDir || !ok || n.Type != store.TypeDir || int64(n.Nlink) == 2+int64(subdirs[d.Path]) {
+			continue
+		}
+		p := Problem{Kind: "directory link count", Subject: d.Path,
+			Detail: fmt.Sprintf("nlink %d, want %d (2 + %d subdirectories)", n.Nlink, 2+subdirs[d.Path], subdirs[d.Path])}
+		if !n.DirLinksCounted() {
+			p.Detail = fmt.Sprintf("not counted (made by an esfs that did not count; reported as 1), want %d (2 + %d subdirectories)", 2+subdirs[d.Path], subdirs[d.Path])
+		}
+		if repair {
+			err := c.recountDirLinks(ctx, fb, d.Path, d.Ino)
+			p.Repaired = err == nil
+			if err != nil {
+				p.Detail += ": " + err.Error()
+			}
+		}
+		rep.Problems = append(rep.Problems, p)
+	}
 	for ino, n := range inodes {
 		if _, ok := links[ino]; ok || ino == store.RootIno {
 			continue
@@ -367,6 +394,56 @@ func (c *Coordinator) lookAgain(ctx context.Context, fb FsckBackend, inodes map[
 		case err == nil:
 			inodes[ino] = n
 		} // else unreadable (a corrupt document, reported already): as the scan saw it
+	}
+	return nil
+}
+
+// recountDirLinks sets a directory's link count from a fresh listing. The
+// inode is read first and written at that version, so that a mkdir or
+// rmdir that lands meanwhile (moving the count) makes the write fail
+// rather than be undone by it.
+func (c *Coordinator) recountDirLinks(ctx context.Context, fb FsckBackend, path string, ino uint64) error {
+	res, err := fb.GetInodes(ctx, []uint64{ino})
+	if err != nil {
+		return err
+	}
+	if res[0].Err != nil {
+		return res[0].Err
+	}
+	n := res[0].Inode
+	if err := fb.Refresh(ctx); err != nil {
+		return err
+	}
+	sc := fb.ListDir(path, store.DefaultPageSize)
+	defer sc.Close()
+	count := 0
+	for {
+		page, bad, err := sc.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if len(bad) > 0 {
+			return fmt.Errorf("cannot count the subdirectories of %s: %w", path, bad[0])
+		}
+		if page == nil {
+			break
+		}
+		for _, d := range page {
+			vis, ok, err := c.Journal.Visible(ctx, d)
+			if err != nil {
+				return err
+			}
+			if ok && vis.Type == store.TypeDir {
+				count++
+			}
+		}
+	}
+	if int64(n.Nlink) == 2+int64(count) {
+		return nil // right by now
+	}
+	n.Nlink = uint32(2 + count)
+	if _, err := fb.PutInode(ctx, n, n.Ver); err != nil {
+		return fmt.Errorf("changed while being counted (run fsck again): %w", err)
 	}
 	return nil
 }

@@ -70,7 +70,10 @@ type RenameSpec struct {
 	Src    store.Dentry  // the source path document, as read under the locks
 	Dst    string        // the destination path
 	Target *store.Dentry // the existing destination document, or nil
-	Held   *Held
+	// SrcParent and DstParent are the inodes of the source's and the
+	// destination's directories (for their link counts).
+	SrcParent, DstParent uint64
+	Held                 *Held
 	// After are writes of the caller's (directory times) sent with the
 	// bulk that ends the rename; best effort, their failures are logged.
 	After []store.BulkOp
@@ -112,7 +115,7 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	}()
 	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1,
 		Src: spec.Src.Path, Dst: spec.Dst, SrcIno: spec.Src.Ino, SrcType: spec.Src.Type,
-		Locks: spec.Held.Refs(), Created: time.Now().UnixNano()}
+		Locks: spec.Held.Refs(), Created: time.Now().UnixNano(), SrcParent: spec.SrcParent, DstParent: spec.DstParent}
 	if spec.Target != nil {
 		rec.Overwritten, rec.OverwrittenType = spec.Target.Ino, spec.Target.Type
 	}
@@ -611,22 +614,73 @@ func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []st
 			return rec, err
 		}
 	}
-	if rec.Overwritten != 0 && !rec.LinkDropped {
+	drop := rec.Overwritten != 0 && !rec.LinkDropped
+	links := dirLinkDeltas(rec)
+	move := len(links) > 0 && !rec.DirLinksMoved
+	if drop || move {
+		// Marked first, in one compare-and-set for both: each happens at
+		// most once, whoever finishes, and a crash in between leaves
+		// counts that fsck repairs.
 		marked := rec
-		marked.LinkDropped = true
+		marked.LinkDropped = rec.LinkDropped || drop
+		marked.DirLinksMoved = rec.DirLinksMoved || move
 		v, err := j.b.PutOp(ctx, marked, rec.Ver)
 		if err != nil {
-			return rec, fmt.Errorf("marking the replaced inode's link as dropped: %w", err)
+			return rec, fmt.Errorf("marking the replaced inode's link as dropped and the directories' links as moved: %w", err)
 		}
 		marked.Ver = v
 		rec = marked
-		if j.DropLink != nil {
+		if err := crashPoint("rename-after-links-marked"); err != nil {
+			return rec, err
+		}
+		if move {
+			j.moveDirLinks(ctx, links)
+		}
+		if drop && j.DropLink != nil {
 			if err := j.DropLink(ctx, rec.Overwritten); err != nil {
 				j.log.Warn("could not drop the link of a replaced inode (fsck reclaims it)", "ino", rec.Overwritten, "err", err)
 			}
 		}
 	}
 	return rec, nil
+}
+
+// dirLinkDeltas is what a rename does to directories' link counts: a
+// directory moved to another parent takes one link (its "..") from the
+// old parent to the new one, and a replaced directory takes one from the
+// destination's parent.
+func dirLinkDeltas(rec store.OpRecord) map[uint64]int {
+	out := map[uint64]int{}
+	if rec.SrcType == store.TypeDir && rec.SrcParent != 0 && rec.DstParent != 0 && rec.SrcParent != rec.DstParent {
+		out[rec.SrcParent]--
+		out[rec.DstParent]++
+	}
+	if rec.Overwritten != 0 && rec.OverwrittenType == store.TypeDir && rec.DstParent != 0 {
+		out[rec.DstParent]--
+	}
+	for ino, d := range out {
+		if d == 0 {
+			delete(out, ino)
+		}
+	}
+	return out
+}
+
+// moveDirLinks applies link count changes to directories, each a
+// read-modify-write of its own, all at once. A failure is logged: the
+// count is then off, for fsck to repair, but the rename has happened.
+func (j *Journal) moveDirLinks(ctx context.Context, deltas map[uint64]int) {
+	var wg sync.WaitGroup
+	for ino, d := range deltas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := j.b.AddDirLinks(ctx, ino, d, 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+				j.log.Warn("could not move a directory link count of a rename (esfs fsck --repair counts it)", "ino", ino, "delta", d, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // abort rolls back a rename that has not committed: first the record goes

@@ -65,6 +65,9 @@ type Backend interface {
 	ScanTree(root string, pageSize int) *store.Scanner
 	ScanOp(op string, pageSize int) *store.Scanner
 	ScanIntents(pageSize int) *store.Scanner
+
+	// Directories' link counts, which renames move.
+	AddDirLinks(ctx context.Context, ino uint64, delta int, t int64) (store.Inode, error)
 }
 
 var _ Backend = (*store.Store)(nil)

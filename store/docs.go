@@ -82,6 +82,7 @@ type inodeDoc struct {
 	Gid    uint32            `json:"gid"`
 	Size   int64             `json:"size"`
 	Nlink  uint32            `json:"nlink"`
+	Rdev   uint32            `json:"rdev,omitempty"`
 	Atime  int64             `json:"atime"`
 	Mtime  int64             `json:"mtime"`
 	Ctime  int64             `json:"ctime"`
@@ -92,7 +93,7 @@ type inodeDoc struct {
 
 func encodeInode(n Inode) inodeDoc {
 	d := inodeDoc{Ino: n.Ino, Type: n.Type.String(), Mode: n.Mode, Uid: n.Uid, Gid: n.Gid,
-		Size: n.Size, Nlink: n.Nlink, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Btime: n.Btime,
+		Size: n.Size, Nlink: n.Nlink, Rdev: n.Rdev, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Btime: n.Btime,
 		Target: encodeText(n.Target)}
 	if len(n.Xattrs) > 0 {
 		d.Xattrs = make(map[string][]byte, len(n.Xattrs))
@@ -108,7 +109,7 @@ func decodeInode(src []byte, v Version) (Inode, error) {
 	if err := json.Unmarshal(src, &d); err != nil {
 		return Inode{}, fmt.Errorf("inode document: %w: %v", ErrCorrupt, err)
 	}
-	n := Inode{Ino: d.Ino, Mode: d.Mode, Uid: d.Uid, Gid: d.Gid, Size: d.Size, Nlink: d.Nlink,
+	n := Inode{Ino: d.Ino, Mode: d.Mode, Uid: d.Uid, Gid: d.Gid, Size: d.Size, Nlink: d.Nlink, Rdev: d.Rdev,
 		Atime: d.Atime, Mtime: d.Mtime, Ctime: d.Ctime, Btime: d.Btime, Ver: v}
 	var err error
 	if n.Type, err = parseFileType(d.Type); err != nil {

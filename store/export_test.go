@@ -53,3 +53,17 @@ func (s *Store) RawCreateIndex(ctx context.Context, which string, body any) erro
 var EncodeText, DecodeText = encodeText, decodeText
 
 var DecodeChunkFast = decodeChunkFast
+
+// RawDeleteIndex deletes one of the filesystem's indices (to rebuild it as
+// an older esfs made it).
+func (s *Store) RawDeleteIndex(ctx context.Context, which string) error {
+	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data, "locks": s.idx.Locks, "sessions": s.idx.Sessions}[which]
+	res, err := s.do(ctx, "raw delete index", request{method: "DELETE", path: "/" + url.PathEscape(index)})
+	if err != nil {
+		return err
+	}
+	if res.status/100 != 2 {
+		return failure("raw delete index", res)
+	}
+	return nil
+}

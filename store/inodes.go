@@ -3,8 +3,11 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net/url"
+	"time"
 )
 
 // InodeScanner pages through every inode document in inode number order
@@ -67,4 +70,64 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 // RefreshAll refreshes every index of the filesystem (fsck, tests).
 func (s *Store) RefreshAll(ctx context.Context) error {
 	return s.refresh(ctx, "refreshing the filesystem's indices", s.allIndices()...)
+}
+
+// AddDirLinks adds delta to the link count of directory ino, for a
+// subdirectory made, removed, or moved in or out, with compare-and-set,
+// reading again on conflict (there are no scripts to add atomically). When
+// t is not 0 it also sets the directory's mtime and ctime, as the change of
+// its entries. A count not kept (see DirLinksCounted) stays as it is, and
+// a count never goes below 2: a drift is fsck's to repair, not a reason to
+// make a directory look uncounted.
+func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64) (Inode, error) {
+	for attempt := 0; ; attempt++ {
+		n, err := s.GetInode(ctx, ino)
+		if err != nil {
+			return Inode{}, err
+		}
+		changed, ok := WithDirLinks(n, delta, t)
+		if !ok {
+			return n, nil
+		}
+		v, err := s.PutInode(ctx, changed, n.Ver)
+		if errors.Is(err, ErrConflict) && attempt < 100 {
+			sleepJitter(ctx, attempt)
+			continue
+		}
+		if err != nil {
+			return Inode{}, err
+		}
+		changed.Ver = v
+		return changed, nil
+	}
+}
+
+// WithDirLinks returns directory n with delta more links (none below 2,
+// and a count not kept left alone) and, when t is not 0, its mtime and
+// ctime set to t. ok is false when nothing changes.
+func WithDirLinks(n Inode, delta int, t int64) (Inode, bool) {
+	if n.Type != TypeDir {
+		return n, false
+	}
+	ok := false
+	if n.DirLinksCounted() && delta != 0 {
+		n.Nlink = uint32(max(2, int64(n.Nlink)+int64(delta)))
+		ok = true
+	}
+	if t != 0 {
+		n.Mtime, n.Ctime = t, t
+		ok = true
+	}
+	return n, ok
+}
+
+// sleepJitter waits a little before another compare-and-set, more after
+// each attempt, with jitter so that contenders spread out.
+func sleepJitter(ctx context.Context, attempt int) {
+	d := time.Duration(1<<min(attempt, 6)) * time.Millisecond
+	d += time.Duration(mrand.Int64N(int64(d)))
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
 }

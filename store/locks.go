@@ -183,6 +183,13 @@ type OpRecord struct {
 	Locks       []LockRef // held under this operation
 	Created     int64     // wall clock of the creator, for display only
 	Ver         Version
+
+	// SrcParent and DstParent are the inodes of the source's and the
+	// destination's directories, whose link counts a directory rename
+	// moves (0 in records of an esfs that did not count). DirLinksMoved,
+	// set as LinkDropped is, makes that happen at most once.
+	SrcParent, DstParent uint64
+	DirLinksMoved        bool
 }
 
 type opBody struct {
@@ -194,6 +201,9 @@ type opBody struct {
 	OverwrittenType string    `json:"ovr_type,omitempty"`
 	Aborted         bool      `json:"aborted,omitempty"`
 	LinkDropped     bool      `json:"link_dropped,omitempty"`
+	SrcParent       uint64    `json:"src_parent,omitempty"`
+	DstParent       uint64    `json:"dst_parent,omitempty"`
+	DirLinksMoved   bool      `json:"dir_links_moved,omitempty"`
 	Locks           []LockRef `json:"locks"`
 	Created         int64     `json:"created"`
 }
@@ -211,7 +221,8 @@ func opID(id string) string { return "O" + id }
 
 func encodeOp(r OpRecord) opJSON {
 	b := opBody{Src: encodeText(r.Src), Dst: encodeText(r.Dst), SrcIno: r.SrcIno, SrcType: r.SrcType.String(),
-		Overwritten: r.Overwritten, Aborted: r.Aborted, LinkDropped: r.LinkDropped, Locks: r.Locks, Created: r.Created}
+		Overwritten: r.Overwritten, Aborted: r.Aborted, LinkDropped: r.LinkDropped, Locks: r.Locks, Created: r.Created,
+		SrcParent: r.SrcParent, DstParent: r.DstParent, DirLinksMoved: r.DirLinksMoved}
 	if r.Overwritten != 0 {
 		b.OverwrittenType = r.OverwrittenType.String()
 	}
@@ -224,7 +235,8 @@ func decodeOp(src []byte, v Version) (OpRecord, error) {
 		return OpRecord{}, fmt.Errorf("operation record: %w", ErrCorrupt)
 	}
 	r := OpRecord{ID: j.Op, State: OpState(j.State), Owner: j.Owner, Epoch: j.Epoch, SrcIno: j.Body.SrcIno,
-		Overwritten: j.Body.Overwritten, Aborted: j.Body.Aborted, LinkDropped: j.Body.LinkDropped, Locks: j.Body.Locks, Created: j.Body.Created, Ver: v}
+		Overwritten: j.Body.Overwritten, Aborted: j.Body.Aborted, LinkDropped: j.Body.LinkDropped, Locks: j.Body.Locks, Created: j.Body.Created, Ver: v,
+		SrcParent: j.Body.SrcParent, DstParent: j.Body.DstParent, DirLinksMoved: j.Body.DirLinksMoved}
 	var err error
 	if r.Src, err = decodeText(j.Body.Src); err != nil {
 		return OpRecord{}, err

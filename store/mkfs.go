@@ -57,7 +57,7 @@ func (s *Store) mappings(chunkSize int64) map[string]map[string]field {
 		},
 		s.idx.Inodes: {
 			"ino": long(), "type": kw(), "mode": long(), "uid": long(), "gid": long(),
-			"size": long(), "nlink": long(),
+			"size": long(), "nlink": long(), "rdev": long(),
 			"atime": long(), "mtime": long(), "ctime": long(), "btime": long(),
 			"target":  storedKw(),
 			"xattrs":  opaque(),
@@ -224,7 +224,38 @@ func (s *Store) checkMapping(ctx context.Context, name string, want map[string]f
 	if res.status != 200 {
 		return failure(what, res)
 	}
+	if _, ok := missing["rdev"]; ok && name == s.idx.Inodes {
+		return s.uncountRoot(ctx)
+	}
 	return nil
+}
+
+// uncountRoot marks the root of a filesystem made before directories
+// counted their subdirectories (the esfs that added the rdev field also
+// started counting) as not counted: that mkfs stored 2 for the root
+// whatever it held, which would now be taken for an exact count.
+func (s *Store) uncountRoot(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		root, err := s.GetInode(ctx, RootIno)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if root.Nlink < 2 {
+			return nil
+		}
+		root.Nlink = 1
+		_, err = s.PutInode(ctx, root, root.Ver)
+		if errors.Is(err, ErrConflict) && attempt < 10 {
+			continue // a mount of this version touched it meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("marking the root's link count as not counted: %w", err)
+		}
+		return nil
+	}
 }
 
 // missingFields lists the fields of want that the mapping m lacks.

@@ -27,28 +27,36 @@ const (
 	TypeFile FileType = iota + 1
 	TypeDir
 	TypeSymlink
+	// Special files hold no data: the kernel of the mount that opens one
+	// does the work (a pipe, a socket, a device driver).
+	TypeFifo
+	TypeSocket
+	TypeCharDev
+	TypeBlockDev
 )
 
+// typeNames are the names stored in documents; never change one.
+var typeNames = map[FileType]string{
+	TypeFile: "file", TypeDir: "dir", TypeSymlink: "symlink",
+	TypeFifo: "fifo", TypeSocket: "socket", TypeCharDev: "chardev", TypeBlockDev: "blockdev",
+}
+
 func (t FileType) String() string {
-	switch t {
-	case TypeFile:
-		return "file"
-	case TypeDir:
-		return "dir"
-	case TypeSymlink:
-		return "symlink"
+	if s, ok := typeNames[t]; ok {
+		return s
 	}
 	return fmt.Sprintf("FileType(%d)", uint8(t))
 }
 
+// IsDevice reports whether t is a character or block device, which has an
+// Rdev.
+func (t FileType) IsDevice() bool { return t == TypeCharDev || t == TypeBlockDev }
+
 func parseFileType(s string) (FileType, error) {
-	switch s {
-	case "file":
-		return TypeFile, nil
-	case "dir":
-		return TypeDir, nil
-	case "symlink":
-		return TypeSymlink, nil
+	for t, name := range typeNames {
+		if name == s {
+			return t, nil
+		}
 	}
 	return 0, fmt.Errorf("unknown file type %q", s)
 }
@@ -104,13 +112,23 @@ type Inode struct {
 	Uid   uint32
 	Gid   uint32
 	Size  int64
-	Nlink uint32
+	Nlink uint32 // a file's paths; a directory's: see DirLinksCounted
+	Rdev  uint32 // a device's number as FUSE carries it: glibc's dev_t for majors < 4096
 	// Times in nanoseconds since the Unix epoch, as the writing host saw them.
 	Atime, Mtime, Ctime, Btime int64
 	Target                     string            // symlink target, raw bytes
 	Xattrs                     map[string][]byte // extended attributes, names with their namespace
 	Ver                        Version           // of the inode document
 }
+
+// DirLinksCounted reports whether a directory's Nlink counts its
+// subdirectories: it is then 2 plus their number (its name, its ".", and
+// each subdirectory's ".."), kept by mkdir, rmdir and renames, as on a
+// local filesystem. Directories made before esfs counted them hold 1: they
+// report 1 (as Linux filesystems without subdirectory counts do, which
+// tells find(1) not to rely on the count) until esfs fsck --repair counts
+// them, and mkdir and rmdir leave such a count alone.
+func (n Inode) DirLinksCounted() bool { return n.Type == TypeDir && n.Nlink >= 2 }
 
 // Node is a path joined with its inode: what a lookup returns.
 type Node struct {

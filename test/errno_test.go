@@ -62,6 +62,21 @@ func TestErrnoTable(t *testing.T) {
 		{"hard link onto existing", "touch a b", func(d string) error { return os.Link(d+"/a", d+"/b") }, syscall.EEXIST},
 		{"symlink onto existing", "touch a", func(d string) error { return os.Symlink("x", d+"/a") }, syscall.EEXIST},
 		{"readlink of a file", "touch f", func(d string) error { _, err := os.Readlink(d + "/f"); return err }, syscall.EINVAL},
+		{"mkfifo over existing", "touch f", func(d string) error { return unix.Mkfifo(d+"/f", 0o644) }, syscall.EEXIST},
+		{"mknod in a file", "touch f", func(d string) error { return unix.Mknod(d+"/f/p", unix.S_IFIFO|0o644, 0) }, syscall.ENOTDIR},
+		{"mknod of a directory", "", func(d string) error { return unix.Mknod(d+"/x", unix.S_IFDIR|0o755, 0) }, syscall.EPERM},
+		{"rmdir a FIFO", "mkfifo p", func(d string) error { return syscall.Rmdir(d + "/p") }, syscall.ENOTDIR},
+		{"readlink of a FIFO", "mkfifo p", func(d string) error { _, err := os.Readlink(d + "/p"); return err }, syscall.EINVAL},
+		{"truncate a FIFO", "mkfifo p", func(d string) error { return os.Truncate(d+"/p", 0) }, syscall.EINVAL},
+		{"hard link to a FIFO", "mkfifo p", func(d string) error { return os.Link(d+"/p", d+"/q") }, 0},
+		{"mv FIFO over dir", "mkfifo p; mkdir d", func(d string) error { return syscall.Rename(d+"/p", d+"/d") }, syscall.EISDIR},
+		{"open a device (FUSE mounts are nodev)", "mknod c c 1 3", func(d string) error {
+			f, err := os.Open(d + "/c")
+			if err == nil {
+				f.Close()
+			}
+			return err
+		}, syscall.EACCES},
 		{"truncate a directory", "mkdir d", func(d string) error { return os.Truncate(d+"/d", 0) }, syscall.EISDIR},
 		{"getxattr missing", "touch f", func(d string) error { _, err := unix.Getxattr(d+"/f", "user.nope", make([]byte, 10)); return err }, syscall.ENODATA},
 		{"setxattr security namespace", "touch f", func(d string) error { return unix.Setxattr(d+"/f", "security.x", []byte("v"), 0) }, syscall.EOPNOTSUPP},

@@ -296,9 +296,27 @@ func lkScanIndex(ctx context.Context, f *mounttest.FS) (lkReport, error) {
 		return rep, err
 	}
 	rep.inodes = len(all)
+	inodes := map[uint64]store.Inode{}
 	for _, a := range all {
+		inodes[a.Ino] = a
 		if _, named := byIno[a.Ino]; !named {
 			bad("inode %d (%s, nlink %d, size %d) is named by no path (leaked)", a.Ino, a.Type, a.Nlink, a.Size)
+		}
+	}
+	// Every directory's link count is 2 plus its subdirectories (as esfs
+	// fsck checks; while intents are left, counts may be mid-rename).
+	if rep.intents == 0 {
+		subdirs := map[string]int{}
+		for p, d := range docs {
+			if d.Type == store.TypeDir && p != "/" {
+				subdirs[d.Parent]++
+			}
+		}
+		for _, p := range order {
+			d := docs[p]
+			if a, ok := inodes[d.Ino]; ok && d.Type == store.TypeDir && a.Type == store.TypeDir && int(a.Nlink) != 2+subdirs[p] {
+				bad("directory %q (inode %d) has %d links but %d subdirectories", p, d.Ino, a.Nlink, subdirs[p])
+			}
 		}
 	}
 	return rep, nil
@@ -383,13 +401,10 @@ func lkAllInodes(ctx context.Context, f *mounttest.FS) ([]store.Inode, error) {
 		}
 		for _, h := range page.Hits.Hits {
 			a := store.Inode{Ino: h.Source.Ino, Nlink: h.Source.Nlink, Size: h.Source.Size}
-			switch h.Source.Type {
-			case "file":
-				a.Type = store.TypeFile
-			case "dir":
-				a.Type = store.TypeDir
-			case "symlink":
-				a.Type = store.TypeSymlink
+			for typ := store.TypeFile; typ <= store.TypeBlockDev; typ++ {
+				if typ.String() == h.Source.Type {
+					a.Type = typ
+				}
 			}
 			out = append(out, a)
 		}

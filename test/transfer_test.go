@@ -38,6 +38,14 @@ head -c 2500000 /dev/zero | tr '\000' x > a/text.big
 truncate -s 5M a/sparse && printf 'end' | dd of=a/sparse bs=1 seek=4194304 conv=notrunc 2>/dev/null
 for i in $(seq 300); do printf 'file %d\n' $i > many/f$i; done
 touch -h -d '2001-02-03 04:05:06.123456789' a/hello.txt a/b/rel-link 'with space'
+mkdir special
+mkfifo -m 0640 special/fifo
+ln special/fifo special/fifo-link
+python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind("special/sock")'
+mknod -m 0600 special/null c 1 3
+mknod special/disk b 259 70000
+chown 1234:5678 special/null
+touch -h -d '2002-03-04 05:06:07.5' special/fifo special/sock special/null
 `)
 	big := make([]byte, 3<<20+12345)
 	rand.New(rand.NewSource(1)).Read(big)
@@ -51,16 +59,18 @@ touch -h -d '2001-02-03 04:05:06.123456789' a/hello.txt a/b/rel-link 'with space
 		t.Fatal(err)
 	}
 	// Times last: everything above moved the directories' mtimes.
-	mounttest.Sh(t, root, `touch -d '2010-01-01 00:00:00' a/b/c empty`)
+	mounttest.Sh(t, root, `touch -d '2010-01-01 00:00:00' a/b/c empty special`)
 	return xattrs
 }
 
 // sameTree compares two trees entry by entry: type, mode, size, mtime to
-// the nanosecond, symlink targets, contents, hard links, extended
-// attributes, and (owners) uid and gid.
+// the nanosecond, symlink targets, contents, hard links, device numbers,
+// extended attributes, and (owners) uid and gid.
 func sameTree(t *testing.T, want, got string, xattrs bool) {
 	t.Helper()
-	if out, err := exec.Command("diff", "-r", "--no-dereference", want, got).CombinedOutput(); err != nil {
+	// diff calls any two FIFOs or sockets different, and would read
+	// devices: the special files are compared by stat below.
+	if out, err := exec.Command("diff", "-r", "--no-dereference", "--exclude=special", want, got).CombinedOutput(); err != nil {
 		t.Errorf("diff -r %s %s: %v\n%s", want, got, err, out)
 	}
 	inodes := map[uint64]string{} // got's inode -> first path, for hard links
@@ -80,16 +90,19 @@ func sameTree(t *testing.T, want, got string, xattrs bool) {
 			return nil
 		}
 		n++
-		if a.Mode != b.Mode || a.Uid != b.Uid || a.Gid != b.Gid {
-			t.Errorf("%s: mode %o uid %d gid %d, want %o %d %d", rel, b.Mode, b.Uid, b.Gid, a.Mode, a.Uid, a.Gid)
+		if a.Mode != b.Mode || a.Uid != b.Uid || a.Gid != b.Gid || a.Rdev != b.Rdev {
+			t.Errorf("%s: mode %o uid %d gid %d rdev %#x, want %o %d %d %#x", rel, b.Mode, b.Uid, b.Gid, b.Rdev, a.Mode, a.Uid, a.Gid, a.Rdev)
 		}
 		if a.Mode&unix.S_IFMT != unix.S_IFDIR && a.Size != b.Size {
 			t.Errorf("%s: size %d, want %d", rel, b.Size, a.Size)
 		}
+		if a.Mode&unix.S_IFMT == unix.S_IFDIR && a.Nlink != b.Nlink {
+			t.Errorf("%s: directory with %d links, want %d", rel, b.Nlink, a.Nlink)
+		}
 		if a.Mtim != b.Mtim {
 			t.Errorf("%s: mtime %v, want %v", rel, time.Unix(b.Mtim.Unix()), time.Unix(a.Mtim.Unix()))
 		}
-		if a.Mode&unix.S_IFMT == unix.S_IFREG && a.Nlink > 1 {
+		if a.Mode&unix.S_IFMT != unix.S_IFDIR && a.Nlink > 1 {
 			if first, ok := inodes[b.Ino]; ok {
 				t.Logf("%s is a hard link of %s, as in the source", rel, first)
 			} else {
@@ -113,8 +126,8 @@ func sameTree(t *testing.T, want, got string, xattrs bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(inodes) != 1 {
-		t.Errorf("hard-linked files map to %d inodes in %s, want 1: %v", len(inodes), got, inodes)
+	if len(inodes) != 2 {
+		t.Errorf("hard-linked files map to %d inodes in %s, want 2 (a file and a FIFO): %v", len(inodes), got, inodes)
 	}
 	t.Logf("compared %d entries of %s and %s", n, want, got)
 }
@@ -139,9 +152,6 @@ func TestImportExport(t *testing.T) {
 		t.Fatal(err)
 	}
 	xattrs := makeTree(t, src)
-	if err := unix.Mkfifo(filepath.Join(src, "a", "fifo"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	m := f.Mount(t)
 	if err := os.Mkdir(m.Path("in"), 0o755); err != nil {
 		t.Fatal(err)
@@ -155,16 +165,10 @@ func TestImportExport(t *testing.T) {
 	start := time.Now()
 	out, code := esfs("import", src, "/in/tree")
 	importTook := time.Since(start)
-	if code != 0 || !strings.Contains(out, "imported") || !strings.Contains(out, "1 special files skipped") {
+	if code != 0 || !strings.Contains(out, "imported") || !strings.Contains(out, " 5 special files") || strings.Contains(out, "skipped") {
 		t.Fatalf("import: status %d:\n%s", code, out)
 	}
 	t.Logf("import: %s", strings.TrimSpace(out))
-	if err := os.Remove(filepath.Join(src, "a", "fifo")); err != nil {
-		t.Fatal(err)
-	}
-	// The directory times of the source moved when the FIFO was removed.
-	mounttest.Sh(t, src, `touch -d '2010-01-01 00:00:00' a`)
-	mounttest.Sh(t, m.Dir, `touch -d '2010-01-01 00:00:00' in/tree/a`)
 	sameTree(t, src, m.Path("in", "tree"), xattrs)
 	// The imported tree is an ordinary part of the filesystem.
 	mounttest.Sh(t, m.Dir, `mv in/tree in/moved && echo more >> in/moved/a/hello.txt && cat in/moved/a/b/c/hard-link | grep -q more && mv in/moved in/tree && printf 'hello\n' > in/tree/a/hello.txt && touch -d '2001-02-03 04:05:06.123456789' in/tree/a/hello.txt`)
@@ -178,12 +182,12 @@ func TestImportExport(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "exported") {
 		t.Fatalf("export: status %d:\n%s", code, out)
 	}
-	mounttest.Sh(t, src, `touch -d '2010-01-01 00:00:00' a`)
 	sameTree(t, src, dst, xattrs)
 	var st unix.Stat_t
 	if err := unix.Stat(filepath.Join(dst, "a", "sparse"), &st); err != nil || st.Blocks*512 >= 5<<20 {
 		t.Errorf("exported sparse file: %d blocks (%v), want a hole", st.Blocks, err)
 	}
+	exportAsNobody(t, f, src)
 
 	// Faster than cp -a through the mount, on the same small files.
 	start = time.Now()
@@ -255,5 +259,46 @@ func TestImportExport(t *testing.T) {
 	}
 	if _, err := os.Stat(m.Path("in", "x")); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("a refused import left /in/x: %v", err)
+	}
+}
+
+// exportAsNobody: a user other than root gets the FIFOs and sockets but
+// cannot make devices; as cp -a, export names each, copies the rest and
+// exits 1.
+func exportAsNobody(t *testing.T, f *mounttest.FS, src string) {
+	t.Helper()
+	// Everything nobody uses must be reachable by nobody: the binary too.
+	dir, err := os.MkdirTemp("", "esfs-export-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "esfs")
+	mounttest.Sh(t, dir, "cp "+f.Bin+" "+bin+" && chmod 0755 "+bin)
+	dst := filepath.Join(dir, "out")
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin,
+		"export", "--es-url", f.URL, "--index", f.Index, "--quiet", "/in/tree", dst)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "2 devices not made") ||
+		!strings.Contains(string(out), "special/null: device 1:3 not made") {
+		t.Fatalf("export as nobody: %v, want exit 1 naming the 2 devices:\n%s", err, out)
+	}
+	for name, typ := range map[string]uint32{"fifo": unix.S_IFIFO, "fifo-link": unix.S_IFIFO, "sock": unix.S_IFSOCK} {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(dst, "special", name), &st); err != nil || st.Mode&unix.S_IFMT != typ {
+			t.Errorf("export as nobody: special/%s: mode %o (%v)", name, st.Mode, err)
+		}
+	}
+	for _, name := range []string{"null", "disk"} {
+		if _, err := os.Lstat(filepath.Join(dst, "special", name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("export as nobody: special/%s: %v, want it not made", name, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "a", "hello.txt")); err != nil || string(b) != "hello\n" {
+		t.Errorf("export as nobody: a/hello.txt = %q (%v)", b, err)
 	}
 }

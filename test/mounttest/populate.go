@@ -29,7 +29,9 @@ func Populate(t testing.TB, f *FS, root string, names []string, content func(nam
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	now := time.Now().UnixNano()
-	var ops []store.BulkOp
+	var made []store.Inode // in the order of paths
+	var paths []string
+	subdirs := map[string]uint32{} // directory -> subdirectories made in it
 	mk := func(path string, typ store.FileType, size int64) uint64 {
 		var b [8]byte
 		_, _ = crand.Read(b[:])
@@ -37,17 +39,12 @@ func Populate(t testing.TB, f *FS, root string, names []string, content func(nam
 		mode := uint32(0o644)
 		if typ == store.TypeDir {
 			mode = 0o755
+			parent, _ := store.Split(path)
+			subdirs[parent]++
 		}
-		oi, err := f.Store.OpCreateInode(store.Inode{Ino: ino, Type: typ, Mode: mode, Nlink: 1, Size: size,
+		made = append(made, store.Inode{Ino: ino, Type: typ, Mode: mode, Nlink: 1, Size: size,
 			Atime: now, Mtime: now, Ctime: now, Btime: now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		od, err := f.Store.OpCreateDentry(store.Dentry{Path: path, Ino: ino, Type: typ})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops = append(ops, oi, od)
+		paths = append(paths, path)
 		return ino
 	}
 	dirs := map[string]bool{"/": true}
@@ -77,6 +74,22 @@ func Populate(t testing.TB, f *FS, root string, names []string, content func(nam
 			fmt.Fprintf(&data, `{"ino":%d,"chunk":0,"data":%q}`+"\n", ino, base64.StdEncoding.EncodeToString([]byte(c)))
 		}
 	}
+	// Directories' link counts as mkdir keeps them: 2 plus subdirectories.
+	var ops []store.BulkOp
+	for i, a := range made {
+		if a.Type == store.TypeDir {
+			a.Nlink = 2 + subdirs[paths[i]]
+		}
+		oi, err := f.Store.OpCreateInode(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		od, err := f.Store.OpCreateDentry(store.Dentry{Path: paths[i], Ino: a.Ino, Type: a.Type})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops = append(ops, oi, od)
+	}
 	res, err := f.Store.Bulk(ctx, ops)
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +97,11 @@ func Populate(t testing.TB, f *FS, root string, names []string, content func(nam
 	for _, r := range res {
 		if r.Err != nil {
 			t.Fatalf("populating %s: %v", root, r.Err)
+		}
+	}
+	if n := subdirs["/"]; n > 0 {
+		if _, err := f.Store.AddDirLinks(ctx, store.RootIno, int(n), 0); err != nil {
+			t.Fatalf("counting the new directories in /: %v", err)
 		}
 	}
 	if data.Len() > 0 {

@@ -1,0 +1,99 @@
+package fs
+
+import (
+	"context"
+	"errors"
+
+	"github.com/esfs/esfs/store"
+)
+
+// A directory's link count is 2 plus its subdirectories, as on a local
+// filesystem. It lives in the directory's inode document, and every entry
+// change that adds or removes a subdirectory changes it with a
+// compare-and-set riding in the same bulk as the entry (dirLinksOp), at the
+// version this mount already has: no round trip of its own unless another
+// change of the directory came in between, when it is redone as a
+// read-modify-write (settleDirLinks). File creates do not take part: they
+// only set the directory's times with a partial update, so that creates in
+// one directory never contend on it. A crash between the entry and its
+// count leaves the count one off, which esfs fsck finds and repairs.
+// Renames move counts between directories in the journal (locking).
+
+// parentLinks is a change of a directory's count and times that rides in
+// the bulk of an entry change.
+type parentLinks struct {
+	ino     uint64
+	delta   int
+	t       int64
+	counted bool        // the bulk item is a compare-and-set of the count
+	after   store.Inode // the directory as that item writes it
+	gen     uint64      // cache generation when the item was made
+}
+
+// dirLinksOp returns the bulk item that adds delta links to directory ino
+// and sets its mtime and ctime to t: a compare-and-set at the version in
+// this mount's cache (or read now), or, for a delta of 0 or a directory
+// whose count is not kept, the partial update of its times.
+func (f *FS) dirLinksOp(ctx context.Context, ino uint64, delta int, t int64) (store.BulkOp, parentLinks, error) {
+	pl := parentLinks{ino: ino, delta: delta, t: t}
+	if delta != 0 {
+		dir, err := f.inode(ctx, ino, f.cache.Gen())
+		if err != nil {
+			return store.BulkOp{}, pl, err
+		}
+		if dir.DirLinksCounted() && dir.Ver.Known() {
+			pl.after, _ = store.WithDirLinks(dir, delta, t)
+			op, err := f.st.OpPutInode(pl.after, dir.Ver)
+			if err != nil {
+				return store.BulkOp{}, pl, err
+			}
+			pl.counted = true
+			f.cache.InvalidateInode(ino)
+			pl.gen = f.cache.Gen()
+			return op, pl, nil
+		}
+	}
+	f.cache.InvalidateInode(ino)
+	return f.st.OpTouchInode(ino, t, t), pl, nil
+}
+
+// settleDirLinks finishes what dirLinksOp began, given the bulk item's
+// result and whether the entry change it rode with took effect: a count
+// that landed for an entry change that did not is taken back, one that
+// lost its compare-and-set is done again with a fresh read.
+func (f *FS) settleDirLinks(ctx context.Context, pl parentLinks, res store.BulkResult, applied bool) {
+	switch {
+	case !pl.counted:
+		if applied && res.Err != nil {
+			f.log.Warn("could not update directory times", "ino", pl.ino, "err", res.Err)
+		}
+	case applied && res.Err == nil:
+		// Cached unless another change of the directory began since,
+		// which may have landed after ours.
+		pl.after.Ver = res.Ver
+		f.cache.PutInode(pl.after, pl.gen)
+	case applied && errors.Is(res.Err, store.ErrConflict):
+		f.addDirLinks(ctx, pl.ino, pl.delta, pl.t)
+	case applied:
+		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", pl.ino, "err", res.Err)
+	case res.Err == nil:
+		f.addDirLinks(ctx, pl.ino, -pl.delta, 0)
+	}
+}
+
+// addDirLinks is the read-modify-write of a directory's count (and times,
+// when t is not 0). A failure is logged: the count is then one off until
+// fsck repairs it, which is no reason to fail the entry change that
+// already happened.
+func (f *FS) addDirLinks(ctx context.Context, ino uint64, delta int, t int64) {
+	f.cache.InvalidateInode(ino)
+	gen := f.cache.Gen()
+	n, err := f.st.AddDirLinks(ctx, ino, delta, t)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", ino, "delta", delta, "err", err)
+		return
+	}
+	if err == nil {
+		f.cache.PutInode(n, gen)
+	}
+}
