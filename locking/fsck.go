@@ -286,16 +286,34 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 		if d.Type != store.TypeDir || !ok || n.Type != store.TypeDir || int64(n.Nlink) == 2+int64(subdirs[d.Path]) {
 			continue
 		}
-		p := Problem{Kind: "directory link count", Subject: d.Path,
-			Detail: fmt.Sprintf("nlink %d, want %d (2 + %d subdirectories)", n.Nlink, 2+subdirs[d.Path], subdirs[d.Path])}
-		if !n.DirLinksCounted() {
-			p.Detail = fmt.Sprintf("not counted (made by an esfs that did not count; reported as 1), want %d (2 + %d subdirectories)", 2+subdirs[d.Path], subdirs[d.Path])
+		// The snapshots are older than now: a mkdir or rmdir since moved
+		// the count, so it is judged again on a fresh read and count.
+		n, subs, err := c.countDirLinks(ctx, fb, d.Path, d.Ino)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // removed meanwhile
 		}
-		if repair {
-			err := c.recountDirLinks(ctx, fb, d.Path, d.Ino)
-			p.Repaired = err == nil
-			if err != nil {
-				p.Detail += ": " + err.Error()
+		if err == nil && n.Type == store.TypeDir && int64(n.Nlink) == 2+int64(subs) {
+			continue
+		}
+		if err != nil {
+			n, subs = inodes[d.Ino], subdirs[d.Path]
+		}
+		p := Problem{Kind: "directory link count", Subject: d.Path,
+			Detail: fmt.Sprintf("nlink %d, want %d (2 + %d subdirectories)", n.Nlink, 2+subs, subs)}
+		if !n.DirLinksCounted() {
+			p.Detail = fmt.Sprintf("not counted (made by an esfs that did not count; reported as 1), want %d (2 + %d subdirectories)", 2+subs, subs)
+		}
+		if err != nil {
+			p.Detail += ": cannot count again: " + err.Error()
+		} else if repair {
+			// Written at the version read before the count, so that a
+			// mkdir or rmdir that lands meanwhile makes the write fail
+			// rather than be undone by it.
+			n.Nlink = uint32(2 + subs)
+			_, werr := fb.PutInode(ctx, n, n.Ver)
+			p.Repaired = werr == nil
+			if werr != nil {
+				p.Detail += ": changed while being counted (run fsck again): " + werr.Error()
 			}
 		}
 		rep.Problems = append(rep.Problems, p)
@@ -398,21 +416,19 @@ func (c *Coordinator) lookAgain(ctx context.Context, fb FsckBackend, inodes map[
 	return nil
 }
 
-// recountDirLinks sets a directory's link count from a fresh listing. The
-// inode is read first and written at that version, so that a mkdir or
-// rmdir that lands meanwhile (moving the count) makes the write fail
-// rather than be undone by it.
-func (c *Coordinator) recountDirLinks(ctx context.Context, fb FsckBackend, path string, ino uint64) error {
+// countDirLinks reads a directory's inode, then counts its visible
+// subdirectories in a listing taken after a refresh.
+func (c *Coordinator) countDirLinks(ctx context.Context, fb FsckBackend, path string, ino uint64) (store.Inode, int, error) {
 	res, err := fb.GetInodes(ctx, []uint64{ino})
 	if err != nil {
-		return err
+		return store.Inode{}, 0, err
 	}
 	if res[0].Err != nil {
-		return res[0].Err
+		return store.Inode{}, 0, res[0].Err
 	}
 	n := res[0].Inode
 	if err := fb.Refresh(ctx); err != nil {
-		return err
+		return store.Inode{}, 0, err
 	}
 	sc := fb.ListDir(path, store.DefaultPageSize)
 	defer sc.Close()
@@ -420,32 +436,24 @@ func (c *Coordinator) recountDirLinks(ctx context.Context, fb FsckBackend, path 
 	for {
 		page, bad, err := sc.Next(ctx)
 		if err != nil {
-			return err
+			return store.Inode{}, 0, err
 		}
 		if len(bad) > 0 {
-			return fmt.Errorf("cannot count the subdirectories of %s: %w", path, bad[0])
+			return store.Inode{}, 0, fmt.Errorf("cannot count the subdirectories of %s: %w", path, bad[0])
 		}
 		if page == nil {
-			break
+			return n, count, nil
 		}
 		for _, d := range page {
 			vis, ok, err := c.Journal.Visible(ctx, d)
 			if err != nil {
-				return err
+				return store.Inode{}, 0, err
 			}
 			if ok && vis.Type == store.TypeDir {
 				count++
 			}
 		}
 	}
-	if int64(n.Nlink) == 2+int64(count) {
-		return nil // right by now
-	}
-	n.Nlink = uint32(2 + count)
-	if _, err := fb.PutInode(ctx, n, n.Ver); err != nil {
-		return fmt.Errorf("changed while being counted (run fsck again): %w", err)
-	}
-	return nil
 }
 
 func lockName(d store.LockDoc) string {

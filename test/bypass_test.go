@@ -408,7 +408,7 @@ func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
 	quickExit(t)
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
-	mounttest.Sh(t, m.Dir, `echo linked > linked && echo doomed > doomed`)
+	mounttest.Sh(t, m.Dir, `echo linked > linked && echo doomed > doomed && mkdir d0`)
 	if out, code := esfsCmd(t, f, "", "fsck", "--no-wait"); code != 0 {
 		t.Fatalf("fsck before: status %d\n%s", code, out)
 	}
@@ -437,7 +437,7 @@ func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("fsck did not scan inodes within 60s")
 	}
-	mounttest.Sh(t, m.Dir, `echo born > born && ln linked link2 && rm doomed`)
+	mounttest.Sh(t, m.Dir, `echo born > born && ln linked link2 && rm doomed && mkdir d0/new`)
 	esDo(t, f.URL, "POST", "/"+f.Index+","+f.Index+"-*/_refresh", "")
 	close(release)
 	select {
@@ -459,6 +459,16 @@ func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
 		a, err := f.Store.GetInode(ctx, d.Ino)
 		if err != nil || a.Nlink != nlink {
 			t.Errorf("%s after fsck --repair: inode %+v, %v; want %d links", name, a, err, nlink)
+		}
+	}
+	// A mkdir between the snapshots moved directory link counts too.
+	for name, nlink := range map[string]uint32{"/d0": 3, "/d0/new": 2} {
+		d, err := f.Store.GetDentry(ctx, name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if a, err := f.Store.GetInode(ctx, d.Ino); err != nil || a.Nlink != nlink {
+			t.Errorf("directory %s after fsck --repair: inode %+v, %v; want %d links", name, a, err, nlink)
 		}
 	}
 	if got := mounttest.Sh(t, m.Dir, `cat born link2`); got != "born\nlinked\n" {
