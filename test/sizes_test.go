@@ -285,6 +285,59 @@ func TestHugeSparseCopy(t *testing.T) {
 			t.Errorf("copy at %d: %q, %v", off, buf, err)
 		}
 	}
+	// copy_file_range(2) within the mount, in a loop as its callers must.
+	start = time.Now()
+	script := `
+import os, sys
+a = os.open(sys.argv[1], os.O_RDONLY)
+b = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+left = os.fstat(a).st_size
+while left > 0:
+    n = os.copy_file_range(a, b, left)
+    if n == 0:
+        break
+    left -= n
+os.close(b)
+`
+	if out, err := exec.CommandContext(ctx, "python3", "-c", script, src, m.Path("copy")).CombinedOutput(); err != nil {
+		t.Fatalf("copy_file_range of the sparse file: %v (after %s)\n%s", err, time.Since(start).Round(time.Millisecond), out)
+	}
+	t.Logf("REPORT %s: copy_file_range of a 1 TiB file with 4 chunks stored, within the mount: %s", t.Name(), time.Since(start).Round(time.Millisecond))
+	h, err := os.Open(m.Path("copy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if st, err := h.Stat(); err != nil || st.Size() != size {
+		t.Fatalf("copy_file_range copy: size %d, %v", st.Size(), err)
+	}
+	for _, off := range offsets {
+		buf := make([]byte, 3)
+		if _, err := h.ReadAt(buf, off); err != nil || string(buf) != "abc" {
+			t.Errorf("copy_file_range copy at %d: %q, %v", off, buf, err)
+		}
+	}
+	// Into bytes the destination holds: the kernel's fallback does it.
+	if err := os.WriteFile(m.Path("over"), []byte("zzzzzz"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := os.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := os.OpenFile(m.Path("over"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inOff, outOff := int64(0), int64(1)
+	if n, err := unix.CopyFileRange(int(a.Fd()), &inOff, int(b.Fd()), &outOff, 3, 0); err != nil || n != 3 {
+		t.Errorf("copy_file_range over existing bytes: %d, %v", n, err)
+	}
+	b.Close()
+	if got := fenceRead(t, m.Path("over")); string(got) != "zabczz" {
+		t.Errorf("copy_file_range over existing bytes: %q, want %q", got, "zabczz")
+	}
 	sizeAlive(t, m, w)
 }
 
