@@ -48,7 +48,7 @@ func cmdFsck() *cli.Command {
 		Name:  "fsck",
 		Usage: "check a filesystem's invariants; exit 0 if clean, 1 if problems were all repaired, 4 if problems are left",
 		Flags: adminFlags(
-			&cli.BoolFlag{Name: "repair", Usage: "finish or undo what recovery would, and remove leftovers, orphans and strays"},
+			&cli.BoolFlag{Name: "repair", Usage: "finish or undo what recovery would, and remove leftovers (data chunks of dead writers included), orphans and strays"},
 			&cli.BoolFlag{Name: "no-wait", Usage: "do not wait a lease to judge whether silent mounts are dead"},
 		),
 		Action: func(c *cli.Context) error {
@@ -66,7 +66,7 @@ func cmdFsck() *cli.Command {
 			if err != nil {
 				return explain(err, c.String("es-url"))
 			}
-			fmt.Printf("%d paths, %d inodes, %d lock documents, %d operation records\n", rep.Paths, rep.Inodes, rep.Locks, rep.Ops)
+			fmt.Printf("%d paths, %d inodes, %d data chunks, %d lock documents, %d operation records\n", rep.Paths, rep.Inodes, rep.Chunks, rep.Locks, rep.Ops)
 			for _, f := range rep.InFlight {
 				fmt.Printf("in flight: %s\n", f)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,6 +88,10 @@ type importer struct {
 	// alive fails once our session is no longer ours (lease lapsed or
 	// declared dead): then someone may own DEST, and we must not write.
 	alive func() error
+	// stamp is what every chunk carries: the first data generation of a
+	// new inode (which its inode document records) and our session, by
+	// which fsck tells our chunks from a dead writer's while we run.
+	stamp store.Stamp
 
 	mu    sync.Mutex // protects err
 	err   error
@@ -159,6 +164,7 @@ func runImport(c *cli.Context) error {
 	}
 	defer func() { _ = txn.End(context.WithoutCancel(ctx)) }()
 	imp.alive = txn.Sess.Check
+	imp.stamp = store.Stamp{Version: store.DataVersion(1, 1), Session: txn.Sess.ID()}
 	parentIno, err := imp.check(ctx, co, parent)
 	if err != nil {
 		return explain(err, c.String("es-url"))
@@ -439,7 +445,10 @@ func (imp *importer) entry(p string) error {
 		a.Type, a.Target, a.Size, a.Mode = store.TypeSymlink, target, int64(len(target)), 0o777
 		imp.symlinks++
 	case unix.S_IFREG:
-		a.Type, a.Size = store.TypeFile, st.Size
+		if st.Size > store.MaxFileSize {
+			return fmt.Errorf("%s: %d bytes, more than the largest file esfs stores (%d bytes)", p, st.Size, store.MaxFileSize)
+		}
+		a.Type, a.Size, a.Dgen = store.TypeFile, st.Size, 1
 		imp.regular++
 	case unix.S_IFIFO:
 		a.Type = store.TypeFifo
@@ -480,7 +489,7 @@ func (imp *importer) entry(p string) error {
 	}
 	if writeInode {
 		if a.Type == store.TypeFile {
-			if err := imp.data(p, a.Ino, st.Size); err != nil {
+			if a.Chunks, err = imp.data(p, a.Ino, st.Size); err != nil {
 				return err
 			}
 		}
@@ -503,33 +512,57 @@ func (imp *importer) entry(p string) error {
 	return nil
 }
 
-// data queues the chunks of a file, reading it a chunk at a time.
-func (imp *importer) data(p string, ino uint64, size int64) error {
+// data queues the chunks of a file, reading it a chunk at a time. Holes
+// the local filesystem knows of (SEEK_DATA) are skipped without reading
+// them, so a sparse file costs what it holds, not its size.
+// It returns how many chunks it queued.
+func (imp *importer) data(p string, ino uint64, size int64) (chunks int64, err error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer f.Close()
 	for n := int64(0); n*imp.chunk < size; n++ {
-		buf := make([]byte, imp.chunk) // the op keeps it until the batch is sent
-		k, err := io.ReadFull(f, buf)
-		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("%s: %v", p, err)
+		if next, ok := nextData(f, n*imp.chunk); ok {
+			if next >= size {
+				break
+			}
+			n = max(n, next/imp.chunk)
+		}
+		buf := make([]byte, min(imp.chunk, size-n*imp.chunk)) // the op keeps it until the batch is sent
+		k, err := f.ReadAt(buf, n*imp.chunk)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, fmt.Errorf("%s: %v", p, err)
 		}
 		if k == 0 {
 			break // the file shrank while we read it
 		}
-		if isZero(buf[:k]) && int64(k) == imp.chunk {
+		if isZero(buf[:k]) {
 			continue // a hole: absent chunks read as zeros
 		}
-		o, err := imp.st.OpWriteChunk(ino, n, buf[:k])
+		o, err := imp.st.OpWriteChunk(ino, n, buf[:k], imp.stamp)
 		if err != nil {
-			return err
+			return 0, err
 		}
+		chunks++
 		imp.bytes += int64(k)
 		imp.add(o, k*4/3+128)
 	}
-	return nil
+	return chunks, nil
+}
+
+// nextData returns the offset of the first data at or after off in f
+// (past its end when there is none), and false when the filesystem cannot
+// tell (then every chunk is read).
+func nextData(f *os.File, off int64) (int64, bool) {
+	next, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+	switch {
+	case err == nil:
+		return next, true
+	case errors.Is(err, unix.ENXIO):
+		return math.MaxInt64, true
+	}
+	return 0, false
 }
 
 func isZero(b []byte) bool {
@@ -741,6 +774,8 @@ type exporter struct {
 
 	// devicesSkipped counts devices a user other than root could not make.
 	devicesSkipped int64
+	// dataRefreshed: the data index was refreshed for listing chunks.
+	dataRefreshed bool
 }
 
 type leftOut uint8
@@ -1003,29 +1038,9 @@ func (ex *exporter) entry(ctx context.Context, local string, a store.Inode) erro
 	if err != nil {
 		return err
 	}
-	chunk := ex.st.ChunkSize()
-	last := (a.Size - 1) / chunk
-	for first := int64(0); first <= last && a.Size > 0; first += 8 {
-		end := min(first+7, last)
-		chunks, err := ex.st.ReadChunks(ctx, a.Ino, first, end)
-		if err != nil {
-			f.Close()
-			return err
-		}
-		for n := first; n <= end; n++ {
-			data, ok := chunks[n]
-			if !ok {
-				continue // a hole
-			}
-			if rest := a.Size - n*chunk; int64(len(data)) > rest {
-				data = data[:rest]
-			}
-			if _, err := f.WriteAt(data, n*chunk); err != nil {
-				f.Close()
-				return err
-			}
-			ex.prog.add(0, int64(len(data)))
-		}
+	if err := ex.data(ctx, f, a); err != nil {
+		f.Close()
+		return err
 	}
 	if err := f.Truncate(a.Size); err != nil {
 		f.Close()
@@ -1059,6 +1074,84 @@ func (ex *exporter) special(local string, a store.Inode) error {
 		ex.links[a.Ino] = local
 	}
 	return ex.finish(local, a)
+}
+
+// exportListed: a file of more chunks than this has its stored chunks
+// listed by search instead of each read by number, so that a sparse file
+// costs what it holds, not its size.
+const exportListed = 64
+
+// data copies the stored chunks of file a into f; holes stay holes.
+func (ex *exporter) data(ctx context.Context, f *os.File, a store.Inode) error {
+	if a.Size <= 0 {
+		return nil
+	}
+	chunk := ex.st.ChunkSize()
+	last := (a.Size - 1) / chunk
+	copyChunks := func(nums []int64) error {
+		for i := 0; i < len(nums); i += 8 {
+			part := nums[i:min(i+8, len(nums))]
+			chunks, err := ex.st.ReadChunks(ctx, a.Ino, part[0], part[len(part)-1])
+			if err != nil {
+				return err
+			}
+			for _, n := range part {
+				data, ok := chunks[n]
+				if !ok {
+					continue // a hole
+				}
+				if rest := a.Size - n*chunk; int64(len(data)) > rest {
+					data = data[:rest]
+				}
+				if _, err := f.WriteAt(data, n*chunk); err != nil {
+					return err
+				}
+				ex.prog.add(0, int64(len(data)))
+			}
+		}
+		return nil
+	}
+	if last < exportListed {
+		nums := make([]int64, 0, last+1)
+		for n := int64(0); n <= last; n++ {
+			nums = append(nums, n)
+		}
+		return copyChunks(nums)
+	}
+	if !ex.dataRefreshed {
+		// Search is near-realtime: chunks written before the export began
+		// must all be listed.
+		if err := ex.st.RefreshData(ctx); err != nil {
+			return err
+		}
+		ex.dataRefreshed = true
+	}
+	for from := int64(0); from <= last; {
+		nums, err := ex.st.StoredChunks(ctx, a.Ino, from, store.DefaultPageSize)
+		if err != nil {
+			return err
+		}
+		for len(nums) > 0 && nums[len(nums)-1] > last {
+			nums = nums[:len(nums)-1] // leftovers past the end
+		}
+		if len(nums) == 0 {
+			return nil
+		}
+		// Consecutive chunks are read eight per request; scattered ones
+		// one per request.
+		for i := 0; i < len(nums); {
+			j := i + 1
+			for j < len(nums) && j-i < 8 && nums[j] == nums[j-1]+1 {
+				j++
+			}
+			if err := copyChunks(nums[i:j]); err != nil {
+				return err
+			}
+			i = j
+		}
+		from = nums[len(nums)-1] + 1
+	}
+	return nil
 }
 
 // finish sets what creating the entry could not: owner, mode, extended

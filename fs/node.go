@@ -179,13 +179,19 @@ func fileType(mode uint32) store.FileType {
 
 // fillAttr converts store attributes for the kernel.
 func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
-	size := a.Size
+	size, chunks := a.Size, a.Chunks
 	if of := f.openState(a.Ino); of != nil {
-		size = of.currentSize(size)
+		size, chunks = of.current(a)
 	}
 	out.Ino = a.Ino
 	out.Size = uint64(size)
 	out.Blocks = (uint64(size) + 511) / 512
+	if a.Type == store.TypeFile && chunks >= 0 {
+		// What the file stores, in whole chunks: cp, tar and rsync take
+		// fewer blocks than the size for a sparse file, and then find its
+		// holes with SEEK_HOLE instead of reading them.
+		out.Blocks = min(out.Blocks, uint64(chunks)*uint64(f.st.ChunkSize())/512)
+	}
 	out.Blksize = 128 << 10
 	out.Mode = typeBits(a.Type) | a.Mode
 	if a.Type.IsDevice() {
@@ -306,7 +312,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
 			return syscall.EISDIR
 		}
-		if err := n.f.truncate(ctx, n.ino(), int64(size)); err != nil {
+		if err := n.f.truncate(ctx, n.ino(), int64(size), nil); err != nil {
 			return n.f.toErrno("truncate", err)
 		}
 	}
@@ -346,6 +352,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if err != nil {
 		return n.f.toErrno("setattr", err)
 	}
+	n.f.noteInode(a)
 	n.f.fillAttr(a, &out.Attr)
 	return 0
 }
@@ -539,6 +546,8 @@ func (n *node) writeNew(ctx context.Context, dir, path string, e newEntry) (stor
 		Atime: t, Mtime: t, Ctime: t, Btime: t, Target: e.target}
 	subdirs := 0 // what the new entry adds to the parent's link count
 	switch {
+	case typ == store.TypeFile:
+		a.Dgen = 1 // the creator's writer owns the first data generation
 	case typ == store.TypeDir:
 		a.Nlink, subdirs = 2, 1
 	case typ == store.TypeSymlink:
@@ -655,6 +664,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	sn, err := n.create(ctx, name, newEntry{typ: store.TypeFile, mode: mode})
+	created := err == nil
 	if errors.Is(err, store.ErrExists) && flags&syscall.O_EXCL == 0 {
 		// Another process created it since the kernel's lookup: open that one.
 		dir, derr := n.dirPath(ctx, false)
@@ -672,14 +682,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			return nil, nil, 0, syscall.EEXIST
 		}
 		if err == nil && flags&syscall.O_TRUNC != 0 {
-			err = n.f.truncate(ctx, sn.Ino, 0)
+			err = n.f.truncate(ctx, sn.Ino, 0, nil)
 		}
 	}
 	if err != nil {
 		return nil, nil, 0, n.f.toErrno("create", err)
 	}
 	child := n.newChild(ctx, sn, out)
-	fh, err := n.f.openHandle(ctx, sn.Attr, flags)
+	fh, err := n.f.openHandle(ctx, sn.Attr, flags, created)
 	if err != nil {
 		return nil, nil, 0, n.f.toErrno("create", err)
 	}
@@ -939,18 +949,41 @@ func (f *FS) dropLink(ctx context.Context, ino uint64) error {
 	return f.deleteInode(ctx, a)
 }
 
-// deleteInode removes an inode document and its data chunks.
+// deleteInode removes an inode document with no links left, and its data
+// chunks. The chunks' delete takes a data version above every generation
+// the inode handed out (its Dgen can no longer move once the inode is
+// gone), so that no writer's late request brings a chunk back.
 func (f *FS) deleteInode(ctx context.Context, a store.Inode) error {
 	f.cache.InvalidateInode(a.Ino)
-	if _, err := f.st.DeleteInode(ctx, a.Ino, a.Ver); err != nil && !errors.Is(err, store.ErrNotFound) {
-		if errors.Is(err, store.ErrConflict) {
-			return nil // re-linked or changed meanwhile: it lives on
+	for attempt := 0; ; attempt++ {
+		_, err := f.st.DeleteInode(ctx, a.Ino, a.Ver)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // someone else deleted it, and its chunks
 		}
-		return err
+		if errors.Is(err, store.ErrConflict) && attempt < 10 {
+			// Changed meanwhile: a writer elsewhere took a data generation,
+			// or a link was made. Without links it still goes.
+			a, err = f.freshInode(ctx, a.Ino)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if a.Nlink > 0 && a.Type != store.TypeDir {
+				return nil // re-linked: it lives on
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	if a.Type == store.TypeFile && a.Size > 0 {
 		cs := f.st.ChunkSize()
-		return f.st.DeleteChunks(ctx, a.Ino, 0, (a.Size-1)/cs)
+		_, err := f.st.DeleteChunks(ctx, a.Ino, 0, (a.Size-1)/cs, store.DataVersion(a.Dgen+1, 0))
+		return err
 	}
 	return nil
 }

@@ -13,10 +13,16 @@ import (
 // (and trusted, for root) is stored: security.* and system.* (ACLs) carry
 // meaning esfs does not enforce, so they are refused rather than silently
 // kept.
+//
+// Their size is bounded per inode: the inode document carries them, and
+// it is read whole by every lookup and stat that misses the cache (a
+// listing reads a page of them at once) and rewritten whole by every
+// change of the file's attributes.
 const (
-	maxXattrName  = 255
-	maxXattrValue = 64 << 10 // XATTR_SIZE_MAX
-	maxXattrTotal = 1 << 20  // per inode, to keep the inode document small
+	maxXattrName  = 255       // XATTR_NAME_MAX
+	maxXattrValue = 64 << 10  // XATTR_SIZE_MAX
+	maxXattrList  = 64 << 10  // XATTR_LIST_MAX: every name and its NUL, as listxattr returns them
+	maxXattrTotal = 128 << 10 // names and values, per inode
 )
 
 func xattrAllowed(ctx context.Context, name string) syscall.Errno {
@@ -71,7 +77,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	t := now()
-	_, err := n.f.updateInode(ctx, n.ino(), func(a *store.Inode) error {
+	a, err := n.f.updateInode(ctx, n.ino(), func(a *store.Inode) error {
 		_, exists := a.Xattrs[attr]
 		if flags&0x1 != 0 && exists { // XATTR_CREATE
 			return syscall.EEXIST
@@ -79,14 +85,15 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		if flags&0x2 != 0 && !exists { // XATTR_REPLACE
 			return syscall.ENODATA
 		}
-		total := len(attr) + len(data)
+		total, list := len(attr)+len(data), len(attr)+1
 		for k, v := range a.Xattrs {
 			if k != attr {
 				total += len(k) + len(v)
+				list += len(k) + 1
 			}
 		}
-		if total > maxXattrTotal {
-			return syscall.ENOSPC
+		if total > maxXattrTotal || list > maxXattrList {
+			return syscall.ENOSPC // as a local filesystem whose xattr space is full
 		}
 		if a.Xattrs == nil {
 			a.Xattrs = map[string][]byte{}
@@ -95,6 +102,9 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 		a.Ctime = t
 		return nil
 	})
+	if err == nil {
+		n.f.noteInode(a)
+	}
 	return n.f.toErrno("setxattr", err)
 }
 

@@ -19,11 +19,13 @@ type FsckBackend interface {
 	PutInode(ctx context.Context, n store.Inode, ifVer store.Version) (store.Version, error)
 	DeleteInode(ctx context.Context, ino uint64, ifVer store.Version) (store.Version, error)
 	DeleteDentry(ctx context.Context, path string, ifVer store.Version) (store.Version, error)
-	DeleteChunks(ctx context.Context, ino uint64, first, last int64) error
+	DeleteChunks(ctx context.Context, ino uint64, first, last int64, version int64) (int64, error)
 	ChunkSize() int64
 	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
 	SearchPaths(query string, inos []uint64, f store.SearchFilter, pageSize int) (*store.Scanner, error)
 	ListDir(dir string, pageSize int) *store.Scanner
+	ScanChunks() *store.ChunkScanner
+	DeleteChunkRefs(ctx context.Context, refs []store.ChunkRef) ([]error, error)
 }
 
 var _ FsckBackend = (*store.Store)(nil)
@@ -49,6 +51,8 @@ type Report struct {
 	Paths, Inodes, Locks, Ops int
 	InFlight                  []string // operations of live mounts, not problems
 	Problems                  []Problem
+
+	Chunks int // data chunks checked
 }
 
 // Clean reports whether no invariant is broken (repaired ones count).
@@ -71,7 +75,9 @@ func (r Report) Unrepaired() int {
 // the link count matches), no document carries the intent of a finished
 // operation or of a dead mount's, no operation of a dead mount is
 // unfinished, no lock entry of a dead mount is left, every inode is
-// reachable, every directory's link count is 2 plus its subdirectories. Sessions are judged dead as the sweeper does: declared, or
+// reachable, every directory's link count is 2 plus its subdirectories,
+// every data chunk belongs to a file and lies within its size (see
+// fsckData). Sessions are judged dead as the sweeper does: declared, or
 // silent for their lease plus grace, which fsck waits for when it must.
 // With repair, it does what recovery would: finishes or undoes dead
 // mounts' operations, removes leftovers, orphans and strays.
@@ -326,11 +332,14 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 		if repair {
 			_, err := fb.DeleteInode(ctx, ino, n.Ver)
 			if err == nil && n.Type == store.TypeFile && n.Size > 0 {
-				err = fb.DeleteChunks(ctx, ino, 0, (n.Size-1)/fb.ChunkSize())
+				_, err = fb.DeleteChunks(ctx, ino, 0, (n.Size-1)/fb.ChunkSize(), store.DataVersion(n.Dgen+1, 0))
 			}
 			p.Repaired = err == nil
 		}
 		rep.Problems = append(rep.Problems, p)
+	}
+	if err := c.fsckData(ctx, fb, repair, inodes, &rep); err != nil {
+		return rep, err
 	}
 	return rep, nil
 }

@@ -15,7 +15,11 @@ type BulkOp struct {
 	index  string
 	id     string
 	ifVer  Version
-	doc    []byte // the source line, nil for delete
+	// extVersion, if set, makes the item apply only if it is greater
+	// than the stored document's version (version_type=external): data
+	// chunks, see DataVersion.
+	extVersion int64
+	doc        []byte // the source line, nil for delete
 	// encode, if set, writes the source line instead of doc, and docLen
 	// is its size: a data chunk is encoded straight into the request
 	// body, not kept as a second, base64 copy until its batch is sent.
@@ -32,6 +36,9 @@ type BulkOp struct {
 type BulkResult struct {
 	Ver Version
 	Err error
+	// Created: an index item made a new document (rather than replacing
+	// one); Deleted: a delete item removed one.
+	Created, Deleted bool
 }
 
 // Bulk limits: one request carries at most maxBulkBytes (Elasticsearch's
@@ -168,6 +175,7 @@ type bulkItem struct {
 	Status      int      `json:"status"`
 	SeqNo       int64    `json:"_seq_no"`
 	PrimaryTerm int64    `json:"_primary_term"`
+	Result      string   `json:"result"`
 	Error       *esError `json:"error"`
 }
 
@@ -193,6 +201,11 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 			buf.WriteString(strconv.FormatInt(o.ifVer.SeqNo, 10))
 			buf.WriteString(`,"if_primary_term":`)
 			buf.WriteString(strconv.FormatInt(o.ifVer.PrimaryTerm, 10))
+		}
+		if o.extVersion > 0 {
+			buf.WriteString(`,"version":`)
+			buf.WriteString(strconv.FormatInt(o.extVersion, 10))
+			buf.WriteString(`,"version_type":"external"`)
 		}
 		if o.retryOnConflict > 0 {
 			buf.WriteString(`,"retry_on_conflict":`)
@@ -233,6 +246,7 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 		}
 		if it.Status >= 200 && it.Status < 300 {
 			results[i].Ver = Version{SeqNo: it.SeqNo, PrimaryTerm: it.PrimaryTerm}
+			results[i].Created, results[i].Deleted = it.Result == "created", it.Result == "deleted"
 			continue
 		}
 		results[i].Err = statusError(it.Status, ops[i].what, it.Error)

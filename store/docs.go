@@ -89,12 +89,17 @@ type inodeDoc struct {
 	Btime  int64             `json:"btime"`
 	Target string            `json:"target,omitempty"`
 	Xattrs map[string][]byte `json:"xattrs,omitempty"`
+	Dgen   uint64            `json:"dgen,omitempty"`
+	Chunks *int64            `json:"chunks,omitempty"`
 }
 
 func encodeInode(n Inode) inodeDoc {
 	d := inodeDoc{Ino: n.Ino, Type: n.Type.String(), Mode: n.Mode, Uid: n.Uid, Gid: n.Gid,
 		Size: n.Size, Nlink: n.Nlink, Rdev: n.Rdev, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Btime: n.Btime,
-		Target: encodeText(n.Target)}
+		Target: encodeText(n.Target), Dgen: n.Dgen}
+	if n.Chunks >= 0 && n.Type == TypeFile {
+		d.Chunks = &n.Chunks
+	}
 	if len(n.Xattrs) > 0 {
 		d.Xattrs = make(map[string][]byte, len(n.Xattrs))
 		for k, v := range n.Xattrs {
@@ -110,7 +115,10 @@ func decodeInode(src []byte, v Version) (Inode, error) {
 		return Inode{}, fmt.Errorf("inode document: %w: %v", ErrCorrupt, err)
 	}
 	n := Inode{Ino: d.Ino, Mode: d.Mode, Uid: d.Uid, Gid: d.Gid, Size: d.Size, Nlink: d.Nlink, Rdev: d.Rdev,
-		Atime: d.Atime, Mtime: d.Mtime, Ctime: d.Ctime, Btime: d.Btime, Ver: v}
+		Atime: d.Atime, Mtime: d.Mtime, Ctime: d.Ctime, Btime: d.Btime, Dgen: d.Dgen, Chunks: -1, Ver: v}
+	if d.Chunks != nil && *d.Chunks >= 0 {
+		n.Chunks = *d.Chunks
+	}
 	var err error
 	if n.Type, err = parseFileType(d.Type); err != nil {
 		return Inode{}, fmt.Errorf("inode %d: %w: %v", d.Ino, ErrCorrupt, err)
@@ -118,7 +126,7 @@ func decodeInode(src []byte, v Version) (Inode, error) {
 	if n.Target, err = decodeText(d.Target); err != nil {
 		return Inode{}, err
 	}
-	if d.Size < 0 || d.Ino == 0 || d.Mode > 0o7777 {
+	if d.Size < 0 || d.Size > MaxFileSize || d.Ino == 0 || d.Mode > 0o7777 || d.Dgen > MaxDataGen {
 		return Inode{}, fmt.Errorf("inode %d has size %d, mode %o: %w", d.Ino, d.Size, d.Mode, ErrCorrupt)
 	}
 	if len(d.Xattrs) > 0 {

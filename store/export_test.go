@@ -67,3 +67,33 @@ func (s *Store) RawDeleteIndex(ctx context.Context, which string) error {
 	}
 	return nil
 }
+
+// RawSetting reads one setting of one of the filesystem's indices.
+func (s *Store) RawSetting(ctx context.Context, which, name string) (string, error) {
+	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data}[which]
+	res, err := s.do(ctx, "raw setting", request{method: "GET", path: "/" + url.PathEscape(index) + "/_settings/" + name, query: url.Values{"flat_settings": {"true"}}})
+	if err != nil {
+		return "", err
+	}
+	var body map[string]struct {
+		Settings map[string]string `json:"settings"`
+	}
+	if err := json.Unmarshal(res.body, &body); err != nil {
+		return "", err
+	}
+	return body[index].Settings[name], nil
+}
+
+// RawPutSetting changes one dynamic setting of one of the filesystem's indices.
+func (s *Store) RawPutSetting(ctx context.Context, which, name, value string) error {
+	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data}[which]
+	b, _ := json.Marshal(map[string]string{name: value})
+	res, err := s.do(ctx, "raw put setting", request{method: "PUT", path: "/" + url.PathEscape(index) + "/_settings", body: b})
+	if err != nil {
+		return err
+	}
+	if res.status != 200 {
+		return failure("raw put setting", res)
+	}
+	return nil
+}

@@ -63,6 +63,8 @@ func (s *Store) mappings(chunkSize int64) map[string]map[string]field {
 			"xattrs":  opaque(),
 			"content": textField(),
 			"op":      kw(),
+			"dgen":    long(),
+			"chunks":  long(),
 		},
 		s.idx.Data: {
 			"ino":   long(),
@@ -70,6 +72,8 @@ func (s *Store) mappings(chunkSize int64) map[string]map[string]field {
 			"data":  {"type": "binary"},
 			// Text chunks, for esfs search (see chunkDoc).
 			"text": textField(),
+			// The writer's session, for fsck (see Stamp).
+			"sess": kw(),
 		},
 		s.idx.Locks: {
 			"kind":    kw(), // "lock" or "op"
@@ -154,6 +158,7 @@ func (s *Store) ensureIndex(ctx context.Context, name string, props map[string]f
 	meta := map[string]any{"esfs_format": FormatVersion}
 	if name == s.idx.Data {
 		meta["chunk_size"] = o.ChunkSize
+		settings["gc_deletes"] = DataGCDeletes
 	}
 	body, _ := json.Marshal(map[string]any{
 		"settings": map[string]any{"index": settings},
@@ -337,9 +342,40 @@ func (s *Store) Open(ctx context.Context) error {
 			// Without the text field (see above), text chunks are written
 			// as binary, which every esfs reads.
 			s.textChunks = m.Properties["text"] != nil
+			s.ensureGCDeletes(ctx)
 		}
 	}
 	return nil
+}
+
+// ensureGCDeletes sets the data index's gc_deletes to DataGCDeletes if it
+// is not (an index made by an older esfs, or changed by hand). Without the
+// right to, the mount still works; late writes are then fenced only for
+// the shorter time the index keeps tombstones.
+func (s *Store) ensureGCDeletes(ctx context.Context) {
+	what := "reading the settings of index " + s.idx.Data
+	res, err := s.do(ctx, what, request{method: "GET", path: "/" + url.PathEscape(s.idx.Data) + "/_settings/index.gc_deletes"})
+	if err == nil && res.status == 200 {
+		var body map[string]struct {
+			Settings struct {
+				Index struct {
+					GCDeletes string `json:"gc_deletes"`
+				} `json:"index"`
+			} `json:"settings"`
+		}
+		if json.Unmarshal(res.body, &body) == nil && body[s.idx.Data].Settings.Index.GCDeletes == DataGCDeletes {
+			return
+		}
+	}
+	what = "setting gc_deletes of index " + s.idx.Data
+	b, _ := json.Marshal(map[string]any{"index": map[string]any{"gc_deletes": DataGCDeletes}})
+	res, err = s.do(ctx, what, request{method: "PUT", path: "/" + url.PathEscape(s.idx.Data) + "/_settings", body: b})
+	if err == nil && res.status != 200 {
+		err = failure(what, res)
+	}
+	if err != nil {
+		s.log.Warn("cannot keep deleted chunks' versions for "+DataGCDeletes+" (run esfs mkfs with a user allowed to)", "index", s.idx.Data, "err", err)
+	}
 }
 
 // ChunkSize is the data chunk size of the opened filesystem.

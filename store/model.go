@@ -118,7 +118,13 @@ type Inode struct {
 	Atime, Mtime, Ctime, Btime int64
 	Target                     string            // symlink target, raw bytes
 	Xattrs                     map[string][]byte // extended attributes, names with their namespace
-	Ver                        Version           // of the inode document
+	// Dgen is the last data generation allocated to a writer of the
+	// file's chunks (see DataVersion); 0 for none yet.
+	Dgen uint64
+	// Chunks is how many data chunks a file stores (st_blocks), as its
+	// writers counted them; -1 when unknown (a file from an older esfs).
+	Chunks int64
+	Ver    Version // of the inode document
 }
 
 // DirLinksCounted reports whether a directory's Nlink counts its

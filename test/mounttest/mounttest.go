@@ -38,8 +38,13 @@ func RepoRoot() string {
 }
 
 // Binary builds esfs once per test process and returns its path.
+// ESFS_TEST_BINARY names a binary to use instead (say, one built from an
+// older commit, to see a new test fail before its fix).
 func Binary(t testing.TB) string {
 	t.Helper()
+	if p := os.Getenv("ESFS_TEST_BINARY"); p != "" {
+		return p
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "esfs-bin-")
 		if err != nil {
