@@ -143,6 +143,17 @@ func lkFsckAgrees(t *testing.T, f *mounttest.FS, clean bool) {
 	t.Helper()
 	out, err := f.Run("fsck")
 	switch {
+	case clean && err != nil && onlyLeftoverData(out):
+		// The checker does not judge data chunks: a mount killed between
+		// its chunks and its inode update leaves data no inode covers,
+		// which fsck reports and --repair removes.
+		t.Logf("REPORT %s: fsck finds leftover data of a dead mount:\n%s", t.Name(), out)
+		if out, err := f.Run("fsck", "--repair"); err == nil || !strings.Contains(out, "all repaired") {
+			t.Errorf("esfs fsck --repair of leftover data (%v):\n%s", err, out)
+		}
+		if out, err := f.Run("fsck"); err != nil {
+			t.Errorf("esfs fsck after --repair still reports problems (%v):\n%s", err, out)
+		}
 	case clean && err != nil:
 		t.Errorf("esfs fsck reports problems (%v) where the invariant checker finds none:\n%s", err, out)
 	case !clean && err == nil:
@@ -150,6 +161,22 @@ func lkFsckAgrees(t *testing.T, f *mounttest.FS, clean bool) {
 	default:
 		t.Logf("esfs fsck agrees with the invariant checker (clean=%v)", clean)
 	}
+}
+
+// onlyLeftoverData reports whether every problem in fsck's output is
+// leftover data of a dead mount.
+func onlyLeftoverData(out string) bool {
+	found := false
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "leftover data:") && strings.Contains(l, "dead or ended mount"):
+			found = true
+		case strings.Contains(l, ": ") && !strings.HasPrefix(l, "in flight"):
+			return false // another kind of problem
+		}
+	}
+	return found
 }
 
 // lkReport is one scan of the index.
