@@ -688,9 +688,19 @@ func runExport(c *cli.Context) error {
 		}
 	}
 	for _, d := range ex.dirOrder {
-		if compareDirLinks && !dirLinksAgree(d.attr.Nlink, d.subdirs) {
+		if dirLinksAgree(d.attr.Nlink, d.subdirs) {
+			continue
+		}
+		// The count was read after the snapshot: another mount's mkdir or
+		// rmdir since then moved it. Only a count that disagrees with a
+		// listing taken now as well is a disagreement of the index.
+		nlink, now, err := ex.countSubdirs(ctx, d.path, d.attr.Ino)
+		if err != nil {
+			return fail(explain(fmt.Errorf("export: counting the subdirectories of %s: %w", d.path, err), url))
+		}
+		if !dirLinksAgree(nlink, now) {
 			ex.problems++
-			ex.note(fmt.Sprintf("esfs export: %s: directory with %d links, but the listing shows %d subdirectories in it (want %d links)", d.path, d.attr.Nlink, d.subdirs, 2+d.subdirs))
+			ex.note(fmt.Sprintf("esfs export: %s: directory with %d links, but its listing shows %d subdirectories (want %d links): a subdirectory may be missing from the listing", d.path, nlink, now, 2+now))
 		}
 	}
 	// Directories last, deepest first: writing into them changed their times.
@@ -726,16 +736,41 @@ func goneNote(n int64) string {
 // its lease and a half.
 const exportRenameWait = 60 * time.Second
 
-// compareDirLinks turns on the comparison of each exported directory's
-// link count with the subdirectories its listing showed (dirLinksAgree).
-//
-// TODO(issue 11, item 3): turn on once mkdir, rmdir, renames between
-// directories, import and mkfs keep a directory's nlink at 2 + its
-// subdirectories. Until then directories store 1 (skipped) but the root 2,
-// which any subdirectory of / would contradict. Before turning it on, make
-// a mismatch re-read the directory's inode: the count is read after the
-// snapshot, so a mkdir or rmdir of another mount since then moves it.
-const compareDirLinks = false
+// countSubdirs reads a directory's link count now, and then counts the
+// visible subdirectories of a listing taken after a refresh.
+func (ex *exporter) countSubdirs(ctx context.Context, dir string, ino uint64) (uint32, int, error) {
+	a, err := ex.st.GetInode(ctx, ino)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := ex.st.Refresh(ctx); err != nil {
+		return 0, 0, err
+	}
+	sc := ex.st.ListDir(dir, store.DefaultPageSize)
+	defer sc.Close()
+	count := 0
+	for {
+		page, bad, err := sc.Next(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		if len(bad) > 0 {
+			return 0, 0, bad[0]
+		}
+		if page == nil {
+			return a.Nlink, count, nil
+		}
+		for _, d := range page {
+			v, ok, err := ex.co.Visible(ctx, d)
+			if err != nil {
+				return 0, 0, err
+			}
+			if ok && v.Type == store.TypeDir {
+				count++
+			}
+		}
+	}
+}
 
 // dirLinksAgree reports whether a directory's link count agrees with the
 // number of subdirectories the listing showed in it: "." and its name in

@@ -242,6 +242,21 @@ func TestExportFailsOnInconsistentIndex(t *testing.T) {
 	}
 	removeDoc(t, f, f.Index, "not-a-path-id")
 
+	// A subdirectory whose path document is lost: the directory's link
+	// count still counts it, so the listing is known to lack something.
+	mounttest.Sh(t, m.Dir, `mkdir -p w/s1 w/s2 && echo x > w/s1/x`)
+	if out, code, _ := export("", "/w"); code != 0 {
+		t.Fatalf("export of a consistent /w: status %d\n%s", code, out)
+	}
+	removeDoc(t, f, f.Index, store.DocID("/w/s2"))
+	out, code, dst = export("", "/w")
+	if code != 1 || !strings.Contains(out, "/w: directory with 4 links, but its listing shows 1 subdirectories") {
+		t.Errorf("export with a subdirectory missing from the listing: status %d\n%s", code, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "s1", "x")); err != nil || string(b) != "x\n" {
+		t.Errorf("the consistent part was not copied: %q %v", b, err)
+	}
+
 	// SRC exists, but the listing lacks it: here a refresh that does not
 	// happen, with a refresh interval of a minute.
 	slowRefresh(t, f)
