@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,7 +47,12 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 			Hits []searchHit `json:"hits"`
 		} `json:"hits"`
 	}
-	if err := json.Unmarshal(res.body, &out); err != nil {
+	// Sort values as json.Number: inode numbers use 63 bits, and a
+	// float64 search_after would round the last one, skipping or
+	// repeating its neighbours.
+	dec := json.NewDecoder(bytes.NewReader(res.body))
+	dec.UseNumber()
+	if err := dec.Decode(&out); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
 	}
 	hits := out.Hits.Hits
