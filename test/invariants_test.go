@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,404 @@ import (
 	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 )
+
+// crTree is an expected visible tree, by path relative to the mount (no
+// leading slash): files with their contents and directories. Parents are
+// implied. The listing of every directory in it (the root included) must
+// be exactly its children, so an entry that shows twice, or in two places,
+// or that is missing, is caught.
+type crTree struct {
+	files map[string]string
+	dirs  map[string]bool
+}
+
+func newCrTree() crTree { return crTree{files: map[string]string{}, dirs: map[string]bool{}} }
+
+// add puts files prefix/name with crContent(name) in the tree, and prefix
+// itself as a directory.
+func (w crTree) add(prefix string, names []string) crTree {
+	w.dirs[prefix] = true
+	for _, n := range names {
+		w.files[prefix+"/"+n] = crContent(n)
+	}
+	return w
+}
+
+// count is the number of files and directories in the tree.
+func (w crTree) count() int { return len(w.files) + len(w.dirs) }
+
+// children maps every directory ("" is the root) to its entries.
+func (w crTree) children() map[string]map[string]bool {
+	out := map[string]map[string]bool{"": {}}
+	var note func(p string)
+	note = func(p string) {
+		dir, name := filepath.Split(p)
+		dir = strings.TrimSuffix(dir, "/")
+		if out[dir] == nil {
+			out[dir] = map[string]bool{}
+			if dir != "" {
+				note(dir)
+			}
+		}
+		out[dir][name] = true
+	}
+	for p := range w.files {
+		note(p)
+	}
+	for p := range w.dirs {
+		if out[p] == nil {
+			out[p] = map[string]bool{}
+		}
+		note(p)
+	}
+	return out
+}
+
+// crCap shortens a list for a message.
+func crCap(list []string, n int) string {
+	if len(list) <= n {
+		return strings.Join(list, "\n  ")
+	}
+	return strings.Join(list[:n], "\n  ") + fmt.Sprintf("\n  ... and %d more", len(list)-n)
+}
+
+// crVerifyMount compares what mount m shows with w: every directory's
+// listing, and with contents, every file's bytes. It returns the problems.
+func crVerifyMount(m *mounttest.Mount, w crTree, contents bool) []string {
+	return crVerifyUnder(m, w, "", contents)
+}
+
+// crVerifyUnder is crVerifyMount for the directory under and below it only
+// ("" is everything).
+func crVerifyUnder(m *mounttest.Mount, w crTree, under string, contents bool) []string {
+	within := func(p string) bool { return under == "" || p == under || strings.HasPrefix(p, under+"/") }
+	var probs []string
+	kids := w.children()
+	dirs := make([]string, 0, len(kids))
+	for d := range kids {
+		if within(d) {
+			dirs = append(dirs, d)
+		}
+	}
+	sort.Strings(dirs)
+	for _, dir := range dirs {
+		want := kids[dir]
+		es, err := os.ReadDir(m.Path(dir))
+		if err != nil {
+			probs = append(probs, fmt.Sprintf("listing /%s: %v", dir, err))
+			continue
+		}
+		got := map[string]bool{}
+		var extra, missing []string
+		for _, e := range es {
+			if got[e.Name()] {
+				probs = append(probs, fmt.Sprintf("/%s lists %q twice", dir, e.Name()))
+			}
+			got[e.Name()] = true
+			if !want[e.Name()] {
+				extra = append(extra, fmt.Sprintf("%q", e.Name()))
+			}
+		}
+		for n := range want {
+			if !got[n] {
+				missing = append(missing, fmt.Sprintf("%q", n))
+			}
+		}
+		sort.Strings(extra)
+		sort.Strings(missing)
+		if len(missing) > 0 {
+			probs = append(probs, fmt.Sprintf("/%s: %d of %d entries missing from the listing: %s", dir, len(missing), len(want), crCap(missing, 5)))
+		}
+		if len(extra) > 0 {
+			probs = append(probs, fmt.Sprintf("/%s: %d unexpected entries listed: %s", dir, len(extra), crCap(extra, 5)))
+		}
+	}
+	if contents {
+		// Reading a file through an uncached mount costs several round
+		// trips: for big trees, read a fixed sample of 300 (the listings
+		// above already cover every name).
+		var paths []string
+		for p := range w.files {
+			if within(p) {
+				paths = append(paths, p)
+			}
+		}
+		sort.Strings(paths)
+		if step := len(paths) / 300; step > 1 {
+			var sample []string
+			for i := 0; i < len(paths); i += step {
+				sample = append(sample, paths[i])
+			}
+			paths = sample
+		}
+		for _, p := range paths {
+			c := w.files[p]
+			b, err := os.ReadFile(m.Path(p))
+			if err != nil {
+				probs = append(probs, fmt.Sprintf("reading /%s: %v", p, err))
+			} else if string(b) != c {
+				probs = append(probs, fmt.Sprintf("/%s holds %q, want %q", p, b, c))
+			}
+		}
+	}
+	return probs
+}
+
+// crEventually is crVerifyUnder retried for up to crStale: for views of
+// another mount's changes, which the README allows to lag (listings follow
+// the index refresh interval).
+func crEventually(m *mounttest.Mount, w crTree, under string, contents bool) []string {
+	var probs []string
+	for start := time.Now(); time.Since(start) < crStale; time.Sleep(100 * time.Millisecond) {
+		if probs = crVerifyUnder(m, w, under, contents); len(probs) == 0 {
+			break
+		}
+	}
+	return probs
+}
+
+// crIndex checks the index itself (not through a mount). problems are
+// invariant violations; orphans are path documents whose parent document
+// is missing (kept apart so that a test can tolerate and report them).
+// With full it also checks that every path's inode exists and reports, in
+// notes, inode documents no path names and data chunks of missing inodes
+// (leaks, which only cost space).
+func crIndex(t *testing.T, f *mounttest.FS, full bool) (problems, orphans, notes []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := f.Store.Refresh(ctx); err != nil {
+		return []string{"refresh: " + err.Error()}, nil, nil
+	}
+	sc := f.Store.ScanTree("/", store.DefaultPageSize)
+	defer sc.Close()
+	docs := map[string]store.Dentry{}
+	for {
+		page, bad, err := sc.Next(ctx)
+		if err != nil {
+			return []string{"scanning the path index: " + err.Error()}, nil, nil
+		}
+		for _, b := range bad {
+			problems = append(problems, "corrupt path document: "+b.Error())
+		}
+		if page == nil {
+			break
+		}
+		for _, d := range page {
+			if _, dup := docs[d.Path]; dup {
+				problems = append(problems, fmt.Sprintf("path %q stored twice", d.Path))
+			}
+			docs[d.Path] = d
+			if d.Intent.Op != "" {
+				problems = append(problems, fmt.Sprintf("path %q carries intent {op %s, role %s}", d.Path, d.Intent.Op, d.Intent.Role))
+			}
+		}
+	}
+	if _, ok := docs["/"]; !ok {
+		problems = append(problems, "the root document is missing")
+	}
+	byIno := map[uint64][]string{}
+	for p, d := range docs {
+		byIno[d.Ino] = append(byIno[d.Ino], p)
+		if p == "/" {
+			continue
+		}
+		parent, ok := docs[d.Parent]
+		switch {
+		case !ok:
+			orphans = append(orphans, fmt.Sprintf("%q (parent %q missing)", p, d.Parent))
+		case parent.Type != store.TypeDir:
+			problems = append(problems, fmt.Sprintf("path %q has parent %q, a %s", p, d.Parent, parent.Type))
+		}
+	}
+	var inos, shared []uint64
+	for ino, ps := range byIno {
+		inos = append(inos, ino)
+		if len(ps) > 1 {
+			shared = append(shared, ino)
+		}
+	}
+	check := shared
+	if full {
+		check = inos
+	}
+	found := map[uint64]bool{}
+	for i := 0; i < len(check); i += 1000 {
+		part := check[i:min(i+1000, len(check))]
+		res, err := f.Store.GetInodes(ctx, part)
+		if err != nil {
+			problems = append(problems, "reading inodes: "+err.Error())
+			break
+		}
+		for k, r := range res {
+			ino, ps := part[k], byIno[part[k]]
+			sort.Strings(ps)
+			if r.Err != nil {
+				problems = append(problems, fmt.Sprintf("paths %q name inode %d: %v", ps, ino, r.Err))
+				continue
+			}
+			found[ino] = true
+			if len(ps) > 1 && (r.Inode.Type == store.TypeDir || int(r.Inode.Nlink) < len(ps)) {
+				problems = append(problems, fmt.Sprintf("inode %d (%s, nlink %d) is named by %d paths: %q", ino, r.Inode.Type, r.Inode.Nlink, len(ps), ps))
+			}
+		}
+	}
+	// A live mount keeps the shared locks of its last creates a moment (a
+	// lease, given back 0.3 s after its last use): wait for them.
+	var locks []store.LockDoc
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		locks, err = f.Store.SearchLocks(ctx)
+		if err != nil || len(locks) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		problems = append(problems, "listing locks: "+err.Error())
+	}
+	for _, l := range locks {
+		problems = append(problems, fmt.Sprintf("lock document %q left: holders %+v, waiters %+v", l.Path, l.Holders, l.Waiters))
+	}
+	ops, err := f.Store.SearchOps(ctx, store.OpPrepared, store.OpCommitted, store.OpAborted)
+	if err != nil {
+		problems = append(problems, "listing operations: "+err.Error())
+	}
+	for _, o := range ops {
+		problems = append(problems, fmt.Sprintf("operation %s left %s (%q -> %q, owner %s, epoch %d)", o.ID, o.State, o.Src, o.Dst, o.Owner, o.Epoch))
+	}
+	sort.Strings(problems)
+	sort.Strings(orphans)
+	if full {
+		inodes := crSearchIDs(t, f, "-inodes", "ino")
+		leaked := 0
+		for _, id := range inodes {
+			var ino uint64
+			if _, err := fmt.Sscan(id, &ino); err == nil && !found[ino] && len(byIno[ino]) == 0 {
+				leaked++
+			}
+		}
+		if leaked > 0 {
+			notes = append(notes, fmt.Sprintf("%d inode documents named by no path (leaked)", leaked))
+		}
+		chunks := crSearchIDs(t, f, "-data", "ino", "chunk")
+		stray := 0
+		for _, id := range chunks {
+			var ino uint64
+			if _, err := fmt.Sscan(strings.SplitN(id, ".", 2)[0], &ino); err == nil && !found[ino] {
+				stray++
+			}
+		}
+		if stray > 0 {
+			notes = append(notes, fmt.Sprintf("%d data chunks of inodes no path names (leaked)", stray))
+		}
+	}
+	return problems, orphans, notes
+}
+
+// crSearchIDs lists the _id of every document of index P<suffix> (after a
+// refresh), with raw HTTP, paging on the unique sort keys (Elasticsearch 8
+// does not sort on _id).
+func crSearchIDs(t *testing.T, f *mounttest.FS, suffix string, keys ...string) []string {
+	t.Helper()
+	base := strings.TrimSuffix(f.URL, "/") + "/" + f.Index + suffix
+	if res, err := http.Post(base+"/_refresh", "application/json", nil); err == nil {
+		res.Body.Close()
+	}
+	var ids []string
+	var after []json.RawMessage // raw: inode numbers do not survive float64
+	for {
+		var sortBy []any
+		for _, k := range keys {
+			sortBy = append(sortBy, map[string]any{k: "asc"})
+		}
+		q := map[string]any{"size": 5000, "_source": false, "sort": sortBy}
+		if after != nil {
+			q["search_after"] = after
+		}
+		body, _ := json.Marshal(q)
+		res, err := http.Post(base+"/_search", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Errorf("listing %s: %v", suffix, err)
+			return ids
+		}
+		raw, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		var out struct {
+			Hits struct {
+				Hits []struct {
+					ID   string            `json:"_id"`
+					Sort []json.RawMessage `json:"sort"`
+				} `json:"hits"`
+			} `json:"hits"`
+		}
+		if err := json.Unmarshal(raw, &out); err != nil || res.StatusCode != 200 {
+			t.Errorf("listing %s: %s %s", suffix, res.Status, raw)
+			return ids
+		}
+		for _, h := range out.Hits.Hits {
+			ids = append(ids, h.ID)
+		}
+		if len(out.Hits.Hits) < 5000 {
+			return ids
+		}
+		after = out.Hits.Hits[len(out.Hits.Hits)-1].Sort
+	}
+}
+
+// crProblems is every violation: the index's (orphans included) and what
+// mount m shows compared with w (listings only unless contents).
+func crProblems(t *testing.T, f *mounttest.FS, m *mounttest.Mount, w crTree, contents, full bool) []string {
+	t.Helper()
+	probs, orphans, _ := crIndex(t, f, full)
+	for _, o := range orphans {
+		probs = append(probs, "orphan path "+o)
+	}
+	if m != nil {
+		probs = append(probs, crVerifyMount(m, w, contents)...)
+	}
+	return probs
+}
+
+// crWaitClean polls until the index is clean and mount m shows exactly w,
+// and returns how long after since that was first seen. On timeout it
+// reports the last problems and returns ok=false.
+func crWaitClean(t *testing.T, f *mounttest.FS, m *mounttest.Mount, w crTree, since time.Time, limit time.Duration) (time.Duration, bool) {
+	t.Helper()
+	for {
+		probs := crProblems(t, f, m, w, false, false)
+		if len(probs) == 0 {
+			return time.Since(since), true
+		}
+		if time.Since(since) > limit {
+			t.Errorf("not clean %s after the event; problems:\n  %s", limit, crCap(probs, 25))
+			return time.Since(since), false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// crFinalCheck is the thorough check once a scenario settled: index with
+// inodes, and every file's content (a sample of big trees) through m; then
+// the shared checker (invariants_test.go), with the exact set of files
+// when the tree is small enough to read whole through a mount.
+func crFinalCheck(t *testing.T, f *mounttest.FS, m *mounttest.Mount, w crTree) {
+	t.Helper()
+	if probs := crProblems(t, f, m, w, true, true); len(probs) > 0 {
+		t.Errorf("final check through %s:\n  %s", m.Dir, crCap(probs, 25))
+	}
+	if _, _, notes := crIndex(t, f, true); len(notes) > 0 {
+		t.Logf("REPORT %s: leaks: %s", t.Name(), strings.Join(notes, "; "))
+	}
+	var want map[string]string
+	if len(w.files) <= 500 {
+		want = map[string]string{}
+		for p, c := range w.files {
+			want["/"+p] = c
+		}
+	}
+	checkInvariants(t, f, want)
+}
 
 // The invariants every cross-mount locking test ends with (issue 4), read
 // from the index itself rather than through a mount, so that a mount's
@@ -556,4 +955,22 @@ func lkShort(s string) string {
 		return s[:60] + "..."
 	}
 	return s
+}
+
+// lkAdd records that round directory root must end up holding tree.
+func (w *lkWant) lkAdd(root string, tree map[string]string) {
+	if w.unknown {
+		return
+	}
+	if w.files == nil {
+		w.files, w.dirs = map[string]string{}, map[string]bool{}
+	}
+	w.dirs[root] = true
+	for p, c := range tree {
+		if strings.HasSuffix(p, "/") {
+			w.dirs[root+strings.TrimSuffix(p, "/")] = true
+		} else {
+			w.files[root+p] = c
+		}
+	}
 }
