@@ -1,18 +1,19 @@
 package test
 
-// Crash, zombie and LOCKING-REVIEW tests (issue 4): real mounts on one
-// index, killed (ESFS_CRASH_POINT, SIGKILL), paused (SIGSTOP/SIGCONT) or cut
-// off (mounttest.Proxy) in the middle of the protocol, and a survivor that
-// must recover within lease + grace. After each scenario the index is
+// Crash and recovery: real mounts on one index, killed (ESFS_CRASH_POINT,
+// SIGKILL) or paused (SIGSTOP/SIGCONT) in the middle of the protocol, and a
+// survivor that must finish or undo their work within lease + grace (a
+// mount silent for its lease plus half of it is declared dead). After each scenario the index is
 // checked against the invariants: no path document carries an intent, no
 // duplicate path or inode, every document's parent exists and is a
 // directory, no lock document and no unfinished operation record is left;
 // and the files acknowledged to the test exist exactly once where the
 // acknowledged operations put them, read through a mount.
 //
-// Every helper here is prefixed with cr so as not to collide with the
-// other test files of the package. Lines starting "REPORT" in the test log
-// are the measurements and findings that go into the issue note.
+// The helpers these tests share with the rename and failure tests are
+// prefixed with cr (helpers_test.go, invariants_test.go). Lines starting
+// "REPORT" in the test log are measurements (recovery times, outcomes) worth
+// reading when a change touches the protocol.
 
 import (
 	"context"
@@ -94,9 +95,9 @@ func crCrash(t *testing.T, c crCase) time.Duration {
 	return took
 }
 
-// TestCrashPoints kills a mount at every crash point of a directory rename
+// TestCrashDuringDirRenameIsFinishedOrUndone kills a mount at every crash point of a directory rename
 // and measures how long a survivor takes to finish or undo it.
-func TestCrashPoints(t *testing.T) {
+func TestCrashDuringDirRenameIsFinishedOrUndone(t *testing.T) {
 	small := []string{"a", "b", "sub/c", "sub/deeper/d", "e"}
 	big := crNames(2500) // > 2 pages of 1000: rename-mid-stage fires after the 2nd
 	var report []string
@@ -130,11 +131,11 @@ func TestCrashPoints(t *testing.T) {
 	t.Logf("REPORT recovery times after a crash (lease %s, bound %s):\n  %s", crLease, crBound, strings.Join(report, "\n  "))
 }
 
-// TestCrashRenameOverExisting (LOCKING-REVIEW [9]): a file renamed over an
-// existing file, killed at every stage; before the commit both files keep
+// TestCrashDuringRenameOverFileKeepsOneInode: a file renamed over an
+// existing file (as git, rsync and editors do; no create-if-absent helps), killed at every stage; before the commit both files keep
 // their contents and inodes, after it the target has the source's and the
 // replaced inode is gone.
-func TestCrashRenameOverExisting(t *testing.T) {
+func TestCrashDuringRenameOverFileKeepsOneInode(t *testing.T) {
 	var report []string
 	for _, p := range []struct {
 		point     string
@@ -197,13 +198,15 @@ func TestCrashRenameOverExisting(t *testing.T) {
 	t.Logf("REPORT recovery times, rename over an existing file:\n  %s", strings.Join(report, "\n  "))
 }
 
-// TestZombie (LOCKING-REVIEW [1,2], [3]): the owner of a large directory
-// rename is paused (SIGSTOP) right after its commit, past lease + grace.
+// TestCrashFrozenRenameOwnerIsFencedAfterTakeover: the owner of a large
+// directory rename is paused (SIGSTOP) right after its commit, past lease + grace.
 // The survivor declares it dead, rolls the rename forward, renames the
 // same paths again and creates files there. Then the owner wakes: its
 // late writes must change nothing, its rename must fail with EIO, and it
-// must go on working under a new session.
-func TestZombie(t *testing.T) {
+// must go on working under a new session. A frozen process cannot tell it
+// was frozen: only a compare-and-set on its session document, made by the
+// mount that declares it dead, stops its later writes.
+func TestCrashFrozenRenameOwnerIsFencedAfterTakeover(t *testing.T) {
 	f := mounttest.NewFS(t)
 	b := crMount(t, f, nil)
 	a := crMount(t, f, nil)
@@ -310,7 +313,7 @@ func TestZombie(t *testing.T) {
 	}
 }
 
-// TestReviewStoppedCreatorOrphan (LOCKING-REVIEW [3,4]): a mount creating
+// TestCrashFrozenCreatorLeavesNoOrphan: a mount creating
 // entries (directories) in d/s0..d/s15 is paused while some of its creates
 // hold their locks; another mount, once the first is declared dead,
 // removes d and everything in it; the first wakes. Its pending creates
@@ -318,7 +321,7 @@ func TestZombie(t *testing.T) {
 // up, even when d/sK are made again. Whether the pause lands between a
 // create's locked re-check and its write (the case that orphans) is down
 // to timing: it does in some runs, not all.
-func TestReviewStoppedCreatorOrphan(t *testing.T) {
+func TestCrashFrozenCreatorLeavesNoOrphan(t *testing.T) {
 	f := mounttest.NewFS(t)
 	b := crMount(t, f, nil)
 	a := crMount(t, f, nil)
@@ -429,12 +432,13 @@ func TestReviewStoppedCreatorOrphan(t *testing.T) {
 	}
 }
 
-// TestReviewRmdirAfterCreatorKilled (LOCKING-REVIEW [5]): a mount creating
+// TestCrashKilledCreatorsDirectoryCanBeRemoved: a mount creating
 // files in d is killed at a random point between its writes; another mount
 // then removes d with rm -rf, which must succeed (not ENOTEMPTY forever,
-// not an orphaned subtree). esfs keeps no child count (rmdir refreshes and
+// which a count of children that overcounts would give, and not an
+// orphaned subtree, which one that undercounts would). esfs keeps no child count (rmdir refreshes and
 // searches), so this checks that the search-based emptiness test holds up.
-func TestReviewRmdirAfterCreatorKilled(t *testing.T) {
+func TestCrashKilledCreatorsDirectoryCanBeRemoved(t *testing.T) {
 	f := mounttest.NewFS(t)
 	b := crMount(t, f, nil)
 	a := crMount(t, f, nil)
@@ -473,13 +477,13 @@ func TestReviewRmdirAfterCreatorKilled(t *testing.T) {
 	crFinalCheck(t, f, b, newCrTree())
 }
 
-// TestReviewTakerKilledMidRollForward (LOCKING-REVIEW [1,2]): the owner of
+// TestCrashOfRecoveringMountIsRecoveredAgain: the owner of
 // a large directory rename dies right after its commit; the mount that
 // takes the record over dies too, halfway through rolling it forward (some
 // documents finished, most not). A third mount must take the record over
 // from the second (epoch 3) and finish the rename: every file at the new
 // path exactly once, nothing left at the old one.
-func TestReviewTakerKilledMidRollForward(t *testing.T) {
+func TestCrashOfRecoveringMountIsRecoveredAgain(t *testing.T) {
 	f := mounttest.NewFS(t)
 	names := crNames(5000)
 	crPopulate(t, f, "/src", names)
@@ -532,12 +536,12 @@ func TestReviewTakerKilledMidRollForward(t *testing.T) {
 	crFinalCheck(t, f, c, want)
 }
 
-// TestCrashDirLinkCounts (issue 11, item 3): a directory moved between
+// TestCrashDuringDirMoveKeepsLinkCounts: a directory moved between
 // directories moves one link from the old parent to the new one exactly
 // once, also when the renaming mount is killed around its commit and a
 // survivor finishes or undoes the rename (after a crash after its finish
 // moved the counts, the survivor's finish must not move them again).
-func TestCrashDirLinkCounts(t *testing.T) {
+func TestCrashDuringDirMoveKeepsLinkCounts(t *testing.T) {
 	before, after := newCrTree(), newCrTree()
 	for _, d := range []string{"a", "a/keep", "a/src", "a/src/s1", "a/src/s1/s2", "a/src/s3", "b"} {
 		before.dirs[d] = true

@@ -1,5 +1,10 @@
 package test
 
+// Creating and removing: a burst of creates keeps its directory's shared
+// locks as a lease that an exclusive request revokes, creates from two
+// mounts below one directory leave no lock behind, and rm -r of a tree
+// leaves nothing of it in the indices.
+
 import (
 	"context"
 	"encoding/json"
@@ -19,12 +24,12 @@ import (
 	"github.com/esfs/esfs/test/mounttest"
 )
 
-// TestSharedLeaseCreates: a burst of creates in one directory takes its
+// TestCreateBurstKeepsSharedLocksUntilRevoked: a burst of creates in one directory takes its
 // shared locks once (a lease), not once per file; an exclusive request
 // from another mount (renaming an ancestor) revokes the lease within a
 // fraction of a second although the burst goes on; and every create that
 // succeeded is found exactly once, under the new name.
-func TestSharedLeaseCreates(t *testing.T) {
+func TestCreateBurstKeepsSharedLocksUntilRevoked(t *testing.T) {
 	f := mounttest.NewFS(t)
 	addr := freeAddr(t)
 	a := f.Mount(t, "--metrics-addr", addr, "--lease", "2s")
@@ -119,14 +124,14 @@ func TestSharedLeaseCreates(t *testing.T) {
 	checkInvariants(t, f, nil)
 }
 
-// TestReviewHotAncestorRelease (LOCKING-REVIEW [12], [3]): many creates
+// TestCreateManyUnderOneDirLeavesNoLocks: many creates
 // at once below one directory, from two mounts, make the lock document of
 // that directory hot (every create writes its shared entry there twice).
 // No mount is paused or cut off, so every create must report its true
 // outcome (no EIO), and no lock entry may outlive its operation: once the
 // creators stop, no lock document is left and the directory can be
 // removed at once.
-func TestReviewHotAncestorRelease(t *testing.T) {
+func TestCreateManyUnderOneDirLeavesNoLocks(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := crMount(t, f, nil)
 	b := crMount(t, f, nil)
@@ -221,10 +226,10 @@ func tlESCount(t *testing.T, f *mounttest.FS, suffix string) int {
 	return c.Count
 }
 
-// TestRemoveLeavesNothing removes a populated tree with rm -r and checks
+// TestRemoveTreeLeavesNothingInIndex removes a populated tree with rm -r and checks
 // that the indices hold nothing of it: only the root's path and inode
 // documents remain, and no data chunk.
-func TestRemoveLeavesNothing(t *testing.T) {
+func TestRemoveTreeLeavesNothingInIndex(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	root := m.Path("tree")

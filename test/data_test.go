@@ -1,8 +1,10 @@
 package test
 
-// Data writes are fenced (issue 11, item 5): a chunk bulk that its sender
-// gave up on and that lands later must never put older bytes over newer
-// ones, whoever wrote them; and fsck finds what dead writers left (item 6).
+// File data: writes are buffered per open file and sent in 1 MiB chunks
+// (and whenever 32 MiB are buffered), reads fetch chunks ahead, and data
+// writes are fenced: a chunk bulk that its sender gave up on and that lands
+// later must never put older bytes over newer ones, whoever wrote them.
+// (fsck_test.go checks that fsck finds the chunks dead writers left.)
 
 import (
 	"bytes"
@@ -18,13 +20,13 @@ import (
 	"github.com/esfs/esfs/test/testenv"
 )
 
-// TestDirtyLimitCountsSmallWrites: a file written sequentially in pieces
+// TestDataSmallWritesCountAgainstDirtyLimit: a file written sequentially in pieces
 // smaller than a chunk (as cp and most programs write) is sent to the
 // cluster once the mount's 32 MiB of buffered data is passed, not only at
 // close: every piece counts against the limit. (Once only the first piece
 // of each chunk counted, and a copy buffered the whole file in the daemon:
 // 1.4 GiB of memory for a 256 MiB file.)
-func TestDirtyLimitCountsSmallWrites(t *testing.T) {
+func TestDataSmallWritesCountAgainstDirtyLimit(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	const piece, total = 64 << 10, 48 << 20
@@ -70,11 +72,11 @@ func TestDirtyLimitCountsSmallWrites(t *testing.T) {
 	}
 }
 
-// TestReadAheadSeesWrites: a sequential reader makes the mount fetch the
+// TestDataReadAheadSeesNewerWrites: a sequential reader makes the mount fetch the
 // chunks ahead of it in the background; a write (and its flush) to one of
 // those chunks meanwhile must not be hidden by the older bytes read ahead,
 // through the same descriptor or another, on this mount or another.
-func TestReadAheadSeesWrites(t *testing.T) {
+func TestDataReadAheadSeesNewerWrites(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	other := f.Mount(t)
@@ -164,13 +166,13 @@ func fenceBeforeLanding(t *testing.T, late *mounttest.Fault) {
 	}
 }
 
-// TestLateChunkWriteNeverWins: the fault proxy holds mount A's chunk bulk
+// TestDataLateChunkWriteNeverWins: the fault proxy holds mount A's chunk bulk
 // past its deadline (A's fsync reports EIO) and lets it land after newer
 // writes of the same bytes: by mount B; by A itself, retrying; and by B's
 // truncation, which a later growth of the file would expose. The newer
 // state wins on both mounts and after a remount, and A's failed bytes are
 // not sent again when A closes the file.
-func TestLateChunkWriteNeverWins(t *testing.T) {
+func TestDataLateChunkWriteNeverWins(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
 	a := crMount(t, f, nil, "--es-url", fp.URL, "--es-timeout", lateTimeout.String())

@@ -1,5 +1,11 @@
 package test
 
+// Failures: the cluster unreachable, slow, resetting or swallowing
+// requests (a proxy between a mount and the cluster), a node of a 3-node
+// cluster killed, requests that land after their sender gave up, and
+// damaged documents. Operations fail with EIO within their timeout, never
+// hang, and the mount comes back by itself; nothing acknowledged is lost.
+
 import (
 	"bytes"
 	"context"
@@ -41,9 +47,9 @@ func putRaw(t *testing.T, url, index, id string, doc any) {
 	}
 }
 
-// TestCorruptDocuments: a damaged document is an EIO for that path only,
+// TestCorruptDocumentIsEIOForItsPathOnly: a damaged document is an EIO for that path only,
 // with a log line; the rest of the tree and the mount keep working.
-func TestCorruptDocuments(t *testing.T) {
+func TestCorruptDocumentIsEIOForItsPathOnly(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	if err := os.WriteFile(m.Path("good"), []byte("fine"), 0o644); err != nil {
@@ -85,10 +91,10 @@ func TestCorruptDocuments(t *testing.T) {
 	}
 }
 
-// TestElasticsearchOutage: with the cluster unreachable, operations fail
+// TestOutageFailsFastAndRecovers: with the cluster unreachable, operations fail
 // with EIO within a bound instead of hanging, data fsynced before is
 // intact, and the mount works again by itself when the cluster is back.
-func TestElasticsearchOutage(t *testing.T) {
+func TestOutageFailsFastAndRecovers(t *testing.T) {
 	f := mounttest.NewFS(t)
 	proxy := mounttest.NewProxy(t, testenv.URL(t))
 	const timeout = 2 * time.Second
@@ -142,12 +148,12 @@ func TestElasticsearchOutage(t *testing.T) {
 	}
 }
 
-// TestOutages puts toxiproxy between a mount and the cluster and makes the
+// TestOutageNetworkFaultsFailFastAndRecover puts toxiproxy between a mount and the cluster and makes the
 // network slow, hostile and absent in turn. Each time operations either
 // work or fail with EIO within the configured timeout (never hang), the
 // mount comes back by itself when the network does, and every file that
 // was fsync'ed before is intact afterwards, on this mount and on another.
-func TestOutages(t *testing.T) {
+func TestOutageNetworkFaultsFailFastAndRecover(t *testing.T) {
 	f := mounttest.NewFS(t)
 	x := mounttest.NewToxi(t, f.URL)
 	const timeout = time.Second
@@ -374,14 +380,14 @@ func (c *threeNodes) health(i int) (string, int, error) {
 	return h.Status, h.Nodes, err
 }
 
-// TestClusterNodeLoss: three mounts run the rename storm against a 3-node
+// TestOutageNodeLossDuringRenameStorm: three mounts run the rename storm against a 3-node
 // cluster (every shard with a replica) and one node is killed a third of
 // the way in. Operations in flight on that node may fail with EIO (their
 // outcome is unknown, and the storm's model treats them so); once the
 // cluster has reorganised, every operation works again; at the end the
 // tree is exactly what the acknowledged operations made: nothing lost,
 // nothing duplicated, and every invariant holds.
-func TestClusterNodeLoss(t *testing.T) {
+func TestOutageNodeLossDuringRenameStorm(t *testing.T) {
 	c := startThreeNodes(t)
 	f := mounttest.NewFSOn(t, strings.Join(c.urls, ","))
 	secs := lkEnvInt(t, "ESFS_CLUSTER_STORM_SECONDS", 60)
@@ -422,13 +428,13 @@ func TestClusterNodeLoss(t *testing.T) {
 	}
 }
 
-// TestReviewCutOffOwnerSelfFences (LOCKING-REVIEW [8], [3]): the owner of
+// TestOutageCutOffRenameOwnerFencesItself: the owner of
 // a large rename loses its connection to the cluster (a proxy resets every
 // connection) mid-stage, for longer than its lease. It must fence itself;
 // the survivor declares it dead and undoes (or finishes) the rename; when
 // the connection comes back, the owner starts a new session and nothing
 // of its old operation is left.
-func TestReviewCutOffOwnerSelfFences(t *testing.T) {
+func TestOutageCutOffRenameOwnerFencesItself(t *testing.T) {
 	f := mounttest.NewFS(t)
 	proxy := mounttest.NewProxy(t, testenv.URL(t))
 	b := crMount(t, f, nil)
@@ -436,7 +442,7 @@ func TestReviewCutOffOwnerSelfFences(t *testing.T) {
 	names := crNames(2500)
 	crPopulate(t, f, "/src", names)
 	sessA := crSession(t, f, a)
-	mv := crGo(func() crResult { // rename(2), not mv: see TestZombie
+	mv := crGo(func() crResult { // rename(2), not mv: see TestCrashFrozenRenameOwnerIsFencedAfterTakeover
 		s := time.Now()
 		err := os.Rename(a.Path("src"), a.Path("dst"))
 		return crResult{err: err, took: time.Since(s), end: time.Now()}
@@ -566,12 +572,12 @@ func lateIntents(t *testing.T, f *mounttest.FS) []store.Dentry {
 	}
 }
 
-// TestReviewLateLockBulk (LOCKING-REVIEW [8]): a mount's lock bulk is held
+// TestLateLockBulkIsCollected: a mount's lock bulk is held
 // by the network past the mount's request deadline and lands after the
 // mount gave up. The operation fails cleanly; the entries the late bulk
 // wrote belong to a live session and an operation it has finished, and
 // are gone within lease + grace, so nothing is locked forever.
-func TestReviewLateLockBulk(t *testing.T) {
+func TestLateLockBulkIsCollected(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
 	b := crMount(t, f, nil)
@@ -629,13 +635,13 @@ func TestReviewLateLockBulk(t *testing.T) {
 	}
 }
 
-// TestReviewLateStageBulk (LOCKING-REVIEW [1,8]): the network holds the
+// TestLateStageBulkStaysInvisible: the network holds the
 // third stage bulk of a mount (the one of its third rename) past the
 // deadline, then resets the connection; the request lands after the mount
 // rolled the rename back. Its late writes (a new path, a marked source)
 // must stay invisible, be collected by a sweeper, and not stop the rename
 // from being done again; after `mv b/x c; rm c` nothing reappears.
-func TestReviewLateStageBulk(t *testing.T) {
+func TestLateStageBulkStaysInvisible(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
 	a := crMount(t, f, nil, "--es-url", fp.URL, "--es-timeout", lateTimeout.String())

@@ -1,5 +1,9 @@
 package test
 
+// esfs fsck: it finds what dead writers left (data chunks, directory link
+// counts off by one), --repair removes or recounts it, and a repair on a
+// live filesystem leaves alone what changed while it ran.
+
 import (
 	"bytes"
 	"context"
@@ -181,12 +185,12 @@ print("closed", flush=True)
 	}
 }
 
-// TestDirLinkCountsFsck (issue 11, item 3): esfs fsck finds a directory
+// TestFsckDirLinkCounts: esfs fsck finds a directory
 // count left off by a crash between a rename's finish and its counts, and
 // the counts of directories made by an esfs that did not count, and
 // --repair sets them; a rename whose mount died with no other mount alive
 // is finished by esfs fsck --repair, counts included.
-func TestDirLinkCountsFsck(t *testing.T) {
+func TestFsckDirLinkCounts(t *testing.T) {
 	f := mounttest.NewFS(t)
 	b := crMount(t, f, nil)
 	mounttest.Sh(t, b.Dir, `mkdir -p a/keep a/d/sub b old/x/y`)

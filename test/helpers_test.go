@@ -1,5 +1,10 @@
 package test
 
+// Helpers several test files of this package use: mounts with a short
+// lease and no caches (crMount), commands run with a deadline, waits, file
+// creators that record every outcome, and the small lk* tools of the
+// rename races and the storm.
+
 import (
 	"bytes"
 	"context"

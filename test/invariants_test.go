@@ -1,5 +1,10 @@
 package test
 
+// The checks tests end with: the index itself (checkInvariants, crIndex)
+// and the tree a mount shows compared with a model of the acknowledged
+// operations (crTree for the crash and rename tests, lkWant for the races
+// and the storm).
+
 import (
 	"bytes"
 	"context"
@@ -418,7 +423,7 @@ func crFinalCheck(t *testing.T, f *mounttest.FS, m *mounttest.Mount, w crTree) {
 	checkInvariants(t, f, want)
 }
 
-// The invariants every cross-mount locking test ends with (issue 4), read
+// The invariants every multi-mount, rename and crash test ends with, read
 // from the index itself rather than through a mount, so that a mount's
 // visibility rules cannot hide a leftover:
 //

@@ -1,5 +1,10 @@
 package test
 
+// Mounting and ending: the command line's errors, --daemon and where it
+// logs, mount(8), fstab and the mount.fuse helper, refusing a non-empty
+// mount point, esfs umount refusing what is not esfs, and SIGTERM (with
+// open files, a busy mount, while mounting, twice).
+
 import (
 	"bytes"
 	"context"
@@ -189,10 +194,10 @@ func TestSigtermBusyMountEnds(t *testing.T) {
 	}
 }
 
-// TestSecondSignalExitsAtOnce: during the grace period of a busy mount, a
+// TestSigtermSecondSignalExitsAtOnce: during the grace period of a busy mount, a
 // second SIGTERM or SIGINT ends the daemon at once; what was flushed is
 // kept.
-func TestSecondSignalExitsAtOnce(t *testing.T) {
+func TestSigtermSecondSignalExitsAtOnce(t *testing.T) {
 	f := mounttest.NewFS(t)
 	b := f.MountAt(t, t.TempDir(), []string{"ESFS_SHUTDOWN_GRACE=1h"})
 	busyShell(t, b.Dir)
@@ -340,11 +345,11 @@ func TestUmountOnlyEsfs(t *testing.T) {
 	oneFailure(t, "esfs umount of a plain directory", out, code, "is not mounted: it is not a mount point")
 }
 
-// TestDaemonLogs: a --daemon mount without --log-file logs to syslog when
+// TestMountDaemonLogs: a --daemon mount without --log-file logs to syslog when
 // there is a syslog socket (each record one message, with the severity
 // of its level), else to a file named after the index and mount point
 // under the log directory; the line printed once mounted says which.
-func TestDaemonLogs(t *testing.T) {
+func TestMountDaemonLogs(t *testing.T) {
 	f := mounttest.NewFS(t)
 
 	t.Run("syslog", func(t *testing.T) {
@@ -478,11 +483,11 @@ func daemonOf(t *testing.T, out, dir string) (pid, conn int) {
 	return daemonPid(t, out), conn
 }
 
-// TestMountHelper: `mount -t fuse.esfs`, an /etc/fstab line, and fuse3's
+// TestMountFstabAndHelper: `mount -t fuse.esfs`, an /etc/fstab line, and fuse3's
 // mount.fuse3 convention all mount esfs in the background with options
 // passed through; umount and SIGTERM end the daemon cleanly; bad options
 // and a missing filesystem fail with one clear line.
-func TestMountHelper(t *testing.T) {
+func TestMountFstabAndHelper(t *testing.T) {
 	if _, err := exec.LookPath("mount"); err != nil {
 		t.Skip("no mount(8)")
 	}
@@ -655,9 +660,9 @@ func TestCommandLineErrors(t *testing.T) {
 	}
 }
 
-// TestDaemonMode: --daemon returns once mounted with status 0, and with a
+// TestMountDaemonMode: --daemon returns once mounted with status 0, and with a
 // clear error and non-zero status when it cannot mount.
-func TestDaemonMode(t *testing.T) {
+func TestMountDaemonMode(t *testing.T) {
 	f := mounttest.NewFS(t)
 	dir := t.TempDir()
 	logFile := filepath.Join(t.TempDir(), "esfs.log") // not the system's log directory

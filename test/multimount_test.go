@@ -1,5 +1,10 @@
 package test
 
+// Several mounts of one filesystem: what one does, another sees within
+// the documented bound (at once without caches); and the storm, three
+// mounts renaming, creating and removing at once under each locking
+// strategy, checked against a model of the acknowledged operations.
+
 import (
 	"errors"
 	"fmt"
@@ -51,9 +56,9 @@ func listed(dir, name string) func() bool {
 	}
 }
 
-// TestSecondMountSeesChanges: what one mount does, another sees within the
+// TestMultiMountSeesChangesWithinBound: what one mount does, another sees within the
 // documented bound, including names it had cached as missing.
-func TestSecondMountSeesChanges(t *testing.T) {
+func TestMultiMountSeesChangesWithinBound(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a, b := f.Mount(t), f.Mount(t)
 	limit := staleBound + slack
@@ -104,9 +109,9 @@ func TestSecondMountSeesChanges(t *testing.T) {
 	waitFor(t, "create from B", limit, readIs(a.Path("from-b"), "b"))
 }
 
-// TestUncachedMountSeesChangesAtOnce: with every cache off, a lookup goes
+// TestMultiMountUncachedSeesChangesAtOnce: with every cache off, a lookup goes
 // to the store, so another mount's change is visible immediately.
-func TestUncachedMountSeesChangesAtOnce(t *testing.T) {
+func TestMultiMountUncachedSeesChangesAtOnce(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := f.Mount(t)
 	b := f.Mount(t, "--attr-timeout=0", "--entry-timeout=0", "--negative-timeout=0", "--cache-ttl=0")
@@ -133,9 +138,9 @@ func TestUncachedMountSeesChangesAtOnce(t *testing.T) {
 // ---------------------------------------------------------------------
 // The storm.
 
-func TestStorm_tree(t *testing.T)     { lkStorm(t, "tree") }
-func TestStorm_document(t *testing.T) { lkStorm(t, "document") }
-func TestStorm_global(t *testing.T)   { lkStorm(t, "global") }
+func TestMultiMountStorm_tree(t *testing.T)     { lkStorm(t, "tree") }
+func TestMultiMountStorm_document(t *testing.T) { lkStorm(t, "document") }
+func TestMultiMountStorm_global(t *testing.T)   { lkStorm(t, "global") }
 
 // Why the model of the storm is exact, although operations from three
 // mounts race:
@@ -167,7 +172,7 @@ func TestStorm_global(t *testing.T)   { lkStorm(t, "global") }
 //     only if that stays inconclusive is the comparison given up for the
 //     structural invariants alone.
 //   - Two acknowledged directory renames that no serial order allows (s0
-//     into s3 and s3 into s0: the #4800 pair) make the model's parent
+//     into s3 and s3 into s0: the crossed pair) make the model's parent
 //     chain a cycle, which is reported as the bug it is.
 //   - Mount 0 keeps its caches (kernel and daemon), mounts 1 and 2 have
 //     none: a stale cache may only make an operation fail, since a stale

@@ -1,5 +1,8 @@
 package test
 
+// Watching a mount: the Prometheus metrics of --metrics-addr, and bad
+// logging and metrics flags.
+
 import (
 	"encoding/json"
 	"io"

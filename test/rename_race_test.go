@@ -1,5 +1,10 @@
 package test
 
+// Two-mount rename races, each round repeated under every locking
+// strategy (--locking tree, document, global): the crossed pair (mv a b/d/e
+// against mv b/d a/c), swaps, one destination, a directory into itself,
+// renames under streams of creates. Every test ends with checkInvariants.
+
 import (
 	"context"
 	"errors"
@@ -16,11 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Cross-mount locking tests (issue 4): a storm of renames, creates and
-// deletes from three mounts checked against a model of the acknowledged
-// operations, and two-mount races of the renames that break naive
-// protocols, each repeated, for every locking strategy. Every test ends
-// with checkInvariants (invariants_test.go).
+// lkStrategies are the values of --locking; the races run under each.
 var lkStrategies = []string{"tree", "document", "global"}
 
 // lkRace runs a and b at the same moment, each on its own goroutine
@@ -41,7 +42,7 @@ func lkRace(a, b func() error) (errA, errB error) {
 // lkSnapFresh is lkSnap after a refresh of the path index. Listings are
 // searches, near-realtime by design (README, "Consistency model"), and
 // worse: a listing on another mount shortly after a directory rename may
-// show the directory in neither place (TestRemoteRenameListedAtomically).
+// show the directory in neither place (TestRenameListedAtomicallyByOtherMount).
 // The races check the locking, so they read a refreshed index.
 func lkSnapFresh(t *testing.T, f *mounttest.FS, root string) map[string]string {
 	t.Helper()
@@ -159,12 +160,12 @@ func lkJudge(t *testing.T, round string, got map[string]string, want *lkWant, wh
 	}
 }
 
-// TestRaceJuiceFS4800: `mv a b/d/e` on one mount against `mv b/d a/c` on
+// TestRenameRaceCrossedDirsAtMostOneWins: `mv a b/d/e` on one mount against `mv b/d a/c` on
 // another (JuiceFS issue 4800, where directories got lost). In either
 // serial order the second rename finds its source or target parent gone,
 // so exactly one may succeed (or neither, on a lock timeout); both
 // succeeding makes a cycle that detaches a and b/d from the tree.
-func TestRaceJuiceFS4800(t *testing.T) {
+func TestRenameRaceCrossedDirsAtMostOneWins(t *testing.T) {
 	rounds := lkRounds(t, 20)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
 		for i := 0; i < rounds; i++ {
@@ -198,11 +199,11 @@ func TestRaceJuiceFS4800(t *testing.T) {
 	})
 }
 
-// TestRaceSwap: `mv a b` against `mv b a`, with files (both may succeed,
+// TestRenameRaceSwap: `mv a b` against `mv b a`, with files (both may succeed,
 // in either order: one file is legitimately replaced), empty directories
 // (the same, by inode), and non-empty directories (both must fail:
 // ENOTEMPTY, with no effect).
-func TestRaceSwap(t *testing.T) {
+func TestRenameRaceSwap(t *testing.T) {
 	rounds := lkRounds(t, 12)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
 		for i := 0; i < rounds; i++ {
@@ -303,12 +304,12 @@ func lkInoOrZero(path string) uint64 {
 	return st.Ino
 }
 
-// TestRaceSameDestination: two renames to one destination. Files with
+// TestRenameRaceSameDestination: two renames to one destination. Files with
 // plain rename may both succeed (POSIX replaces the first by the second):
 // the destination then holds one of the two and the other is legitimately
 // gone. With RENAME_NOREPLACE, and with non-empty directories, exactly one
 // wins (the other gets EEXIST or ENOTEMPTY).
-func TestRaceSameDestination(t *testing.T) {
+func TestRenameRaceSameDestination(t *testing.T) {
 	rounds := lkRounds(t, 12)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
 		for i := 0; i < rounds; i++ {
@@ -367,7 +368,7 @@ func TestRaceSameDestination(t *testing.T) {
 	})
 }
 
-// TestRaceRenameDirUnderCreates: one mount creates files in a directory,
+// TestRenameRaceDirUnderCreates: one mount creates files in a directory,
 // continuously, while another renames that directory. Every acknowledged
 // create must end up in the renamed directory (created before the rename,
 // it moved with it); creates after the rename fail, or, through a
@@ -375,7 +376,7 @@ func TestRaceSameDestination(t *testing.T) {
 // renamed directory too, which is where POSIX puts them. Nothing may land
 // in a directory the renamer makes at the old name, and nothing may be
 // orphaned at the old path.
-func TestRaceRenameDirUnderCreates(t *testing.T) {
+func TestRenameRaceDirUnderCreates(t *testing.T) {
 	rounds := lkRounds(t, 6)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
 		var beforeN, afterN int
@@ -485,11 +486,11 @@ func TestRaceRenameDirUnderCreates(t *testing.T) {
 	})
 }
 
-// TestRaceRenameIntoItself: `mv /a /a/b` is EINVAL, also deeper and from
+// TestRenameRaceIntoItself: `mv /a /a/b` is EINVAL, also deeper and from
 // both mounts at once; and the cross-mount form no single kernel can see
 // (`mv a c/a2` on one mount, `mv c a/c2` on the other): at most one may
 // succeed.
-func TestRaceRenameIntoItself(t *testing.T) {
+func TestRenameRaceIntoItself(t *testing.T) {
 	rounds := lkRounds(t, 6)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
 		for i := 0; i < rounds; i++ {
@@ -535,12 +536,12 @@ func TestRaceRenameIntoItself(t *testing.T) {
 	})
 }
 
-// TestRenameNotStarved: two mounts create files under a directory in tight
+// TestRenameNotStarvedByCreates: two mounts create files under a directory in tight
 // loops; a rename of that directory from a third mount must still
 // complete within the lock timeout (20s): a stream of operations holding
 // shared locks must not starve an exclusive one. Every acknowledged create
 // ends up in the renamed directory.
-func TestRenameNotStarved(t *testing.T) {
+func TestRenameNotStarvedByCreates(t *testing.T) {
 	const lockTimeout = 20 * time.Second
 	for _, strategy := range lkStrategies {
 		t.Run(strategy, func(t *testing.T) {
@@ -628,12 +629,12 @@ func TestRenameNotStarved(t *testing.T) {
 	}
 }
 
-// TestRaceCreateVsAncestorRename: creates in a/b/c while the ancestor a is
+// TestRenameRaceAncestorUnderCreates: creates in a/b/c while the ancestor a is
 // renamed again and again, both on one mount (and, in a second phase, the
 // renames on the other mount while the creating mount looks the new names
 // up). A create that returns success must be found at the path the renames
 // imply; none may be left under a path that no longer exists.
-func TestRaceCreateVsAncestorRename(t *testing.T) {
+func TestRenameRaceAncestorUnderCreates(t *testing.T) {
 	secs := lkEnvInt(t, "ESFS_RACE_SECONDS", 3)
 	for _, strategy := range lkStrategies {
 		t.Run(strategy, func(t *testing.T) {
@@ -709,12 +710,12 @@ func TestRaceCreateVsAncestorRename(t *testing.T) {
 	}
 }
 
-// TestReviewRenamePairWithCreates (LOCKING-REVIEW [7], JuiceFS #4800):
-// `mv a b/d/e` on one mount and `mv b/d a/c` on another, at once, while
-// creates run in both sources. One must win, the other fail cleanly; both
+// TestRenameRaceCrossedDirsWithCreatesNoDeadlock: `mv a b/d/e` on one
+// mount and `mv b/d a/c` on another, at once, while creates run in both
+// sources (whose shared locks first refuse both renames, which then wait). One must win, the other fail cleanly; both
 // must answer within a bound (no deadlock until the lock timeout, no
 // waiting-marker livelock), and no cycle or lost file may result.
-func TestReviewRenamePairWithCreates(t *testing.T) {
+func TestRenameRaceCrossedDirsWithCreatesNoDeadlock(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := crMount(t, f, nil)
 	b := crMount(t, f, nil)

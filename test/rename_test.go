@@ -1,5 +1,11 @@
 package test
 
+// Renames seen from other mounts: appends during a directory rename, a
+// stale working directory, git's rename-over-file commits from two mounts,
+// a copy right after a rename, maximal paths and raw names, mv of a large
+// directory, and listings that show the old name or the new, never
+// neither. (Races: rename_race_test.go; crashes: crash_test.go.)
+
 import (
 	"bytes"
 	"context"
@@ -24,11 +30,13 @@ import (
 // crQ quotes s for bash.
 func crQ(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// TestReviewAppendWhileDirRenamed (LOCKING-REVIEW [4]): one mount appends
+// TestRenameDirWhileAppendingLosesNothing: one mount appends
 // continuously to files in a directory, through a held-open descriptor and
 // by opening the path for each append, while another mount renames the
-// directory back and forth. Nothing acknowledged may be lost.
-func TestReviewAppendWhileDirRenamed(t *testing.T) {
+// directory back and forth. Nothing acknowledged may be lost: sizes and
+// data are keyed by inode, so a write never races the rename's rewrite of
+// the path documents.
+func TestRenameDirWhileAppendingLosesNothing(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := crMount(t, f, nil)
 	b := crMount(t, f, nil)
@@ -126,11 +134,11 @@ func TestReviewAppendWhileDirRenamed(t *testing.T) {
 	crFinalCheck(t, f, b, want)
 }
 
-// TestReviewStaleCwdCreate (LOCKING-REVIEW [6]): a shell in another mount
+// TestRenameStaleCwdCreateNeverLandsInNewDir: a shell in another mount
 // has its cwd in /a; this mount runs `mv /a /z; mkdir /a`; the shell's
 // `touch x` must fail with ESTALE or land in /z, never in the new /a.
 // Checked for an uncached mount and for one with the default caches.
-func TestReviewStaleCwdCreate(t *testing.T) {
+func TestRenameStaleCwdCreateNeverLandsInNewDir(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := crMount(t, f, nil)
 	b := crMount(t, f, nil)
@@ -198,10 +206,10 @@ func TestReviewStaleCwdCreate(t *testing.T) {
 	checkInvariants(t, f, nil)
 }
 
-// TestReviewGitCommitLoopTwoMounts (LOCKING-REVIEW [9]): one repository,
+// TestRenameOverFileGitCommitsFromTwoMounts: one repository,
 // committed to alternately from two mounts (index.lock -> index, ref locks:
 // renames over existing files), then git fsck and a clean status from both.
-func TestReviewGitCommitLoopTwoMounts(t *testing.T) {
+func TestRenameOverFileGitCommitsFromTwoMounts(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := crMount(t, f, nil)
 	b := crMount(t, f, nil)
@@ -247,10 +255,10 @@ git -C repo commit -q -m %s-%d`, m.name, i, m.name, i, m.name, i, m.name, i))
 	checkInvariants(t, f, nil)
 }
 
-// TestReviewRemoteCpAfterRename (LOCKING-REVIEW [10]): right after a
+// TestRenameDirThenCopyFromOtherMountIsComplete: right after a
 // directory rename returns on one mount, another (uncached) mount copies
 // the new path with cp -r; the copy must be the whole tree.
-func TestReviewRemoteCpAfterRename(t *testing.T) {
+func TestRenameDirThenCopyFromOtherMountIsComplete(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := crMount(t, f, nil)
 	b := crMount(t, f, nil)
@@ -336,12 +344,12 @@ func crReadAt(base string, comps []string, name string) (string, error) {
 	return string(b), err
 }
 
-// TestReviewLongPathsAndRawNamesRenamed (LOCKING-REVIEW [11]): a directory
+// TestRenameDirWithMaxPathAndRawNames: a directory
 // holding a 4096-byte path and names that are not UTF-8 (or that a lossy
 // encoding would merge) is renamed; everything must be found at the new
 // path. A rename that would push the deep path past 4096 bytes must fail
 // cleanly or keep everything reachable.
-func TestReviewLongPathsAndRawNamesRenamed(t *testing.T) {
+func TestRenameDirWithMaxPathAndRawNames(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := crMount(t, f, nil)
 	b := crMount(t, f, nil)
@@ -422,7 +430,7 @@ func TestReviewLongPathsAndRawNamesRenamed(t *testing.T) {
 		return probs
 	}
 	// Listings of another mount's changes lag the refresh interval (README
-	// "Consistency model"; TestReviewRemoteCpAfterRename is about that):
+	// "Consistency model"; TestRenameDirThenCopyFromOtherMountIsComplete is about that):
 	// here allow the documented bound.
 	eventually := func(m *mounttest.Mount, dir string) []string {
 		var probs []string
@@ -465,12 +473,12 @@ func TestReviewLongPathsAndRawNamesRenamed(t *testing.T) {
 	checkInvariants(t, f, nil)
 }
 
-// TestMoveLargeDirectory renames a directory of 5,000 files (some in
+// TestRenameLargeDirWithMv renames a directory of 5,000 files (some in
 // subdirectories) into another directory with mv. One file in ten has
 // content (for diff to compare); every entry must keep its inode number,
 // which catches any mix-up of paths and inodes, empty files included.
 // With -short the directory has 1,000 files.
-func TestMoveLargeDirectory(t *testing.T) {
+func TestRenameLargeDirWithMv(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	total := 5000
@@ -534,13 +542,13 @@ func TestMoveLargeDirectory(t *testing.T) {
 	tlFsck(t, f)
 }
 
-// TestRemoteRenameListedAtomically: readers see a rename atomically, old
-// paths before its commit point and new ones after, never neither (DESIGN,
-// protocol point 7). A listing is a search, so another mount may list a
+// TestRenameListedAtomicallyByOtherMount: readers see a rename atomically, old
+// paths before its commit point and new ones after, never neither (the commit
+// point is one compare-and-set of the record). A listing is a search, so another mount may list a
 // slightly old state (README: up to the refresh interval), but never a
 // state that did not exist: right after `mv c a/c2` on mount B returned,
 // mount A (no caches) must list c in the round directory or c2 in a.
-func TestRemoteRenameListedAtomically(t *testing.T) {
+func TestRenameListedAtomicallyByOtherMount(t *testing.T) {
 	rounds := lkRounds(t, 10)
 	f := mounttest.NewFS(t)
 	a := lkMount(t, f, "tree", false)

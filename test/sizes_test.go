@@ -1,6 +1,6 @@
 package test
 
-// Sizes and offsets from requests (issue 11, item 1): no request may cost
+// Sizes and offsets from requests: no request may cost
 // the daemon memory or time in proportion to a size or an offset it names,
 // only to what is stored; sizes past the maximum get EFBIG, as on Linux.
 // Each test runs with the largest values the kernel lets through to a FUSE
@@ -55,11 +55,11 @@ func sizeAlive(t *testing.T, m *mounttest.Mount, w *mounttest.MemWatch) {
 	}
 }
 
-// TestHugeSparseFile: `truncate -s 999999999999999 f && rm f` once made
+// TestSizeHugeSparseFileCostsWhatItStores: `truncate -s 999999999999999 f && rm f` once made
 // the daemon build a bulk item per chunk number up to the size (122 GB)
 // and die. Truncation and removal now cost what is stored; the maximum
 // size is store.MaxFileSize, and everything past it is EFBIG.
-func TestHugeSparseFile(t *testing.T) {
+func TestSizeHugeSparseFileCostsWhatItStores(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m, w := sizeMount(t, f)
 	limit := store.MaxFileSize
@@ -182,11 +182,11 @@ func TestHugeSparseFile(t *testing.T) {
 	sizeAlive(t, m, w)
 }
 
-// TestHugeSparseCopy: cp of a sparse file of 1 TiB holding three chunks
+// TestSizeHugeSparseCopy: cp of a sparse file of 1 TiB holding three chunks
 // takes seconds, not the hours of reading its holes: the mount reports
 // the blocks it stores (st_blocks) and answers SEEK_DATA and SEEK_HOLE
 // from the chunks it stores, so cp copies only the data.
-func TestHugeSparseCopy(t *testing.T) {
+func TestSizeHugeSparseCopy(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m, w := sizeMount(t, f)
 	const size = 1 << 40
@@ -317,12 +317,12 @@ os.close(b)
 	sizeAlive(t, m, w)
 }
 
-// TestXattrLimits: Linux's limits on extended attributes hold (names of
+// TestSizeXattrLimits: Linux's limits on extended attributes hold (names of
 // 255 bytes, values of 64 KiB), and every file's attributes can always be
 // listed: their names together stay within what listxattr may return (64
 // KiB), and names and values within 128 KiB per file, which the inode
 // document carries. Past that, ENOSPC, as a full local filesystem says.
-func TestXattrLimits(t *testing.T) {
+func TestSizeXattrLimits(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m, w := sizeMount(t, f)
 	p := m.Path("x")
@@ -384,10 +384,10 @@ func TestXattrLimits(t *testing.T) {
 	sizeAlive(t, m, w)
 }
 
-// TestReaddirFarOffset: a directory read from an offset far past its
+// TestSizeReaddirFarOffset: a directory read from an offset far past its
 // entries (a seekdir with a huge cookie) costs the directory, not the
 // offset: it ends at once with no entries.
-func TestReaddirFarOffset(t *testing.T) {
+func TestSizeReaddirFarOffset(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m, w := sizeMount(t, f)
 	mounttest.Sh(t, m.Dir, `mkdir d && touch d/a d/b d/c`)

@@ -183,7 +183,7 @@ func tlCheckVariety(t *testing.T, dir string) {
 	}
 }
 
-// TestCpDiffSourceTree copies a real source tree of several thousand
+// TestToolsCpOfSourceTree copies a real source tree of several thousand
 // files, Go's src/crypto, src/go and src/runtime (about 2,900 files, 3,100
 // entries), plus odd files into the mount with cp -a, then compares
 // contents with diff -r and metadata (mode, owner, size, links, mtime to
@@ -194,7 +194,7 @@ func tlCheckVariety(t *testing.T, dir string) {
 // shared with other suites, too much of a CI budget; ESFS_TOOLS_TREE
 // chooses other subdirectories of $GOROOT/src (ESFS_TOOLS_TREE=cmd for
 // that one). With -short the tree is src/go (about 550 files).
-func TestCpDiffSourceTree(t *testing.T) {
+func TestToolsCpOfSourceTree(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	trees, least := []string{"crypto", "go", "runtime"}, 2000
@@ -224,9 +224,9 @@ func TestCpDiffSourceTree(t *testing.T) {
 	tlFsck(t, f)
 }
 
-// TestTarRoundTrip extracts a tar of a tree into the mount, tars it back
+// TestToolsTarRoundTrip extracts a tar of a tree into the mount, tars it back
 // out into a local directory, and compares all three.
-func TestTarRoundTrip(t *testing.T) {
+func TestToolsTarRoundTrip(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	src := tlLocalTree(t, "archive", "encoding")
@@ -257,10 +257,10 @@ func TestTarRoundTrip(t *testing.T) {
 	tlFsck(t, f)
 }
 
-// TestRsyncBothWays rsyncs a tree into the mount, checks that a second
+// TestToolsRsyncBothWays rsyncs a tree into the mount, checks that a second
 // rsync has nothing to do (sizes and mtimes round-trip), that an update of
 // one file transfers that file only, and rsyncs the mount back out.
-func TestRsyncBothWays(t *testing.T) {
+func TestToolsRsyncBothWays(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	src := tlLocalTree(t, "encoding")
@@ -312,9 +312,9 @@ func TestRsyncBothWays(t *testing.T) {
 	tlFsck(t, f)
 }
 
-// TestGit runs a git repository inside the mount: commits, a rename, a
+// TestToolsGit runs a git repository inside the mount: commits, a rename, a
 // removal, gc, fsck, and a clone out of it.
-func TestGit(t *testing.T) {
+func TestToolsGit(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	repo := m.Path("repo")
@@ -385,9 +385,9 @@ git commit -q -m second`)
 	tlFsck(t, f)
 }
 
-// TestFindGrepDuLs checks find, grep -r, du and ls -lR on a tree of known
+// TestToolsFindGrepDuLs checks find, grep -r, du and ls -lR on a tree of known
 // shape.
-func TestFindGrepDuLs(t *testing.T) {
+func TestToolsFindGrepDuLs(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	const planted = "PLANTED-needle-7f3a9c"

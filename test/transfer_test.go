@@ -1,5 +1,10 @@
 package test
 
+// esfs import and export, and what admin commands (export, search, fsck,
+// status) see: every write that completed before they started, a failure
+// instead of fewer files when the index disagrees with itself, and a
+// rename being recovered while export reads.
+
 import (
 	"bytes"
 	"context"
@@ -312,11 +317,11 @@ func exportAsNobody(t *testing.T, f *mounttest.FS, src string) {
 	}
 }
 
-// TestHugeSparseImportExport: esfs import of a local 1 TiB sparse file
+// TestImportExportHugeSparseFile: esfs import of a local 1 TiB sparse file
 // reads only its data (SEEK_DATA) and stores only its data chunks; esfs
 // export lists the stored chunks instead of reading a billion holes and
 // writes a sparse copy.
-func TestHugeSparseImportExport(t *testing.T) {
+func TestImportExportHugeSparseFile(t *testing.T) {
 	f := mounttest.NewFS(t)
 	src := filepath.Join(t.TempDir(), "src")
 	if err := os.Mkdir(src, 0o755); err != nil {
@@ -410,12 +415,12 @@ touch -d '2010-01-01 00:00:00' a/b/c a/b a empty
 	return src
 }
 
-// TestAdminReadsSeeCompletedWrites: export right after import exports the
+// TestAdminCommandsSeeCompletedWrites: export right after import exports the
 // whole tree; a file closed on a mount a moment before an export, a search
 // or an fsck is in what they show; status shows a mount that just started.
 // The refresh interval is a minute, so each of them sees those writes only
 // if it refreshes (or reads in real time) before it looks.
-func TestAdminReadsSeeCompletedWrites(t *testing.T) {
+func TestAdminCommandsSeeCompletedWrites(t *testing.T) {
 	quickExit(t)
 	f := mounttest.NewFS(t)
 	slowRefresh(t, f)

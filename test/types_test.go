@@ -1,8 +1,10 @@
 package test
 
-// Everything a filesystem keeps must survive an unmount and a new mount:
-// contents, sizes, holes, modes, owners, times, link counts, symlink
-// targets, inode numbers and extended attributes.
+// File types and what a filesystem keeps of them: modes as asked, FIFOs,
+// sockets and devices, directory link counts, all compared with a local
+// filesystem; and everything a filesystem keeps must survive an unmount
+// and a new mount: contents, sizes, holes, modes, owners, times, link
+// counts, symlink targets, inode numbers and extended attributes.
 
 import (
 	"bytes"
@@ -22,7 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Issue 11, items 2, 3 and 4: every file type, directory link counts and
+// Every file type, directory link counts and
 // modes as asked. The reference is not a table of expected answers but a
 // local filesystem: each script runs once in a local directory and once in
 // a directory of a mount, and both trees must stat alike.
@@ -210,12 +212,12 @@ os.symlink('target', 'link')
 EOF
 `
 
-// TestModesAsAsked (issue 11, item 4): open(O_CREAT), mkdir, mknod and
+// TestTypesModesAsAsked: open(O_CREAT), mkdir, mknod and
 // symlink make exactly the mode asked, less the umask (which the kernel
 // applies, once), also 0000 and every special bit, as a local filesystem
 // does; a fresh mount reads the same modes back from the index, and root
 // works in a directory of mode 0000.
-func TestModesAsAsked(t *testing.T) {
+func TestTypesModesAsAsked(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	there := sameAsLocal(t, m, "modes", modesScript)
@@ -270,13 +272,13 @@ mkfifo gone && rm gone
 mknod gone-dev c 1 5 && rm gone-dev
 `
 
-// TestSpecialFiles (issue 11, item 2): FIFOs, UNIX sockets and character
+// TestTypesSpecialFiles: FIFOs, UNIX sockets and character
 // and block devices are entries like any other (list, stat with their type
 // and device number, chmod, chown, link, rename, unlink, as a local
 // filesystem shows them); a FIFO pipes and a socket connects on the mount
 // (the kernel does that work); devices are not opened (the mount is nodev).
 // TestImportExport carries them out of and into the filesystem.
-func TestSpecialFiles(t *testing.T) {
+func TestTypesSpecialFiles(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	there := sameAsLocal(t, m, "special", specialScript)
@@ -337,11 +339,11 @@ os.rename("d/e2", "h/i")     # down, into the name just freed
 '
 `
 
-// TestDirLinkCounts (issue 11, item 3): a directory has 2 links plus its
+// TestTypesDirLinkCounts: a directory has 2 links plus its
 // subdirectories, through mkdir, rmdir and renames as on a local
 // filesystem, as another mount sees it, and when mounts make and remove
 // subdirectories of one directory at once.
-func TestDirLinkCounts(t *testing.T) {
+func TestTypesDirLinkCounts(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	there := sameAsLocal(t, m, "links", linksScript)
@@ -522,10 +524,10 @@ func rmtHash(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// TestRemountPreservesEverything fills a filesystem with every kind of
+// TestTypesAllKeptAcrossRemount fills a filesystem with every kind of
 // thing it stores, checks it, unmounts, mounts again and finds every stat
 // field, content, link target and xattr identical.
-func TestRemountPreservesEverything(t *testing.T) {
+func TestTypesAllKeptAcrossRemount(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	p := func(rel string) string { return m.Path(rel) }
