@@ -96,7 +96,7 @@ func TestCorruptDocumentIsEIOForItsPathOnly(t *testing.T) {
 // intact, and the mount works again by itself when the cluster is back.
 func TestOutageFailsFastAndRecovers(t *testing.T) {
 	f := mounttest.NewFS(t)
-	proxy := mounttest.NewProxy(t, testenv.URL(t))
+	proxy := mounttest.NewToxi(t, testenv.URL(t))
 	const timeout = 2 * time.Second
 	m := f.MountAt(t, t.TempDir(), nil, "--es-url", proxy.URL, "--es-timeout", timeout.String())
 
@@ -112,7 +112,7 @@ func TestOutageFailsFastAndRecovers(t *testing.T) {
 	}
 	fh.Close()
 
-	proxy.SetUp(false)
+	proxy.Down()
 	bound := 2*timeout + 3*time.Second // ctxOf's deadline plus scheduling
 	for _, op := range []struct {
 		name string
@@ -135,7 +135,7 @@ func TestOutageFailsFastAndRecovers(t *testing.T) {
 		t.Logf("%s: %v after %s", op.name, err, took.Round(time.Millisecond))
 	}
 
-	proxy.SetUp(true)
+	proxy.Up(t)
 	waitFor(t, "recovery", 30*time.Second, func() bool {
 		return os.WriteFile(m.Path("after"), []byte("back"), 0o644) == nil
 	})
@@ -429,14 +429,14 @@ func TestOutageNodeLossDuringRenameStorm(t *testing.T) {
 }
 
 // TestOutageCutOffRenameOwnerFencesItself: the owner of
-// a large rename loses its connection to the cluster (a proxy resets every
-// connection) mid-stage, for longer than its lease. It must fence itself;
+// a large rename loses its connection to the cluster (the proxy closes every
+// connection and refuses new ones) mid-stage, for longer than its lease. It must fence itself;
 // the survivor declares it dead and undoes (or finishes) the rename; when
 // the connection comes back, the owner starts a new session and nothing
 // of its old operation is left.
 func TestOutageCutOffRenameOwnerFencesItself(t *testing.T) {
 	f := mounttest.NewFS(t)
-	proxy := mounttest.NewProxy(t, testenv.URL(t))
+	proxy := mounttest.NewToxi(t, testenv.URL(t))
 	b := crMount(t, f, nil)
 	a := crMount(t, f, nil, "--es-url", proxy.URL, "--es-timeout", "2s")
 	names := crNames(2500)
@@ -465,7 +465,7 @@ func TestOutageCutOffRenameOwnerFencesItself(t *testing.T) {
 			t.Fatal("A's rename record did not appear within a minute")
 		}
 	}
-	proxy.SetUp(false)
+	proxy.Down()
 	cut := time.Now()
 	t.Logf("cut A off %s after its rename started; its operation was %s when seen", cut.Sub(start).Round(time.Millisecond), op.State)
 	r := crWaitResult(t, "A's rename while cut off", mv, time.Minute)
@@ -510,7 +510,7 @@ func TestOutageCutOffRenameOwnerFencesItself(t *testing.T) {
 		t.Errorf("A's log does not show its heartbeat failing while cut off")
 	}
 
-	proxy.SetUp(true)
+	proxy.Up(t)
 	restored := time.Now()
 	crWaitLog(t, a, "started a new session", 30*time.Second)
 	t.Logf("REPORT %s: A started a new session %s after the connection came back", t.Name(), time.Since(restored).Round(time.Millisecond))

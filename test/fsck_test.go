@@ -299,7 +299,8 @@ func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
 
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	hold := interceptProxy(t, f.URL, func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	holdProxy := mounttest.NewFaultProxy(t, f.URL)
+	holdProxy.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		if r.Method == http.MethodPost && r.URL.Path == "/"+f.Index+"-inodes/_search" {
 			once.Do(func() { close(held); <-release })
 		}
@@ -307,7 +308,7 @@ func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
 	})
 	defer once.Do(func() {})
 	var out bytes.Buffer
-	cmd := exec.Command(f.Bin, "fsck", "--repair", "--no-wait", "--es-url", hold, "--index", f.Index)
+	cmd := exec.Command(f.Bin, "fsck", "--repair", "--no-wait", "--es-url", holdProxy.URL, "--index", f.Index)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

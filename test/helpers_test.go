@@ -6,7 +6,6 @@ package test
 // rename races and the storm.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,8 +13,6 @@ import (
 	"math/rand"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,39 +69,6 @@ func esfsCmd(t *testing.T, f *mounttest.FS, url string, args ...string) (string,
 // quickExit spares each command run by the test the race detector's
 // second of sleep at exit (the binary is built with -race).
 func quickExit(t *testing.T) { t.Setenv("GORACE", "atexit_sleep_ms=0") }
-
-// interceptProxy relays requests to the cluster at target, except those
-// hook answers itself (it returns true then).
-func interceptProxy(t *testing.T, target string, hook func(w http.ResponseWriter, r *http.Request, body []byte) bool) string {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			return
-		}
-		if hook(w, r, body) {
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		rp.ServeHTTP(w, r)
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	return "http://" + ln.Addr().String()
-}
 
 const (
 	// crLease is the --lease of every mount here.

@@ -1,19 +1,15 @@
 package test
 
-// The checks tests end with: the index itself (checkInvariants, crIndex)
-// and the tree a mount shows compared with a model of the acknowledged
+// The checks tests end with: the index itself (checkInvariants, crIndex,
+// both on mounttest.CheckIndex) and the tree a mount shows compared with a model of the acknowledged
 // operations (crTree for the crash and rename tests, lkWant for the races
 // and the storm).
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -21,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 )
 
@@ -180,193 +175,36 @@ func crEventually(m *mounttest.Mount, w crTree, under string, contents bool) []s
 	return probs
 }
 
-// crIndex checks the index itself (not through a mount). problems are
-// invariant violations; orphans are path documents whose parent document
-// is missing (kept apart so that a test can tolerate and report them).
-// With full it also checks that every path's inode exists and reports, in
-// notes, inode documents no path names and data chunks of missing inodes
-// (leaks, which only cost space).
+// crIndex checks the index itself (not through a mount; see
+// mounttest.CheckIndex). problems are invariant violations; orphans are
+// path documents whose parent document is missing (kept apart so that a
+// test can tolerate and report them). With full it also checks that every
+// path's inode exists and reports, in notes, inode documents no path names
+// and data chunks of missing inodes (leaks, which only cost space).
 func crIndex(t *testing.T, f *mounttest.FS, full bool) (problems, orphans, notes []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := f.Store.Refresh(ctx); err != nil {
-		return []string{"refresh: " + err.Error()}, nil, nil
-	}
-	sc := f.Store.ScanTree("/", store.DefaultPageSize)
-	defer sc.Close()
-	docs := map[string]store.Dentry{}
-	for {
-		page, bad, err := sc.Next(ctx)
-		if err != nil {
-			return []string{"scanning the path index: " + err.Error()}, nil, nil
-		}
-		for _, b := range bad {
-			problems = append(problems, "corrupt path document: "+b.Error())
-		}
-		if page == nil {
-			break
-		}
-		for _, d := range page {
-			if _, dup := docs[d.Path]; dup {
-				problems = append(problems, fmt.Sprintf("path %q stored twice", d.Path))
-			}
-			docs[d.Path] = d
-			if d.Intent.Op != "" {
-				problems = append(problems, fmt.Sprintf("path %q carries intent {op %s, role %s}", d.Path, d.Intent.Op, d.Intent.Role))
-			}
-		}
-	}
-	if _, ok := docs["/"]; !ok {
-		problems = append(problems, "the root document is missing")
-	}
-	byIno := map[uint64][]string{}
-	for p, d := range docs {
-		byIno[d.Ino] = append(byIno[d.Ino], p)
-		if p == "/" {
-			continue
-		}
-		parent, ok := docs[d.Parent]
-		switch {
-		case !ok:
-			orphans = append(orphans, fmt.Sprintf("%q (parent %q missing)", p, d.Parent))
-		case parent.Type != store.TypeDir:
-			problems = append(problems, fmt.Sprintf("path %q has parent %q, a %s", p, d.Parent, parent.Type))
-		}
-	}
-	var inos, shared []uint64
-	for ino, ps := range byIno {
-		inos = append(inos, ino)
-		if len(ps) > 1 {
-			shared = append(shared, ino)
-		}
-	}
-	check := shared
-	if full {
-		check = inos
-	}
-	found := map[uint64]bool{}
-	for i := 0; i < len(check); i += 1000 {
-		part := check[i:min(i+1000, len(check))]
-		res, err := f.Store.GetInodes(ctx, part)
-		if err != nil {
-			problems = append(problems, "reading inodes: "+err.Error())
-			break
-		}
-		for k, r := range res {
-			ino, ps := part[k], byIno[part[k]]
-			sort.Strings(ps)
-			if r.Err != nil {
-				problems = append(problems, fmt.Sprintf("paths %q name inode %d: %v", ps, ino, r.Err))
-				continue
-			}
-			found[ino] = true
-			if len(ps) > 1 && (r.Inode.Type == store.TypeDir || int(r.Inode.Nlink) < len(ps)) {
-				problems = append(problems, fmt.Sprintf("inode %d (%s, nlink %d) is named by %d paths: %q", ino, r.Inode.Type, r.Inode.Nlink, len(ps), ps))
-			}
-		}
-	}
 	// A live mount keeps the shared locks of its last creates a moment (a
 	// lease, given back 0.3 s after its last use): wait for them.
-	var locks []store.LockDoc
+	var rep mounttest.IndexReport
 	var err error
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		locks, err = f.Store.SearchLocks(ctx)
-		if err != nil || len(locks) == 0 || time.Now().After(deadline) {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rep, err = mounttest.CheckIndex(ctx, f, mounttest.IndexCheck{Inodes: full, Data: full})
+		if err != nil {
+			return []string{err.Error()}, nil, nil
+		}
+		if rep.Locks == 0 || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	if err != nil {
-		problems = append(problems, "listing locks: "+err.Error())
+	if n := len(rep.LeakedInodes); n > 0 {
+		notes = append(notes, fmt.Sprintf("%d inode documents named by no path (leaked)", n))
 	}
-	for _, l := range locks {
-		problems = append(problems, fmt.Sprintf("lock document %q left: holders %+v, waiters %+v", l.Path, l.Holders, l.Waiters))
+	if rep.StrayChunks > 0 {
+		notes = append(notes, fmt.Sprintf("%d data chunks of inodes no path names (leaked)", rep.StrayChunks))
 	}
-	ops, err := f.Store.SearchOps(ctx, store.OpPrepared, store.OpCommitted, store.OpAborted)
-	if err != nil {
-		problems = append(problems, "listing operations: "+err.Error())
-	}
-	for _, o := range ops {
-		problems = append(problems, fmt.Sprintf("operation %s left %s (%q -> %q, owner %s, epoch %d)", o.ID, o.State, o.Src, o.Dst, o.Owner, o.Epoch))
-	}
-	sort.Strings(problems)
-	sort.Strings(orphans)
-	if full {
-		inodes := crSearchIDs(t, f, "-inodes", "ino")
-		leaked := 0
-		for _, id := range inodes {
-			var ino uint64
-			if _, err := fmt.Sscan(id, &ino); err == nil && !found[ino] && len(byIno[ino]) == 0 {
-				leaked++
-			}
-		}
-		if leaked > 0 {
-			notes = append(notes, fmt.Sprintf("%d inode documents named by no path (leaked)", leaked))
-		}
-		chunks := crSearchIDs(t, f, "-data", "ino", "chunk")
-		stray := 0
-		for _, id := range chunks {
-			var ino uint64
-			if _, err := fmt.Sscan(strings.SplitN(id, ".", 2)[0], &ino); err == nil && !found[ino] {
-				stray++
-			}
-		}
-		if stray > 0 {
-			notes = append(notes, fmt.Sprintf("%d data chunks of inodes no path names (leaked)", stray))
-		}
-	}
-	return problems, orphans, notes
-}
-
-// crSearchIDs lists the _id of every document of index P<suffix> (after a
-// refresh), with raw HTTP, paging on the unique sort keys (Elasticsearch 8
-// does not sort on _id).
-func crSearchIDs(t *testing.T, f *mounttest.FS, suffix string, keys ...string) []string {
-	t.Helper()
-	base := strings.TrimSuffix(f.URL, "/") + "/" + f.Index + suffix
-	if res, err := http.Post(base+"/_refresh", "application/json", nil); err == nil {
-		res.Body.Close()
-	}
-	var ids []string
-	var after []json.RawMessage // raw: inode numbers do not survive float64
-	for {
-		var sortBy []any
-		for _, k := range keys {
-			sortBy = append(sortBy, map[string]any{k: "asc"})
-		}
-		q := map[string]any{"size": 5000, "_source": false, "sort": sortBy}
-		if after != nil {
-			q["search_after"] = after
-		}
-		body, _ := json.Marshal(q)
-		res, err := http.Post(base+"/_search", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Errorf("listing %s: %v", suffix, err)
-			return ids
-		}
-		raw, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		var out struct {
-			Hits struct {
-				Hits []struct {
-					ID   string            `json:"_id"`
-					Sort []json.RawMessage `json:"sort"`
-				} `json:"hits"`
-			} `json:"hits"`
-		}
-		if err := json.Unmarshal(raw, &out); err != nil || res.StatusCode != 200 {
-			t.Errorf("listing %s: %s %s", suffix, res.Status, raw)
-			return ids
-		}
-		for _, h := range out.Hits.Hits {
-			ids = append(ids, h.ID)
-		}
-		if len(out.Hits.Hits) < 5000 {
-			return ids
-		}
-		after = out.Hits.Hits[len(out.Hits.Hits)-1].Sort
-	}
+	return rep.Problems, rep.Orphans, notes
 }
 
 // crProblems is every violation: the index's (orphans included) and what
@@ -423,23 +261,12 @@ func crFinalCheck(t *testing.T, f *mounttest.FS, m *mounttest.Mount, w crTree) {
 	checkInvariants(t, f, want)
 }
 
-// The invariants every multi-mount, rename and crash test ends with, read
-// from the index itself rather than through a mount, so that a mount's
-// visibility rules cannot hide a leftover:
-//
-//   - no path document carries an intent (an unfinished rename);
-//   - no path appears twice, and the root exists;
-//   - no two path documents name one inode, unless it is a hard link (the
-//     locking tests make none: every inode is named once);
-//   - every document's parent exists and is a directory;
-//   - every path document's inode exists, with the same type;
-//   - no lock document is left (no holder, no waiter);
-//   - no operation record is prepared, committed or aborted (done is fine);
-//   - no inode document is named by no path (a leak: not a lost file, but
-//     in tests without crashes it means an operation forgot to clean up);
-//   - optionally, the regular files and their contents, as a fresh uncached
-//     mount shows them, are exactly what the test's model of acknowledged
-//     operations says, and so are the directories.
+// checkInvariants, which every multi-mount, rename and crash test ends
+// with, judges the index with mounttest.CheckIndex (every inode read; an
+// orphan or a leaked inode is a problem here) and, optionally, the regular
+// files and their contents, as a fresh uncached mount shows them, against
+// the test's model of acknowledged operations, and the directories too;
+// then it checks that esfs fsck agrees.
 //
 // Intents, locks and records of a mount that died are cleaned up by a live
 // mount's sweeper only after the dead session's lease plus grace, so the
@@ -492,23 +319,29 @@ func checkInvariantsWant(t *testing.T, f *mounttest.FS, want lkWant) {
 	ctx, cancel := context.WithTimeout(context.Background(), invariantLimit+time.Minute)
 	defer cancel()
 
-	var rep lkReport
+	var rep mounttest.IndexReport
 	var err error
 	deadline := time.Now().Add(invariantLimit)
 	for {
-		rep, err = lkScanIndex(ctx, f)
+		rep, err = mounttest.CheckIndex(ctx, f, mounttest.IndexCheck{Inodes: true})
 		if err != nil {
 			t.Fatalf("reading the index for the invariant check: %v", err)
 		}
-		if rep.settled() || time.Now().After(deadline) {
+		if rep.Settled() || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	t.Logf("invariants: %d paths, %d inodes, index settled after %s", rep.paths, rep.inodes, time.Since(start).Round(time.Millisecond))
-	for i, p := range rep.problems {
+	t.Logf("invariants: %d paths, %d inodes, index settled after %s", rep.Paths, rep.Inodes, time.Since(start).Round(time.Millisecond))
+	// Here orphans and leaked inodes are problems like the others.
+	problems := append([]string(nil), rep.Problems...)
+	for _, o := range rep.Orphans {
+		problems = append(problems, "orphan path "+o)
+	}
+	problems = append(problems, rep.LeakedInodes...)
+	for i, p := range problems {
 		if i == 60 {
-			t.Errorf("invariant: ... and %d more problems", len(rep.problems)-i)
+			t.Errorf("invariant: ... and %d more problems", len(problems)-i)
 			break
 		}
 		t.Errorf("invariant: %s", p)
@@ -524,21 +357,21 @@ func checkInvariantsWant(t *testing.T, f *mounttest.FS, want lkWant) {
 		lkCompare(t, want, files, dirs)
 		// The index must agree with the mount: once no intent is left,
 		// the visible files are the file documents.
-		if rep.intents == 0 {
-			for p := range rep.files {
+		if rep.Intents == 0 {
+			for p := range rep.Files {
 				if _, ok := files[p]; !ok {
 					t.Errorf("invariant: the index holds file %q but the mount does not show it", p)
 				}
 			}
 			for p := range files {
-				if !rep.files[p] {
+				if !rep.Files[p] {
 					t.Errorf("invariant: the mount shows file %q but the index holds no such document", p)
 				}
 			}
 		}
 	}
 	m.Unmount(t)
-	lkFsckAgrees(t, f, len(rep.problems) == 0)
+	lkFsckAgrees(t, f, len(problems) == 0)
 }
 
 // lkFsckAgrees runs `esfs fsck` and checks that it agrees with the
@@ -581,269 +414,6 @@ func onlyLeftoverData(out string) bool {
 		}
 	}
 	return found
-}
-
-// lkReport is one scan of the index.
-type lkReport struct {
-	problems []string
-	// Kinds of problem that a live mount's sweeper is expected to clear
-	// once dead sessions expire; while any is left, the others may be
-	// transient too (a rename between its stage and its finish).
-	intents, locks, ops int
-	paths, inodes       int
-	files               map[string]bool // regular-file paths in the index
-}
-
-func (r lkReport) settled() bool { return len(r.problems) == 0 || r.intents+r.locks+r.ops == 0 }
-
-// lkScanIndex reads every path document, their inodes, every inode
-// document, the lock documents and the unfinished records.
-func lkScanIndex(ctx context.Context, f *mounttest.FS) (lkReport, error) {
-	st := f.Store
-	rep := lkReport{files: map[string]bool{}}
-	bad := func(format string, a ...any) { rep.problems = append(rep.problems, fmt.Sprintf(format, a...)) }
-
-	if err := st.Refresh(ctx); err != nil {
-		return rep, err
-	}
-	docs := map[string]store.Dentry{}
-	var order []string
-	sc := st.ScanTree("/", 1000)
-	for {
-		page, corrupt, err := sc.Next(ctx)
-		if err != nil {
-			sc.Close()
-			return rep, err
-		}
-		for _, e := range corrupt {
-			bad("corrupt path document: %v", e)
-		}
-		if page == nil {
-			break
-		}
-		for _, d := range page {
-			if _, dup := docs[d.Path]; dup {
-				bad("path %q appears in two documents", d.Path)
-				continue
-			}
-			docs[d.Path] = d
-			order = append(order, d.Path)
-			if d.Intent.Op != "" {
-				rep.intents++
-				bad("path %q (ino %d, %s) carries the intent of operation %s (role %s)", d.Path, d.Ino, d.Type, d.Intent.Op, d.Intent.Role)
-			}
-			if d.Type == store.TypeFile {
-				rep.files[d.Path] = true
-			}
-		}
-	}
-	sc.Close()
-	rep.paths = len(docs)
-
-	if root, ok := docs["/"]; !ok {
-		bad("the root has no path document")
-	} else if root.Type != store.TypeDir || root.Ino != store.RootIno {
-		bad("the root document is a %s with ino %d", root.Type, root.Ino)
-	}
-	byIno := map[uint64][]string{}
-	for _, p := range order {
-		d := docs[p]
-		byIno[d.Ino] = append(byIno[d.Ino], p)
-		if p == "/" {
-			continue
-		}
-		dir, _ := store.Split(p)
-		parent, ok := docs[dir]
-		switch {
-		case !ok:
-			bad("path %q has no parent %q (unreachable)", p, dir)
-		case parent.Type != store.TypeDir:
-			bad("path %q has a parent %q that is a %s", p, dir, parent.Type)
-		}
-	}
-
-	inos := make([]uint64, 0, len(byIno))
-	for ino := range byIno {
-		inos = append(inos, ino)
-	}
-	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-	attrs := map[uint64]store.Inode{}
-	for i := 0; i < len(inos); i += 500 {
-		batch := inos[i:min(i+500, len(inos))]
-		res, err := st.GetInodes(ctx, batch)
-		if err != nil {
-			return rep, err
-		}
-		for k, r := range res {
-			paths := byIno[batch[k]]
-			if r.Err != nil {
-				if errors.Is(r.Err, store.ErrNotFound) {
-					bad("inode %d of %q does not exist", batch[k], paths)
-				} else {
-					bad("inode %d of %q: %v", batch[k], paths, r.Err)
-				}
-				continue
-			}
-			attrs[batch[k]] = r.Inode
-		}
-	}
-	for _, ino := range inos {
-		paths := byIno[ino]
-		a, ok := attrs[ino]
-		if !ok {
-			continue
-		}
-		for _, p := range paths {
-			// A document still carrying an intent may legitimately
-			// disagree (an overwritten target names the old inode).
-			if d := docs[p]; d.Intent.Op == "" && d.Type != a.Type {
-				bad("path %q is a %s but its inode %d is a %s", p, d.Type, ino, a.Type)
-			}
-		}
-		if len(paths) > 1 && (a.Type == store.TypeDir || a.Nlink <= 1) {
-			bad("inode %d (%s, nlink %d) is named by %d paths: %q", ino, a.Type, a.Nlink, len(paths), paths)
-		}
-	}
-
-	locks, err := st.SearchLocks(ctx)
-	if err != nil {
-		return rep, err
-	}
-	for _, l := range locks {
-		rep.locks++
-		bad("lock document left on %q: holders %s, waiters %s", lkLockName(l), lkHolders(l.Holders), lkWaiters(l.Waiters))
-	}
-	recs, err := st.SearchOps(ctx, store.OpPrepared, store.OpCommitted, store.OpAborted)
-	if err != nil {
-		return rep, err
-	}
-	for _, r := range recs {
-		rep.ops++
-		bad("operation %s left %s (owner %s, epoch %d): %s %q -> %q", r.ID, r.State, r.Owner, r.Epoch, r.SrcType, r.Src, r.Dst)
-	}
-
-	all, err := lkAllInodes(ctx, f)
-	if err != nil {
-		return rep, err
-	}
-	rep.inodes = len(all)
-	inodes := map[uint64]store.Inode{}
-	for _, a := range all {
-		inodes[a.Ino] = a
-		if _, named := byIno[a.Ino]; !named {
-			bad("inode %d (%s, nlink %d, size %d) is named by no path (leaked)", a.Ino, a.Type, a.Nlink, a.Size)
-		}
-	}
-	// Every directory's link count is 2 plus its subdirectories (as esfs
-	// fsck checks; while intents are left, counts may be mid-rename).
-	if rep.intents == 0 {
-		subdirs := map[string]int{}
-		for p, d := range docs {
-			if d.Type == store.TypeDir && p != "/" {
-				subdirs[d.Parent]++
-			}
-		}
-		for _, p := range order {
-			d := docs[p]
-			if a, ok := inodes[d.Ino]; ok && d.Type == store.TypeDir && a.Type == store.TypeDir && int(a.Nlink) != 2+subdirs[p] {
-				bad("directory %q (inode %d) has %d links but %d subdirectories", p, d.Ino, a.Nlink, subdirs[p])
-			}
-		}
-	}
-	return rep, nil
-}
-
-func lkLockName(l store.LockDoc) string {
-	if l.ID == store.GlobalLockID {
-		return "(global)"
-	}
-	return l.Path
-}
-
-func lkHolders(hs []store.Holder) string {
-	var s []string
-	for _, h := range hs {
-		s = append(s, fmt.Sprintf("%s by op %s", h.Mode, h.Op))
-	}
-	return "[" + strings.Join(s, ", ") + "]"
-}
-
-func lkWaiters(ws []store.Waiter) string {
-	var s []string
-	for _, w := range ws {
-		s = append(s, fmt.Sprintf("op %s ticket %s", w.Op, w.Ticket))
-	}
-	return "[" + strings.Join(s, ", ") + "]"
-}
-
-// lkAllInodes lists every inode document (number, type, links, size); the
-// store has no such scan, so this asks the inodes index directly.
-func lkAllInodes(ctx context.Context, f *mounttest.FS) ([]store.Inode, error) {
-	url, _, _ := strings.Cut(f.URL, ",") // a node of the cluster (the first one lives in every test)
-	base := strings.TrimSuffix(url, "/") + "/" + f.Index + "-inodes"
-	do := func(method, url string, body string) ([]byte, error) {
-		req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		if res.StatusCode != 200 {
-			return nil, fmt.Errorf("%s %s: %s: %s", method, url, res.Status, b)
-		}
-		return b, nil
-	}
-	if _, err := do("POST", base+"/_refresh", ""); err != nil {
-		return nil, err
-	}
-	var out []store.Inode
-	var after []json.RawMessage // raw: inode numbers do not survive float64
-	for {
-		q := map[string]any{"size": 1000, "sort": []any{map[string]any{"ino": "asc"}},
-			"_source": []string{"ino", "type", "nlink", "size"}, "track_total_hits": false}
-		if after != nil {
-			q["search_after"] = after
-		}
-		body, _ := json.Marshal(q)
-		raw, err := do("POST", base+"/_search", string(body))
-		if err != nil {
-			return nil, err
-		}
-		var page struct {
-			Hits struct {
-				Hits []struct {
-					Source struct {
-						Ino   uint64 `json:"ino"`
-						Type  string `json:"type"`
-						Nlink uint32 `json:"nlink"`
-						Size  int64  `json:"size"`
-					} `json:"_source"`
-					Sort []json.RawMessage `json:"sort"`
-				} `json:"hits"`
-			} `json:"hits"`
-		}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return nil, err
-		}
-		for _, h := range page.Hits.Hits {
-			a := store.Inode{Ino: h.Source.Ino, Nlink: h.Source.Nlink, Size: h.Source.Size}
-			for typ := store.TypeFile; typ <= store.TypeBlockDev; typ++ {
-				if typ.String() == h.Source.Type {
-					a.Type = typ
-				}
-			}
-			out = append(out, a)
-		}
-		if len(page.Hits.Hits) < 1000 {
-			return out, nil
-		}
-		after = page.Hits.Hits[len(page.Hits.Hits)-1].Sort
-	}
 }
 
 // lkWalk reads the tree below root through a mount: regular files with

@@ -586,7 +586,8 @@ func TestExportFailsOnInconsistentIndex(t *testing.T) {
 	if out, code := esfsCmd(t, f, "", "import", src, "/v"); code != 0 {
 		t.Fatalf("import: %d\n%s", code, out)
 	}
-	noRefresh := interceptProxy(t, f.URL, func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	noRefreshProxy := mounttest.NewFaultProxy(t, f.URL)
+	noRefreshProxy.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/_refresh") {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte(`{"_shards":{"total":1,"successful":1,"failed":0}}`))
@@ -594,7 +595,7 @@ func TestExportFailsOnInconsistentIndex(t *testing.T) {
 		}
 		return false
 	})
-	out, code, _ = export(noRefresh, "/v")
+	out, code, _ = export(noRefreshProxy.URL, "/v")
 	if code != 1 || !strings.Contains(out, "/v exists (read directly) but the listing of the index does not show it") {
 		t.Errorf("export of a SRC missing from the listing: status %d\n%s", code, out)
 	}
@@ -647,7 +648,8 @@ func TestExportDuringRenameRecovery(t *testing.T) {
 	// has been finished by another mount.
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	hold := interceptProxy(t, f.URL, func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	holdProxy := mounttest.NewFaultProxy(t, f.URL)
+	holdProxy.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		if r.URL.Path == "/_search" && bytes.Contains(body, []byte(`"pit"`)) {
 			once.Do(func() { close(held); <-release })
 		}
@@ -656,7 +658,7 @@ func TestExportDuringRenameRecovery(t *testing.T) {
 	defer once.Do(func() {}) // nothing left held if the test fails early
 	dst := filepath.Join(t.TempDir(), "out")
 	var out bytes.Buffer
-	cmd := exec.Command(f.Bin, "export", "--es-url", hold, "--index", f.Index, "/r", dst)
+	cmd := exec.Command(f.Bin, "export", "--es-url", holdProxy.URL, "--index", f.Index, "/r", dst)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
