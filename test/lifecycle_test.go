@@ -40,13 +40,7 @@ func TestSigtermWithOpenFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Signal(syscall.SIGTERM)
-	deadline := time.Now().Add(30 * time.Second)
-	for mounttest.IsMounted(m.Dir) {
-		if time.Now().After(deadline) {
-			t.Fatal("still mounted 30s after SIGTERM")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitDetached(t, m, 30*time.Second)
 	if _, ok := m.WaitExit(500 * time.Millisecond); ok {
 		t.Fatal("the daemon exited while a file was still open")
 	}
@@ -284,7 +278,7 @@ func daemonMounted(t *testing.T, out string, code int, dir string) (pid, conn in
 // daemon to end.
 func umountDaemon(t *testing.T, f *mounttest.FS, dir string, pid, conn int) {
 	t.Helper()
-	if out, code := runEnv(t, "", nil, "umount", dir); code != 0 {
+	if out, code := runEnv(t, "", nil, "umount", dir); code != 0 || mounttest.IsMounted(dir) {
 		t.Fatalf("esfs umount: status %d: %s", code, out)
 	}
 	mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
@@ -675,11 +669,7 @@ func TestMountDaemonMode(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("daemon"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, code, _ = runCLI(t, 60*time.Second, "umount", dir)
-	if code != 0 || mounttest.IsMounted(dir) {
-		t.Fatalf("umount: status %d:\n%s", code, out)
-	}
-	mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
+	umountDaemon(t, f, dir, pid, conn)
 	out, code, _ = runCLI(t, 60*time.Second, "mount", "--daemon", "--es-url", f.URL, "--index", "esfs-never-made", dir)
 	if code == 0 || !strings.Contains(out, "esfs mkfs") || mounttest.IsMounted(dir) {
 		t.Fatalf("daemon mount of a missing filesystem: status %d:\n%s", code, out)
