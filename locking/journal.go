@@ -85,7 +85,7 @@ type RenameSpec struct {
 //
 // kept reports that the journal kept the operation: its locks stay held
 // and end is called once the journal has finished (or undone) it and
-// released them, retrying from the sweeper (LOCKING-REVIEW item 2: the
+// released them, retrying from the sweeper (only the journal frees entries: the
 // owner, while alive, finishes what it started before anyone else may
 // touch those paths). Otherwise the caller releases the locks if err is
 // not nil, and end is not called.
@@ -202,8 +202,8 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 		if sess.Check() != nil || errors.Is(err, store.ErrConflict) {
 			// Taken over, or about to be: the new owner finishes the
 			// rename and releases our entries. As for any operation whose
-			// entries vanished, the caller hears EIO (LOCKING-REVIEW item
-			// 3), although the rename happened.
+			// entries vanished, the caller hears EIO (another mount may have done
+			// conflicting work meanwhile), although the rename happened.
 			j.log.Warn("committed rename left to recovery", "op", spec.Op, "err", err)
 			end()
 			return true, fmt.Errorf("rename %s committed, then was taken over: %v: %w", spec.Op, err, ErrLeaseLost)

@@ -70,7 +70,7 @@ func putDentries(t *testing.T, st *store.Store, ds ...store.Dentry) []store.Dent
 	return ds
 }
 
-// TestOwnerFinishesBeforeReleasing (LOCKING-REVIEW item 2): a rename whose
+// TestOwnerFinishesBeforeReleasing: a rename whose
 // finish fails after its commit, while its owner is alive, is reported
 // done (it is: readers see the new path), keeps its locks so that nobody
 // else touches those paths half finished, and is finished and released by

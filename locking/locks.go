@@ -334,7 +334,7 @@ func displayPath(r Request) string {
 
 // holderGone reports whether a conflicting holder's entry may be dropped:
 // its session is dead and its operation was taken over or aborted first
-// (LOCKING-REVIEW item 2: entries are never freed apart from the journal).
+// (entries are never freed apart from the journal, or a woken owner commits).
 func (m *Manager) holderGone(ctx context.Context, h store.Holder) (bool, error) {
 	dead, err := m.obs.Dead(ctx, h.Session)
 	if err != nil {

@@ -191,7 +191,7 @@ func New(cfg Config) (*Store, error) {
 		APIKey:                 cfg.APIKey,
 		CertificateFingerprint: cfg.CertFingerprint,
 		Transport:              tr,
-		// Retries are the caller's decision (LOCKING-REVIEW item 8): a resent
+		// Retries are the caller's decision, never the client's: a resent
 		// bulk can land after the operation it belonged to has finished.
 		// The one exception is a request that never left: a connection
 		// refused (a node that died) is tried on the next node, so that

@@ -12,7 +12,7 @@
 //	P-inodes    one attribute document (an Inode) per inode number: mode, owner,
 //	            size, times, link count, symlink target, xattrs. Attributes live
 //	            apart from paths so that writes and setattr never race a rename
-//	            that is rewriting the path documents (LOCKING-REVIEW item 4), and
+//	            that is rewriting the path documents (an upsert would revive the old path), and
 //	            so that hard links are possible.
 //	P-data      file contents in fixed-size chunks, _id = "<ino>.<chunk>", so a
 //	            rename never moves bytes and no request carries a whole file.

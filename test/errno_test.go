@@ -1,5 +1,8 @@
 package test
 
+// Error numbers and names: esfs's own table of POSIX edge cases, each row
+// naming the errno it must get, and names made of any bytes.
+
 import (
 	"errors"
 	"os"

@@ -1,13 +1,15 @@
 package test
 
+// The checks tests end with: the index itself (checkInvariants, crIndex,
+// both on mounttest.CheckIndex) and the tree a mount shows compared with a model of the acknowledged
+// operations (crTree for the crash and rename tests, lkWant for the races
+// and the storm).
+
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,27 +17,256 @@ import (
 	"testing"
 	"time"
 
-	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 )
 
-// The invariants every cross-mount locking test ends with (issue 4), read
-// from the index itself rather than through a mount, so that a mount's
-// visibility rules cannot hide a leftover:
-//
-//   - no path document carries an intent (an unfinished rename);
-//   - no path appears twice, and the root exists;
-//   - no two path documents name one inode, unless it is a hard link (the
-//     locking tests make none: every inode is named once);
-//   - every document's parent exists and is a directory;
-//   - every path document's inode exists, with the same type;
-//   - no lock document is left (no holder, no waiter);
-//   - no operation record is prepared, committed or aborted (done is fine);
-//   - no inode document is named by no path (a leak: not a lost file, but
-//     in tests without crashes it means an operation forgot to clean up);
-//   - optionally, the regular files and their contents, as a fresh uncached
-//     mount shows them, are exactly what the test's model of acknowledged
-//     operations says, and so are the directories.
+// crTree is an expected visible tree, by path relative to the mount (no
+// leading slash): files with their contents and directories. Parents are
+// implied. The listing of every directory in it (the root included) must
+// be exactly its children, so an entry that shows twice, or in two places,
+// or that is missing, is caught.
+type crTree struct {
+	files map[string]string
+	dirs  map[string]bool
+}
+
+func newCrTree() crTree { return crTree{files: map[string]string{}, dirs: map[string]bool{}} }
+
+// add puts files prefix/name with crContent(name) in the tree, and prefix
+// itself as a directory.
+func (w crTree) add(prefix string, names []string) crTree {
+	w.dirs[prefix] = true
+	for _, n := range names {
+		w.files[prefix+"/"+n] = crContent(n)
+	}
+	return w
+}
+
+// count is the number of files and directories in the tree.
+func (w crTree) count() int { return len(w.files) + len(w.dirs) }
+
+// children maps every directory ("" is the root) to its entries.
+func (w crTree) children() map[string]map[string]bool {
+	out := map[string]map[string]bool{"": {}}
+	var note func(p string)
+	note = func(p string) {
+		dir, name := filepath.Split(p)
+		dir = strings.TrimSuffix(dir, "/")
+		if out[dir] == nil {
+			out[dir] = map[string]bool{}
+			if dir != "" {
+				note(dir)
+			}
+		}
+		out[dir][name] = true
+	}
+	for p := range w.files {
+		note(p)
+	}
+	for p := range w.dirs {
+		if out[p] == nil {
+			out[p] = map[string]bool{}
+		}
+		note(p)
+	}
+	return out
+}
+
+// crCap shortens a list for a message.
+func crCap(list []string, n int) string {
+	if len(list) <= n {
+		return strings.Join(list, "\n  ")
+	}
+	return strings.Join(list[:n], "\n  ") + fmt.Sprintf("\n  ... and %d more", len(list)-n)
+}
+
+// crVerifyMount compares what mount m shows with w: every directory's
+// listing, and with contents, every file's bytes. It returns the problems.
+func crVerifyMount(m *mounttest.Mount, w crTree, contents bool) []string {
+	return crVerifyUnder(m, w, "", contents)
+}
+
+// crVerifyUnder is crVerifyMount for the directory under and below it only
+// ("" is everything).
+func crVerifyUnder(m *mounttest.Mount, w crTree, under string, contents bool) []string {
+	within := func(p string) bool { return under == "" || p == under || strings.HasPrefix(p, under+"/") }
+	var probs []string
+	kids := w.children()
+	dirs := make([]string, 0, len(kids))
+	for d := range kids {
+		if within(d) {
+			dirs = append(dirs, d)
+		}
+	}
+	sort.Strings(dirs)
+	for _, dir := range dirs {
+		want := kids[dir]
+		es, err := os.ReadDir(m.Path(dir))
+		if err != nil {
+			probs = append(probs, fmt.Sprintf("listing /%s: %v", dir, err))
+			continue
+		}
+		got := map[string]bool{}
+		var extra, missing []string
+		for _, e := range es {
+			if got[e.Name()] {
+				probs = append(probs, fmt.Sprintf("/%s lists %q twice", dir, e.Name()))
+			}
+			got[e.Name()] = true
+			if !want[e.Name()] {
+				extra = append(extra, fmt.Sprintf("%q", e.Name()))
+			}
+		}
+		for n := range want {
+			if !got[n] {
+				missing = append(missing, fmt.Sprintf("%q", n))
+			}
+		}
+		sort.Strings(extra)
+		sort.Strings(missing)
+		if len(missing) > 0 {
+			probs = append(probs, fmt.Sprintf("/%s: %d of %d entries missing from the listing: %s", dir, len(missing), len(want), crCap(missing, 5)))
+		}
+		if len(extra) > 0 {
+			probs = append(probs, fmt.Sprintf("/%s: %d unexpected entries listed: %s", dir, len(extra), crCap(extra, 5)))
+		}
+	}
+	if contents {
+		// Reading a file through an uncached mount costs several round
+		// trips: for big trees, read a fixed sample of 300 (the listings
+		// above already cover every name).
+		var paths []string
+		for p := range w.files {
+			if within(p) {
+				paths = append(paths, p)
+			}
+		}
+		sort.Strings(paths)
+		if step := len(paths) / 300; step > 1 {
+			var sample []string
+			for i := 0; i < len(paths); i += step {
+				sample = append(sample, paths[i])
+			}
+			paths = sample
+		}
+		for _, p := range paths {
+			c := w.files[p]
+			b, err := os.ReadFile(m.Path(p))
+			if err != nil {
+				probs = append(probs, fmt.Sprintf("reading /%s: %v", p, err))
+			} else if string(b) != c {
+				probs = append(probs, fmt.Sprintf("/%s holds %q, want %q", p, b, c))
+			}
+		}
+	}
+	return probs
+}
+
+// crEventually is crVerifyUnder retried for up to crStale: for views of
+// another mount's changes, which the README allows to lag (listings follow
+// the index refresh interval).
+func crEventually(m *mounttest.Mount, w crTree, under string, contents bool) []string {
+	var probs []string
+	for start := time.Now(); time.Since(start) < crStale; time.Sleep(100 * time.Millisecond) {
+		if probs = crVerifyUnder(m, w, under, contents); len(probs) == 0 {
+			break
+		}
+	}
+	return probs
+}
+
+// crIndex checks the index itself (not through a mount; see
+// mounttest.CheckIndex). problems are invariant violations; orphans are
+// path documents whose parent document is missing (kept apart so that a
+// test can tolerate and report them). With full it also checks that every
+// path's inode exists and reports, in notes, inode documents no path names
+// and data chunks of missing inodes (leaks, which only cost space).
+func crIndex(t *testing.T, f *mounttest.FS, full bool) (problems, orphans, notes []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A live mount keeps the shared locks of its last creates a moment (a
+	// lease, given back 0.3 s after its last use): wait for them.
+	var rep mounttest.IndexReport
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rep, err = mounttest.CheckIndex(ctx, f, mounttest.IndexCheck{Inodes: full, Data: full})
+		if err != nil {
+			return []string{err.Error()}, nil, nil
+		}
+		if rep.Locks == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n := len(rep.LeakedInodes); n > 0 {
+		notes = append(notes, fmt.Sprintf("%d inode documents named by no path (leaked)", n))
+	}
+	if rep.StrayChunks > 0 {
+		notes = append(notes, fmt.Sprintf("%d data chunks of inodes no path names (leaked)", rep.StrayChunks))
+	}
+	return rep.Problems, rep.Orphans, notes
+}
+
+// crProblems is every violation: the index's (orphans included) and what
+// mount m shows compared with w (listings only unless contents).
+func crProblems(t *testing.T, f *mounttest.FS, m *mounttest.Mount, w crTree, contents, full bool) []string {
+	t.Helper()
+	probs, orphans, _ := crIndex(t, f, full)
+	for _, o := range orphans {
+		probs = append(probs, "orphan path "+o)
+	}
+	if m != nil {
+		probs = append(probs, crVerifyMount(m, w, contents)...)
+	}
+	return probs
+}
+
+// crWaitClean polls until the index is clean and mount m shows exactly w,
+// and returns how long after since that was first seen. On timeout it
+// reports the last problems and returns ok=false.
+func crWaitClean(t *testing.T, f *mounttest.FS, m *mounttest.Mount, w crTree, since time.Time, limit time.Duration) (time.Duration, bool) {
+	t.Helper()
+	for {
+		probs := crProblems(t, f, m, w, false, false)
+		if len(probs) == 0 {
+			return time.Since(since), true
+		}
+		if time.Since(since) > limit {
+			t.Errorf("not clean %s after the event; problems:\n  %s", limit, crCap(probs, 25))
+			return time.Since(since), false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// crFinalCheck is the thorough check once a scenario settled: index with
+// inodes, and every file's content (a sample of big trees) through m; then
+// the shared checker (invariants_test.go), with the exact set of files
+// when the tree is small enough to read whole through a mount.
+func crFinalCheck(t *testing.T, f *mounttest.FS, m *mounttest.Mount, w crTree) {
+	t.Helper()
+	if probs := crProblems(t, f, m, w, true, true); len(probs) > 0 {
+		t.Errorf("final check through %s:\n  %s", m.Dir, crCap(probs, 25))
+	}
+	if _, _, notes := crIndex(t, f, true); len(notes) > 0 {
+		t.Logf("REPORT %s: leaks: %s", t.Name(), strings.Join(notes, "; "))
+	}
+	var want map[string]string
+	if len(w.files) <= 500 {
+		want = map[string]string{}
+		for p, c := range w.files {
+			want["/"+p] = c
+		}
+	}
+	checkInvariants(t, f, want)
+}
+
+// checkInvariants, which every multi-mount, rename and crash test ends
+// with, judges the index with mounttest.CheckIndex (every inode read; an
+// orphan or a leaked inode is a problem here) and, optionally, the regular
+// files and their contents, as a fresh uncached mount shows them, against
+// the test's model of acknowledged operations, and the directories too;
+// then it checks that esfs fsck agrees.
 //
 // Intents, locks and records of a mount that died are cleaned up by a live
 // mount's sweeper only after the dead session's lease plus grace, so the
@@ -88,23 +319,29 @@ func checkInvariantsWant(t *testing.T, f *mounttest.FS, want lkWant) {
 	ctx, cancel := context.WithTimeout(context.Background(), invariantLimit+time.Minute)
 	defer cancel()
 
-	var rep lkReport
+	var rep mounttest.IndexReport
 	var err error
 	deadline := time.Now().Add(invariantLimit)
 	for {
-		rep, err = lkScanIndex(ctx, f)
+		rep, err = mounttest.CheckIndex(ctx, f, mounttest.IndexCheck{Inodes: true})
 		if err != nil {
 			t.Fatalf("reading the index for the invariant check: %v", err)
 		}
-		if rep.settled() || time.Now().After(deadline) {
+		if rep.Settled() || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	t.Logf("invariants: %d paths, %d inodes, index settled after %s", rep.paths, rep.inodes, time.Since(start).Round(time.Millisecond))
-	for i, p := range rep.problems {
+	t.Logf("invariants: %d paths, %d inodes, index settled after %s", rep.Paths, rep.Inodes, time.Since(start).Round(time.Millisecond))
+	// Here orphans and leaked inodes are problems like the others.
+	problems := append([]string(nil), rep.Problems...)
+	for _, o := range rep.Orphans {
+		problems = append(problems, "orphan path "+o)
+	}
+	problems = append(problems, rep.LeakedInodes...)
+	for i, p := range problems {
 		if i == 60 {
-			t.Errorf("invariant: ... and %d more problems", len(rep.problems)-i)
+			t.Errorf("invariant: ... and %d more problems", len(problems)-i)
 			break
 		}
 		t.Errorf("invariant: %s", p)
@@ -120,21 +357,21 @@ func checkInvariantsWant(t *testing.T, f *mounttest.FS, want lkWant) {
 		lkCompare(t, want, files, dirs)
 		// The index must agree with the mount: once no intent is left,
 		// the visible files are the file documents.
-		if rep.intents == 0 {
-			for p := range rep.files {
+		if rep.Intents == 0 {
+			for p := range rep.Files {
 				if _, ok := files[p]; !ok {
 					t.Errorf("invariant: the index holds file %q but the mount does not show it", p)
 				}
 			}
 			for p := range files {
-				if !rep.files[p] {
+				if !rep.Files[p] {
 					t.Errorf("invariant: the mount shows file %q but the index holds no such document", p)
 				}
 			}
 		}
 	}
 	m.Unmount(t)
-	lkFsckAgrees(t, f, len(rep.problems) == 0)
+	lkFsckAgrees(t, f, len(problems) == 0)
 }
 
 // lkFsckAgrees runs `esfs fsck` and checks that it agrees with the
@@ -177,269 +414,6 @@ func onlyLeftoverData(out string) bool {
 		}
 	}
 	return found
-}
-
-// lkReport is one scan of the index.
-type lkReport struct {
-	problems []string
-	// Kinds of problem that a live mount's sweeper is expected to clear
-	// once dead sessions expire; while any is left, the others may be
-	// transient too (a rename between its stage and its finish).
-	intents, locks, ops int
-	paths, inodes       int
-	files               map[string]bool // regular-file paths in the index
-}
-
-func (r lkReport) settled() bool { return len(r.problems) == 0 || r.intents+r.locks+r.ops == 0 }
-
-// lkScanIndex reads every path document, their inodes, every inode
-// document, the lock documents and the unfinished records.
-func lkScanIndex(ctx context.Context, f *mounttest.FS) (lkReport, error) {
-	st := f.Store
-	rep := lkReport{files: map[string]bool{}}
-	bad := func(format string, a ...any) { rep.problems = append(rep.problems, fmt.Sprintf(format, a...)) }
-
-	if err := st.Refresh(ctx); err != nil {
-		return rep, err
-	}
-	docs := map[string]store.Dentry{}
-	var order []string
-	sc := st.ScanTree("/", 1000)
-	for {
-		page, corrupt, err := sc.Next(ctx)
-		if err != nil {
-			sc.Close()
-			return rep, err
-		}
-		for _, e := range corrupt {
-			bad("corrupt path document: %v", e)
-		}
-		if page == nil {
-			break
-		}
-		for _, d := range page {
-			if _, dup := docs[d.Path]; dup {
-				bad("path %q appears in two documents", d.Path)
-				continue
-			}
-			docs[d.Path] = d
-			order = append(order, d.Path)
-			if d.Intent.Op != "" {
-				rep.intents++
-				bad("path %q (ino %d, %s) carries the intent of operation %s (role %s)", d.Path, d.Ino, d.Type, d.Intent.Op, d.Intent.Role)
-			}
-			if d.Type == store.TypeFile {
-				rep.files[d.Path] = true
-			}
-		}
-	}
-	sc.Close()
-	rep.paths = len(docs)
-
-	if root, ok := docs["/"]; !ok {
-		bad("the root has no path document")
-	} else if root.Type != store.TypeDir || root.Ino != store.RootIno {
-		bad("the root document is a %s with ino %d", root.Type, root.Ino)
-	}
-	byIno := map[uint64][]string{}
-	for _, p := range order {
-		d := docs[p]
-		byIno[d.Ino] = append(byIno[d.Ino], p)
-		if p == "/" {
-			continue
-		}
-		dir, _ := store.Split(p)
-		parent, ok := docs[dir]
-		switch {
-		case !ok:
-			bad("path %q has no parent %q (unreachable)", p, dir)
-		case parent.Type != store.TypeDir:
-			bad("path %q has a parent %q that is a %s", p, dir, parent.Type)
-		}
-	}
-
-	inos := make([]uint64, 0, len(byIno))
-	for ino := range byIno {
-		inos = append(inos, ino)
-	}
-	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-	attrs := map[uint64]store.Inode{}
-	for i := 0; i < len(inos); i += 500 {
-		batch := inos[i:min(i+500, len(inos))]
-		res, err := st.GetInodes(ctx, batch)
-		if err != nil {
-			return rep, err
-		}
-		for k, r := range res {
-			paths := byIno[batch[k]]
-			if r.Err != nil {
-				if errors.Is(r.Err, store.ErrNotFound) {
-					bad("inode %d of %q does not exist", batch[k], paths)
-				} else {
-					bad("inode %d of %q: %v", batch[k], paths, r.Err)
-				}
-				continue
-			}
-			attrs[batch[k]] = r.Inode
-		}
-	}
-	for _, ino := range inos {
-		paths := byIno[ino]
-		a, ok := attrs[ino]
-		if !ok {
-			continue
-		}
-		for _, p := range paths {
-			// A document still carrying an intent may legitimately
-			// disagree (an overwritten target names the old inode).
-			if d := docs[p]; d.Intent.Op == "" && d.Type != a.Type {
-				bad("path %q is a %s but its inode %d is a %s", p, d.Type, ino, a.Type)
-			}
-		}
-		if len(paths) > 1 && (a.Type == store.TypeDir || a.Nlink <= 1) {
-			bad("inode %d (%s, nlink %d) is named by %d paths: %q", ino, a.Type, a.Nlink, len(paths), paths)
-		}
-	}
-
-	locks, err := st.SearchLocks(ctx)
-	if err != nil {
-		return rep, err
-	}
-	for _, l := range locks {
-		rep.locks++
-		bad("lock document left on %q: holders %s, waiters %s", lkLockName(l), lkHolders(l.Holders), lkWaiters(l.Waiters))
-	}
-	recs, err := st.SearchOps(ctx, store.OpPrepared, store.OpCommitted, store.OpAborted)
-	if err != nil {
-		return rep, err
-	}
-	for _, r := range recs {
-		rep.ops++
-		bad("operation %s left %s (owner %s, epoch %d): %s %q -> %q", r.ID, r.State, r.Owner, r.Epoch, r.SrcType, r.Src, r.Dst)
-	}
-
-	all, err := lkAllInodes(ctx, f)
-	if err != nil {
-		return rep, err
-	}
-	rep.inodes = len(all)
-	inodes := map[uint64]store.Inode{}
-	for _, a := range all {
-		inodes[a.Ino] = a
-		if _, named := byIno[a.Ino]; !named {
-			bad("inode %d (%s, nlink %d, size %d) is named by no path (leaked)", a.Ino, a.Type, a.Nlink, a.Size)
-		}
-	}
-	// Every directory's link count is 2 plus its subdirectories (as esfs
-	// fsck checks; while intents are left, counts may be mid-rename).
-	if rep.intents == 0 {
-		subdirs := map[string]int{}
-		for p, d := range docs {
-			if d.Type == store.TypeDir && p != "/" {
-				subdirs[d.Parent]++
-			}
-		}
-		for _, p := range order {
-			d := docs[p]
-			if a, ok := inodes[d.Ino]; ok && d.Type == store.TypeDir && a.Type == store.TypeDir && int(a.Nlink) != 2+subdirs[p] {
-				bad("directory %q (inode %d) has %d links but %d subdirectories", p, d.Ino, a.Nlink, subdirs[p])
-			}
-		}
-	}
-	return rep, nil
-}
-
-func lkLockName(l store.LockDoc) string {
-	if l.ID == store.GlobalLockID {
-		return "(global)"
-	}
-	return l.Path
-}
-
-func lkHolders(hs []store.Holder) string {
-	var s []string
-	for _, h := range hs {
-		s = append(s, fmt.Sprintf("%s by op %s", h.Mode, h.Op))
-	}
-	return "[" + strings.Join(s, ", ") + "]"
-}
-
-func lkWaiters(ws []store.Waiter) string {
-	var s []string
-	for _, w := range ws {
-		s = append(s, fmt.Sprintf("op %s ticket %s", w.Op, w.Ticket))
-	}
-	return "[" + strings.Join(s, ", ") + "]"
-}
-
-// lkAllInodes lists every inode document (number, type, links, size); the
-// store has no such scan, so this asks the inodes index directly.
-func lkAllInodes(ctx context.Context, f *mounttest.FS) ([]store.Inode, error) {
-	url, _, _ := strings.Cut(f.URL, ",") // a node of the cluster (the first one lives in every test)
-	base := strings.TrimSuffix(url, "/") + "/" + f.Index + "-inodes"
-	do := func(method, url string, body string) ([]byte, error) {
-		req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		if res.StatusCode != 200 {
-			return nil, fmt.Errorf("%s %s: %s: %s", method, url, res.Status, b)
-		}
-		return b, nil
-	}
-	if _, err := do("POST", base+"/_refresh", ""); err != nil {
-		return nil, err
-	}
-	var out []store.Inode
-	var after []json.RawMessage // raw: inode numbers do not survive float64
-	for {
-		q := map[string]any{"size": 1000, "sort": []any{map[string]any{"ino": "asc"}},
-			"_source": []string{"ino", "type", "nlink", "size"}, "track_total_hits": false}
-		if after != nil {
-			q["search_after"] = after
-		}
-		body, _ := json.Marshal(q)
-		raw, err := do("POST", base+"/_search", string(body))
-		if err != nil {
-			return nil, err
-		}
-		var page struct {
-			Hits struct {
-				Hits []struct {
-					Source struct {
-						Ino   uint64 `json:"ino"`
-						Type  string `json:"type"`
-						Nlink uint32 `json:"nlink"`
-						Size  int64  `json:"size"`
-					} `json:"_source"`
-					Sort []json.RawMessage `json:"sort"`
-				} `json:"hits"`
-			} `json:"hits"`
-		}
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return nil, err
-		}
-		for _, h := range page.Hits.Hits {
-			a := store.Inode{Ino: h.Source.Ino, Nlink: h.Source.Nlink, Size: h.Source.Size}
-			for typ := store.TypeFile; typ <= store.TypeBlockDev; typ++ {
-				if typ.String() == h.Source.Type {
-					a.Type = typ
-				}
-			}
-			out = append(out, a)
-		}
-		if len(page.Hits.Hits) < 1000 {
-			return out, nil
-		}
-		after = page.Hits.Hits[len(page.Hits.Hits)-1].Sort
-	}
 }
 
 // lkWalk reads the tree below root through a mount: regular files with
@@ -556,4 +530,22 @@ func lkShort(s string) string {
 		return s[:60] + "..."
 	}
 	return s
+}
+
+// lkAdd records that round directory root must end up holding tree.
+func (w *lkWant) lkAdd(root string, tree map[string]string) {
+	if w.unknown {
+		return
+	}
+	if w.files == nil {
+		w.files, w.dirs = map[string]string{}, map[string]bool{}
+	}
+	w.dirs[root] = true
+	for p, c := range tree {
+		if strings.HasSuffix(p, "/") {
+			w.dirs[root+strings.TrimSuffix(p, "/")] = true
+		} else {
+			w.files[root+p] = c
+		}
+	}
 }

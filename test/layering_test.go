@@ -9,8 +9,8 @@ import (
 	"github.com/esfs/esfs/test/mounttest"
 )
 
-// TestLayering keeps the dependency direction of DESIGN.md true without
-// anyone remembering it: only fs imports go-fuse, only store imports
+// TestLayering keeps the dependency direction (main -> cmd -> fs -> cache,
+// locking, store) true without anyone remembering it: only fs imports go-fuse, only store imports
 // go-elasticsearch, and the lower layers never import the upper ones.
 func TestLayering(t *testing.T) {
 	cmd := exec.Command("go", "list", "-json", "./...")

@@ -1,10 +1,21 @@
 package test
 
+// Mounting and ending: the command line's errors, --daemon and where it
+// logs, mount(8), fstab and the mount.fuse helper, refusing a non-empty
+// mount point, esfs umount refusing what is not esfs, and SIGTERM (with
+// open files, a busy mount, while mounting, twice).
+
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,13 +40,7 @@ func TestSigtermWithOpenFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Signal(syscall.SIGTERM)
-	deadline := time.Now().Add(30 * time.Second)
-	for mounttest.IsMounted(m.Dir) {
-		if time.Now().After(deadline) {
-			t.Fatal("still mounted 30s after SIGTERM")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitDetached(t, m, 30*time.Second)
 	if _, ok := m.WaitExit(500 * time.Millisecond); ok {
 		t.Fatal("the daemon exited while a file was still open")
 	}
@@ -183,10 +188,10 @@ func TestSigtermBusyMountEnds(t *testing.T) {
 	}
 }
 
-// TestSecondSignalExitsAtOnce: during the grace period of a busy mount, a
+// TestSigtermSecondSignalExitsAtOnce: during the grace period of a busy mount, a
 // second SIGTERM or SIGINT ends the daemon at once; what was flushed is
 // kept.
-func TestSecondSignalExitsAtOnce(t *testing.T) {
+func TestSigtermSecondSignalExitsAtOnce(t *testing.T) {
 	f := mounttest.NewFS(t)
 	b := f.MountAt(t, t.TempDir(), []string{"ESFS_SHUTDOWN_GRACE=1h"})
 	busyShell(t, b.Dir)
@@ -210,5 +215,463 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	m := f.Mount(t)
 	if got, err := os.ReadFile(m.Path("f")); err != nil || string(got) != "flushed\n" {
 		t.Fatalf("after the second signal: %q, %v", got, err)
+	}
+}
+
+// runEnv runs the esfs binary (under the name argv0 if not empty, as
+// mount(8) runs a helper) with env added, bounded in time, and returns
+// its combined output and exit status.
+func runEnv(t *testing.T, argv0 string, env []string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	bin := mounttest.Binary(t)
+	if argv0 != "" {
+		link := filepath.Join(t.TempDir(), argv0)
+		if err := os.Symlink(bin, link); err != nil {
+			t.Fatal(err)
+		}
+		bin = link
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("esfs %q hung", args)
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+// oneFailure checks that a command failed with one line saying want.
+func oneFailure(t *testing.T, what, out string, code int, want string) {
+	t.Helper()
+	if code == 0 || strings.Count(strings.TrimRight(out, "\n"), "\n") != 0 || !strings.Contains(out, want) {
+		t.Errorf("%s: status %d, output %q; want a failure in one line saying %q", what, code, out, want)
+	}
+}
+
+// daemonMounted checks a --daemon mount's report and returns the daemon's
+// pid, its FUSE connection, and where it says its log goes.
+func daemonMounted(t *testing.T, out string, code int, dir string) (pid, conn int, logAt string) {
+	t.Helper()
+	if code != 0 || !mounttest.IsMounted(dir) {
+		t.Fatalf("daemon mount: status %d, mounted %v:\n%s", code, mounttest.IsMounted(dir), out)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	pid, conn = daemonOf(t, out, dir)
+	m := regexp.MustCompile(`its log: (.*)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("the mounted line does not say where the log goes: %q", out)
+	}
+	return pid, conn, strings.TrimSpace(m[1])
+}
+
+// umountDaemon unmounts a --daemon mount with esfs umount and waits for its
+// daemon to end.
+func umountDaemon(t *testing.T, f *mounttest.FS, dir string, pid, conn int) {
+	t.Helper()
+	if out, code := runEnv(t, "", nil, "umount", dir); code != 0 || mounttest.IsMounted(dir) {
+		t.Fatalf("esfs umount: status %d: %s", code, out)
+	}
+	mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
+}
+
+// TestMountNonEmpty: mounting over a directory that holds files is refused
+// in one line, unless --nonempty (or -o nonempty through the mount
+// helper) says to hide them; they are back after the unmount.
+func TestMountNonEmpty(t *testing.T) {
+	f := mounttest.NewFS(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "underneath"), []byte("local"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) }) // if it did mount
+	logFile := filepath.Join(t.TempDir(), "esfs.log")
+	out, code := runEnv(t, "", nil, "mount", "--daemon", "--log-file", logFile, "--es-url", f.URL, "--index", f.Index, dir)
+	oneFailure(t, "esfs mount over a non-empty directory", out, code, "is not empty")
+	out, code = runEnv(t, "mount.fuse.esfs", nil, f.Index, dir, "-o", "es_url="+f.URL+",log_file="+logFile)
+	oneFailure(t, "the mount helper over a non-empty directory", out, code, "is not empty")
+	if mounttest.IsMounted(dir) {
+		t.Fatal("mounted over a non-empty directory")
+	}
+
+	m := f.MountAt(t, dir, nil, "--nonempty")
+	if _, err := os.Stat(m.Path("underneath")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the directory's own file through the mount: %v, want it hidden", err)
+	}
+	m.Unmount(t)
+
+	logDir := t.TempDir()
+	out, code = runEnv(t, "mount.fuse.esfs", []string{"ESFS_LOG_DIR=" + logDir, "ESFS_SYSLOG_SOCKET=/nonexistent"},
+		f.Index, dir, "-o", "nonempty,es_url="+f.URL)
+	pid, conn, _ := daemonMounted(t, out, code, dir)
+	umountDaemon(t, f, dir, pid, conn)
+	if b, err := os.ReadFile(filepath.Join(dir, "underneath")); err != nil || string(b) != "local" {
+		t.Errorf("the directory's own file after the unmount: %q, %v", b, err)
+	}
+}
+
+// TestUmountOnlyEsfs: esfs umount refuses, naming what is there, a mount
+// point of another filesystem and a directory that is no mount point.
+func TestUmountOnlyEsfs(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mount("esfs-test-tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	for _, lazy := range [][]string{nil, {"--lazy"}} {
+		out, code := runEnv(t, "", nil, append(append([]string{"umount"}, lazy...), dir)...)
+		oneFailure(t, "esfs umount "+strings.Join(lazy, " ")+" of a tmpfs", out, code, dir+" is a tmpfs mount (source esfs-test-tmpfs), not esfs")
+		if !mounttest.IsMounted(dir) {
+			t.Fatal("esfs umount unmounted a tmpfs")
+		}
+	}
+	plain := t.TempDir()
+	out, code := runEnv(t, "", nil, "umount", plain)
+	oneFailure(t, "esfs umount of a plain directory", out, code, "is not mounted: it is not a mount point")
+}
+
+// TestMountDaemonLogs: a --daemon mount without --log-file logs to syslog when
+// there is a syslog socket (each record one message, with the severity
+// of its level), else to a file named after the index and mount point
+// under the log directory; the line printed once mounted says which.
+func TestMountDaemonLogs(t *testing.T) {
+	f := mounttest.NewFS(t)
+
+	t.Run("syslog", func(t *testing.T) {
+		sock := filepath.Join(t.TempDir(), "log")
+		ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		msgs := make(chan string, 1000)
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				n, _, err := ln.ReadFrom(buf)
+				if err != nil {
+					close(msgs)
+					return
+				}
+				msgs <- string(buf[:n])
+			}
+		}()
+		dir := t.TempDir()
+		logDir := t.TempDir()
+		env := []string{"ESFS_SYSLOG_SOCKET=" + sock, "ESFS_LOG_DIR=" + logDir}
+		out, code := runEnv(t, "", env, "mount", "--daemon", "--es-url", f.URL, "--index", f.Index, dir)
+		pid, conn, logAt := daemonMounted(t, out, code, dir)
+		if logAt != "syslog ("+sock+")" {
+			t.Errorf("the mounted line says the log goes to %q, want syslog (%s)", logAt, sock)
+		}
+		umountDaemon(t, f, dir, pid, conn)
+		// daemon facility (3<<3) + info (6) = 30, as syslog(3) formats it.
+		want := map[string]*regexp.Regexp{
+			"mounted":   regexp.MustCompile(`^<30>[A-Z][a-z]{2} [ 0-9]\d \d\d:\d\d:\d\d esfs\[` + strconv.Itoa(pid) + `\]: level=INFO msg=mounted `),
+			"unmounted": regexp.MustCompile(`^<30>.* esfs\[` + strconv.Itoa(pid) + `\]: level=INFO msg=unmounted `),
+		}
+		deadline := time.After(30 * time.Second)
+		var got []string
+		for len(want) > 0 {
+			select {
+			case m := <-msgs:
+				got = append(got, m)
+				for k, re := range want {
+					if re.MatchString(m) {
+						delete(want, k)
+					}
+				}
+			case <-deadline:
+				t.Fatalf("no syslog message for %v among %q", want, got)
+			}
+		}
+		if files, _ := os.ReadDir(logDir); len(files) > 0 {
+			t.Errorf("logged to %s too, with syslog there", logDir)
+		}
+	})
+
+	t.Run("file", func(t *testing.T) {
+		dir := t.TempDir()
+		logDir := filepath.Join(t.TempDir(), "esfs") // made by the daemon
+		env := []string{"ESFS_SYSLOG_SOCKET=/nonexistent/log", "ESFS_LOG_DIR=" + logDir}
+		out, code := runEnv(t, "", env, "mount", "--daemon", "--es-url", f.URL, "--index", f.Index, dir)
+		pid, conn, logAt := daemonMounted(t, out, code, dir)
+		// systemd-escape --path: "/" is "-", other bytes (here '-') \xNN.
+		want := filepath.Join(logDir, f.Index+"@"+strings.ReplaceAll(strings.ReplaceAll(strings.TrimPrefix(dir, "/"), "-", `\x2d`), "/", "-")+".log")
+		if logAt != want {
+			t.Errorf("the mounted line says the log goes to %q, want %q", logAt, want)
+		}
+		umountDaemon(t, f, dir, pid, conn)
+		b, err := os.ReadFile(want)
+		if err != nil || !strings.Contains(string(b), "msg=mounted") || !strings.Contains(string(b), "msg=unmounted") {
+			t.Errorf("log file %s: %v\n%s", want, err, b)
+		}
+	})
+
+	t.Run("helper", func(t *testing.T) {
+		dir := t.TempDir()
+		logDir := t.TempDir()
+		env := []string{"ESFS_SYSLOG_SOCKET=/nonexistent/log", "ESFS_LOG_DIR=" + logDir}
+		out, code := runEnv(t, "mount.fuse.esfs", env, f.Index, dir, "-o", "es_url="+f.URL)
+		pid, conn, logAt := daemonMounted(t, out, code, dir)
+		if filepath.Dir(logAt) != logDir {
+			t.Errorf("the helper's daemon logs to %q, want a file in %s", logAt, logDir)
+		}
+		umountDaemon(t, f, dir, pid, conn)
+		if b, err := os.ReadFile(logAt); err != nil || !strings.Contains(string(b), "msg=unmounted") {
+			t.Errorf("log file %s: %v\n%s", logAt, err, b)
+		}
+	})
+}
+
+// sysMount runs mount(8) (or umount(8)) with env added, bounded in time.
+func sysMount(t *testing.T, env []string, prog string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(prog, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.WaitDelay = time.Second
+	done := make(chan struct{})
+	var out []byte
+	var err error
+	go func() { out, err = cmd.CombinedOutput(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(90 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("%s %q hung", prog, args)
+	}
+	return string(out), err
+}
+
+// daemonPid reads the pid from the helper's "mounted DIR (pid N)" line.
+func daemonPid(t *testing.T, out string) int {
+	t.Helper()
+	m := regexp.MustCompile(`\(pid (\d+)\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no pid in the helper's output: %q", out)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	return pid
+}
+
+// mountEntry returns the fstype and source of the mount at dir.
+func mountEntry(dir string) (fstype, source string) {
+	_, fstype, source, _ = mounttest.MountEntry(dir)
+	return fstype, source
+}
+
+// daemonOf returns the pid the helper printed and the FUSE connection of
+// the mount at dir, for ending the daemon within a bound.
+func daemonOf(t *testing.T, out, dir string) (pid, conn int) {
+	t.Helper()
+	conn, _, _, _ = mounttest.MountEntry(dir)
+	return daemonPid(t, out), conn
+}
+
+// TestMountFstabAndHelper: `mount -t fuse.esfs`, an /etc/fstab line, and fuse3's
+// mount.fuse3 convention all mount esfs in the background with options
+// passed through; umount and SIGTERM end the daemon cleanly; bad options
+// and a missing filesystem fail with one clear line.
+func TestMountFstabAndHelper(t *testing.T) {
+	if _, err := exec.LookPath("mount"); err != nil {
+		t.Skip("no mount(8)")
+	}
+	f := mounttest.NewFS(t)
+	bin, err := filepath.Abs(f.Bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper := "/sbin/mount.fuse.esfs"
+	if target, err := os.Readlink(helper); err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Skipf("%s already exists (-> %q): not replacing an installed helper", helper, target)
+	}
+	if err := os.Symlink(bin, helper); err != nil {
+		t.Skipf("cannot install %s: %v", helper, err)
+	}
+	t.Cleanup(func() { _ = os.Remove(helper) })
+	opts := "es_url=" + f.URL + ",_netdev,nofail,noatime,lease=2s,x-systemd.device-timeout=10"
+
+	t.Run("mount -t", func(t *testing.T) {
+		dir := t.TempDir()
+		logFile := filepath.Join(t.TempDir(), "esfs.log")
+		out, err := sysMount(t, nil, "mount", "-t", "fuse.esfs", f.Index, dir, "-o", opts+",log_file="+logFile)
+		if err != nil || !mounttest.IsMounted(dir) {
+			t.Fatalf("mount -t fuse.esfs: %v\n%s", err, out)
+		}
+		pid, conn := daemonOf(t, out, dir)
+		if typ, src := mountEntry(dir); typ != "fuse.esfs" || src != "esfs:"+f.Index {
+			t.Errorf("mount table says %q %q, want fuse.esfs esfs:%s", typ, src, f.Index)
+		}
+		mounttest.Sh(t, dir, `echo through-mount > f && test "$(cat f)" = through-mount`)
+		if out, err := sysMount(t, nil, "umount", dir); err != nil || mounttest.IsMounted(dir) {
+			t.Fatalf("umount: %v\n%s", err, out)
+		}
+		mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
+		if log, _ := os.ReadFile(logFile); !strings.Contains(string(log), "unmounted") {
+			t.Errorf("log_file %s lacks the daemon's log:\n%s", logFile, log)
+		}
+	})
+
+	t.Run("fstab line, read-only, SIGTERM", func(t *testing.T) {
+		dir := t.TempDir()
+		fstab := filepath.Join(t.TempDir(), "fstab")
+		line := "esfs:" + f.Index + "  " + dir + "  fuse.esfs  ro," + opts + "  0  0\n"
+		if err := os.WriteFile(fstab, []byte("# esfs test\n"+line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := sysMount(t, nil, "mount", "--fstab", fstab, dir)
+		if err != nil || !mounttest.IsMounted(dir) {
+			t.Fatalf("mount --fstab (%s): %v\n%s", line, err, out)
+		}
+		pid, conn := daemonOf(t, out, dir)
+		if data, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(data) != "through-mount\n" {
+			t.Errorf("reading the file written before: %q, %v", data, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "g"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("writing on a ro fstab mount: %v, want EROFS", err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
+		if mounttest.IsMounted(dir) {
+			t.Fatal("still mounted after SIGTERM to the daemon")
+		}
+	})
+
+	t.Run("mount.fuse3 convention", func(t *testing.T) {
+		if _, err := os.Stat("/sbin/mount.fuse3"); err != nil {
+			t.Skip("no mount.fuse3 (fuse3)")
+		}
+		// Without our helper, mount(8) falls back to mount.fuse, which
+		// runs the program named by the subtype: esfs, from PATH.
+		_ = os.Remove(helper)
+		defer func() { _ = os.Symlink(bin, helper) }()
+		// mount(8) hands helpers a sanitized PATH: esfs must be where
+		// programs are installed, as a user would put it.
+		installed := "/usr/local/bin/esfs"
+		if _, err := os.Lstat(installed); err == nil {
+			t.Skipf("%s exists: not replacing an installed esfs", installed)
+		}
+		if err := os.Symlink(bin, installed); err != nil {
+			t.Skipf("cannot install %s: %v", installed, err)
+		}
+		defer os.Remove(installed)
+		dir := t.TempDir()
+		out, err := sysMount(t, nil, "mount", "-t", "fuse.esfs", f.Index, dir, "-o", opts)
+		if err != nil || !mounttest.IsMounted(dir) {
+			t.Fatalf("mount -t fuse.esfs through mount.fuse3: %v\n%s", err, out)
+		}
+		pid, conn := daemonOf(t, out, dir)
+		mounttest.Sh(t, dir, `test "$(cat f)" = through-mount`)
+		if out, err := sysMount(t, nil, "umount", dir); err != nil {
+			t.Fatalf("umount: %v\n%s", err, out)
+		}
+		mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		dir := t.TempDir()
+		for _, c := range []struct{ index, opts, want string }{
+			{f.Index, opts + ",colour=blue", `"colour" is not an esfs option`},
+			{f.Index, opts + ",lease", `"lease" needs a value`},
+			{"esfs-never-made", opts, "esfs mkfs"},
+			{f.Index, "es_url=http://127.0.0.1:1", "127.0.0.1:1"},
+		} {
+			out, err := sysMount(t, nil, "mount", "-t", "fuse.esfs", c.index, dir, "-o", c.opts)
+			if err == nil || mounttest.IsMounted(dir) || !strings.Contains(out, c.want) {
+				t.Errorf("mount -o %s: err %v, mounted %v, want a failure saying %q:\n%s", c.opts, err, mounttest.IsMounted(dir), c.want, out)
+			}
+			if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 {
+				t.Errorf("mount -o %s: %d lines of output, want one:\n%s", c.opts, len(lines), out)
+			}
+			if mounttest.IsMounted(dir) {
+				_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+			}
+		}
+	})
+}
+
+// TestCommandLineErrors: each mistake a user can make ends with one clear
+// line and a non-zero exit, within seconds, never a hang or a stack trace.
+func TestCommandLineErrors(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m := f.Mount(t)
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	emptyDir := t.TempDir()
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string // must appear in the one line
+	}{
+		{"no cluster at the URL", []string{"mount", "--es-url", "http://127.0.0.1:1", "--index", f.Index, emptyDir}, 1, "cannot reach Elasticsearch"},
+		{"index not made by mkfs", []string{"mount", "--es-url", f.URL, "--index", "esfs-never-made", emptyDir}, 1, "esfs mkfs"},
+		{"mount point missing", []string{"mount", "--es-url", f.URL, "--index", f.Index, "/nonexistent/esfs"}, 1, "does not exist"},
+		{"mount point not a directory", []string{"mount", "--es-url", f.URL, "--index", f.Index, notDir}, 1, "not a directory"},
+		{"already mounted", []string{"mount", "--es-url", f.URL, "--index", f.Index, m.Dir}, 1, "already a mount point"},
+		{"no mount point", []string{"mount", "--es-url", f.URL}, 2, "exactly one argument"},
+		{"unknown flag", []string{"mount", "--no-such-flag", emptyDir}, 2, "flag provided but not defined"},
+		{"bad index name", []string{"mkfs", "--es-url", f.URL, "--index", "Bad/Name"}, 1, "index name"},
+		{"bad URL", []string{"mkfs", "--es-url", "localhost:9200"}, 1, "http(s)://host:port"},
+		{"credentials in the URL stay secret", []string{"mount", "--es-url", "http://someone:hunter2@127.0.0.1:1", "--index", f.Index, emptyDir}, 1, "cannot reach Elasticsearch"},
+		{"umount of a non-mount", []string{"umount", emptyDir}, 1, "not mounted"},
+		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
+		{"negative timeout", []string{"mount", "--attr-timeout=-1s", emptyDir}, 2, "must not be negative"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, code, took := runCLI(t, 30*time.Second, c.args...)
+			lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+			if code != c.code {
+				t.Errorf("exit status %d, want %d; output:\n%s", code, c.code, out)
+			}
+			if len(lines) != 1 || !strings.Contains(out, c.want) {
+				t.Errorf("want one line containing %q, got:\n%s", c.want, out)
+			}
+			if strings.Contains(out, "goroutine") || strings.Contains(out, "hunter2") {
+				t.Errorf("stack trace or secret in the output:\n%s", out)
+			}
+			if took > 20*time.Second {
+				t.Errorf("took %s", took)
+			}
+		})
+	}
+	if mounttest.IsMounted(emptyDir) {
+		t.Fatal("a failed mount left a mount behind")
+	}
+}
+
+// TestMountDaemonMode: --daemon returns once mounted with status 0, and with a
+// clear error and non-zero status when it cannot mount.
+func TestMountDaemonMode(t *testing.T) {
+	f := mounttest.NewFS(t)
+	dir := t.TempDir()
+	logFile := filepath.Join(t.TempDir(), "esfs.log") // not the system's log directory
+	out, code, _ := runCLI(t, 60*time.Second, "mount", "--daemon", "--log-file", logFile, "--es-url", f.URL, "--index", f.Index, dir)
+	if code != 0 || !mounttest.IsMounted(dir) {
+		t.Fatalf("daemon mount: status %d, mounted %v:\n%s", code, mounttest.IsMounted(dir), out)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	pid, conn := daemonOf(t, out, dir)
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("daemon"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	umountDaemon(t, f, dir, pid, conn)
+	out, code, _ = runCLI(t, 60*time.Second, "mount", "--daemon", "--es-url", f.URL, "--index", "esfs-never-made", dir)
+	if code == 0 || !strings.Contains(out, "esfs mkfs") || mounttest.IsMounted(dir) {
+		t.Fatalf("daemon mount of a missing filesystem: status %d:\n%s", code, out)
 	}
 }

@@ -1,5 +1,9 @@
 package test
 
+// A POSIX survey: every case runs as root and as other users on a tmpfs
+// and on a mount with --allow-other, and each answer is compared with the
+// tmpfs's; the known differences are listed with their cause.
+
 import (
 	"fmt"
 	"os"

@@ -1,5 +1,9 @@
 package test
 
+// go-fuse's POSIX checks through a real mount, and the package's TestMain:
+// every test of this package mounts the esfs binary for real and needs
+// ELASTICSEARCH_URL and root.
+
 import (
 	"os"
 	"sort"

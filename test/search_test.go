@@ -1,5 +1,8 @@
 package test
 
+// esfs search: words of names and text contents, the query language, and
+// results that follow renames, edits, removals and hard links.
+
 import (
 	"os"
 	"path/filepath"

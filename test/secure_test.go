@@ -1,5 +1,8 @@
 package test
 
+// A cluster with security on: TLS verified by CA or fingerprint, users and
+// API keys, and secrets that never show in output or logs.
+
 import (
 	"bytes"
 	"context"
@@ -99,7 +102,11 @@ func overrides(set ...string) []string {
 	return append(env, set...)
 }
 
-func TestSecure(t *testing.T) {
+// TestSecureClusterCredentials: against a cluster with security on, every
+// way in (user and password, API key, CA file, fingerprint) makes, mounts
+// and reads the same filesystem, and every wrong credential or certificate
+// fails in one line that names the problem and holds no secret.
+func TestSecureClusterCredentials(t *testing.T) {
 	sc := secureEnv(t)
 	bin := mounttest.Binary(t)
 	index := testenv.Prefix(t)

@@ -1,6 +1,6 @@
 package test
 
-// Sizes and offsets from requests (issue 11, item 1): no request may cost
+// Sizes and offsets from requests: no request may cost
 // the daemon memory or time in proportion to a size or an offset it names,
 // only to what is stored; sizes past the maximum get EFBIG, as on Linux.
 // Each test runs with the largest values the kernel lets through to a FUSE
@@ -55,35 +55,11 @@ func sizeAlive(t *testing.T, m *mounttest.Mount, w *mounttest.MemWatch) {
 	}
 }
 
-// storedChunks lists the chunk numbers the data index holds for ino.
-func storedChunks(t *testing.T, f *mounttest.FS, ino uint64) []int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := f.Store.RefreshData(ctx); err != nil {
-		t.Fatal(err)
-	}
-	nums, err := f.Store.StoredChunks(ctx, ino, 0, 10000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nums
-}
-
-func inoOf(t *testing.T, path string) uint64 {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Ino
-}
-
-// TestHugeSparseFile: `truncate -s 999999999999999 f && rm f` once made
+// TestSizeHugeSparseFileCostsWhatItStores: `truncate -s 999999999999999 f && rm f` once made
 // the daemon build a bulk item per chunk number up to the size (122 GB)
 // and die. Truncation and removal now cost what is stored; the maximum
 // size is store.MaxFileSize, and everything past it is EFBIG.
-func TestHugeSparseFile(t *testing.T) {
+func TestSizeHugeSparseFileCostsWhatItStores(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m, w := sizeMount(t, f)
 	limit := store.MaxFileSize
@@ -206,11 +182,11 @@ func TestHugeSparseFile(t *testing.T) {
 	sizeAlive(t, m, w)
 }
 
-// TestHugeSparseCopy: cp of a sparse file of 1 TiB holding three chunks
+// TestSizeHugeSparseCopy: cp of a sparse file of 1 TiB holding three chunks
 // takes seconds, not the hours of reading its holes: the mount reports
 // the blocks it stores (st_blocks) and answers SEEK_DATA and SEEK_HOLE
 // from the chunks it stores, so cp copies only the data.
-func TestHugeSparseCopy(t *testing.T) {
+func TestSizeHugeSparseCopy(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m, w := sizeMount(t, f)
 	const size = 1 << 40
@@ -341,77 +317,12 @@ os.close(b)
 	sizeAlive(t, m, w)
 }
 
-// TestHugeSparseImportExport: esfs import of a local 1 TiB sparse file
-// reads only its data (SEEK_DATA) and stores only its data chunks; esfs
-// export lists the stored chunks instead of reading a billion holes and
-// writes a sparse copy.
-func TestHugeSparseImportExport(t *testing.T) {
-	f := mounttest.NewFS(t)
-	src := filepath.Join(t.TempDir(), "src")
-	if err := os.Mkdir(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	const size = 1 << 40
-	offsets := []int64{3, 1 << 30, size - 5}
-	fh, err := os.Create(filepath.Join(src, "sparse"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fh.Truncate(size); err != nil {
-		t.Skipf("the local filesystem takes no 1 TiB sparse file: %v", err)
-	}
-	for _, off := range offsets {
-		if _, err := fh.WriteAt([]byte("data"), off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	fh.Close()
-	run := func(args ...string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		start := time.Now()
-		cmd := exec.CommandContext(ctx, f.Bin, append([]string{args[0], "--es-url", f.URL, "--index", f.Index, "--quiet"}, args[1:]...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("esfs %s: %v after %s\n%s", strings.Join(args, " "), err, time.Since(start).Round(time.Millisecond), out)
-		}
-		t.Logf("REPORT %s: esfs %s of a 1 TiB sparse file: %s", t.Name(), args[0], time.Since(start).Round(time.Millisecond))
-	}
-	run("import", src, "/in")
-	m := f.Mount(t)
-	ino := inoOf(t, m.Path("in", "sparse"))
-	if got := storedChunks(t, f, ino); len(got) != len(offsets) {
-		t.Errorf("import stored chunks %v for data at %v", got, offsets)
-	}
-	out := filepath.Join(t.TempDir(), "out")
-	run("export", "/in", out)
-	g, err := os.Open(filepath.Join(out, "sparse"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(g.Fd()), &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Size != size || st.Blocks*512 > 64<<20 {
-		t.Errorf("exported copy: size %d, %d blocks; want %d bytes, sparse", st.Size, st.Blocks, int64(size))
-	}
-	for _, off := range offsets {
-		buf := make([]byte, 4)
-		if _, err := g.ReadAt(buf, off); err != nil || string(buf) != "data" {
-			t.Errorf("exported copy at %d: %q, %v", off, buf, err)
-		}
-	}
-}
-
-// TestXattrLimits: Linux's limits on extended attributes hold (names of
+// TestSizeXattrLimits: Linux's limits on extended attributes hold (names of
 // 255 bytes, values of 64 KiB), and every file's attributes can always be
 // listed: their names together stay within what listxattr may return (64
 // KiB), and names and values within 128 KiB per file, which the inode
 // document carries. Past that, ENOSPC, as a full local filesystem says.
-func TestXattrLimits(t *testing.T) {
+func TestSizeXattrLimits(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m, w := sizeMount(t, f)
 	p := m.Path("x")
@@ -473,10 +384,10 @@ func TestXattrLimits(t *testing.T) {
 	sizeAlive(t, m, w)
 }
 
-// TestReaddirFarOffset: a directory read from an offset far past its
+// TestSizeReaddirFarOffset: a directory read from an offset far past its
 // entries (a seekdir with a huge cookie) costs the directory, not the
 // offset: it ends at once with no entries.
-func TestReaddirFarOffset(t *testing.T) {
+func TestSizeReaddirFarOffset(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m, w := sizeMount(t, f)
 	mounttest.Sh(t, m.Dir, `mkdir d && touch d/a d/b d/c`)

@@ -6,29 +6,18 @@ package test
 // still hold.
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"math/rand"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/esfs/esfs/test/mounttest"
 )
-
-// tlQ quotes s for bash.
-func tlQ(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // tlGoroot is the Go installation whose sources serve as real trees.
 func tlGoroot(t *testing.T) string {
@@ -38,14 +27,6 @@ func tlGoroot(t *testing.T) string {
 		t.Fatalf("go env GOROOT: %v", err)
 	}
 	return strings.TrimSpace(string(out))
-}
-
-// tlStep runs fn and logs how long it took.
-func tlStep(t *testing.T, what string, fn func()) {
-	t.Helper()
-	start := time.Now()
-	fn()
-	t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond))
 }
 
 // tlLocalTree copies $GOROOT/src/<subdirs> below a new local directory and
@@ -69,23 +50,6 @@ func tlLocalTree(t *testing.T, subdirs ...string) string {
 	// The top directory's time last: everything above changed it.
 	mounttest.Sh(t, dir, "touch -d '2011-11-11 11:11:11.111111111' .")
 	return dir
-}
-
-// tlRandom returns deterministic bytes, so that failures reproduce.
-func tlRandom(seed int64, n int) []byte {
-	b := make([]byte, n)
-	rand.New(rand.NewSource(seed)).Read(b)
-	return b
-}
-
-func tlWriteFile(t *testing.T, path string, data []byte, mode os.FileMode) {
-	t.Helper()
-	if err := os.WriteFile(path, data, mode); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, mode); err != nil { // past the umask
-		t.Fatal(err)
-	}
 }
 
 // tlAddVariety puts below dir/zz-variety what a source tree lacks: symlinks
@@ -180,42 +144,6 @@ func tlListing(t *testing.T, dir string) []string {
 	return strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 }
 
-// tlSameLines fails the test with the lines only one side has.
-func tlSameLines(t *testing.T, what string, want, got []string) {
-	t.Helper()
-	wantSet := map[string]bool{}
-	for _, l := range want {
-		wantSet[l] = true
-	}
-	gotSet := map[string]bool{}
-	for _, l := range got {
-		gotSet[l] = true
-	}
-	var missing, extra []string
-	for _, l := range want {
-		if !gotSet[l] {
-			missing = append(missing, l)
-		}
-	}
-	for _, l := range got {
-		if !wantSet[l] {
-			extra = append(extra, l)
-		}
-	}
-	if len(missing) == 0 && len(extra) == 0 && len(want) == len(got) {
-		return
-	}
-	cut := func(s []string) []string {
-		if len(s) > 25 {
-			return append(s[:25:25], fmt.Sprintf("... and %d more", len(s)-25))
-		}
-		return s
-	}
-	t.Errorf("%s: %d lines expected, %d found; %d differ\nexpected, not found:\n  %s\nfound, not expected:\n  %s",
-		what, len(want), len(got), len(missing)+len(extra),
-		strings.Join(cut(missing), "\n  "), strings.Join(cut(extra), "\n  "))
-}
-
 // tlCheckVariety checks, beyond diff, what tlAddVariety made: symlinks are
 // symlinks with their targets, the hard link is one inode, the sparse
 // file reads back.
@@ -255,36 +183,7 @@ func tlCheckVariety(t *testing.T, dir string) {
 	}
 }
 
-// tlDiff fails the test when diff -r finds any difference (symlinks are
-// compared as links, not followed).
-func tlDiff(t *testing.T, a, b string) {
-	t.Helper()
-	mounttest.Sh(t, "/", "diff -r --no-dereference "+tlQ(a)+" "+tlQ(b))
-}
-
-func tlCountLines(s string) int {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0
-	}
-	return strings.Count(s, "\n") + 1
-}
-
-// tlFsck runs esfs fsck (check only) on the filesystem and fails the test
-// unless it finds the filesystem clean.
-func tlFsck(t *testing.T, f *mounttest.FS) {
-	t.Helper()
-	var out string
-	var err error
-	tlStep(t, "esfs fsck", func() { out, err = f.Run("fsck", "--no-wait") })
-	if err != nil || !strings.HasSuffix(out, "clean\n") {
-		t.Errorf("esfs fsck: %v\n%s", err, out)
-		return
-	}
-	t.Logf("esfs fsck: %s", strings.SplitN(out, "\n", 2)[0])
-}
-
-// TestCpDiffSourceTree copies a real source tree of several thousand
+// TestToolsCpOfSourceTree copies a real source tree of several thousand
 // files, Go's src/crypto, src/go and src/runtime (about 2,900 files, 3,100
 // entries), plus odd files into the mount with cp -a, then compares
 // contents with diff -r and metadata (mode, owner, size, links, mtime to
@@ -295,7 +194,7 @@ func tlFsck(t *testing.T, f *mounttest.FS) {
 // shared with other suites, too much of a CI budget; ESFS_TOOLS_TREE
 // chooses other subdirectories of $GOROOT/src (ESFS_TOOLS_TREE=cmd for
 // that one). With -short the tree is src/go (about 550 files).
-func TestCpDiffSourceTree(t *testing.T) {
+func TestToolsCpOfSourceTree(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	trees, least := []string{"crypto", "go", "runtime"}, 2000
@@ -325,9 +224,9 @@ func TestCpDiffSourceTree(t *testing.T) {
 	tlFsck(t, f)
 }
 
-// TestTarRoundTrip extracts a tar of a tree into the mount, tars it back
+// TestToolsTarRoundTrip extracts a tar of a tree into the mount, tars it back
 // out into a local directory, and compares all three.
-func TestTarRoundTrip(t *testing.T) {
+func TestToolsTarRoundTrip(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	src := tlLocalTree(t, "archive", "encoding")
@@ -358,10 +257,10 @@ func TestTarRoundTrip(t *testing.T) {
 	tlFsck(t, f)
 }
 
-// TestRsyncBothWays rsyncs a tree into the mount, checks that a second
+// TestToolsRsyncBothWays rsyncs a tree into the mount, checks that a second
 // rsync has nothing to do (sizes and mtimes round-trip), that an update of
 // one file transfers that file only, and rsyncs the mount back out.
-func TestRsyncBothWays(t *testing.T) {
+func TestToolsRsyncBothWays(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	src := tlLocalTree(t, "encoding")
@@ -413,9 +312,9 @@ func TestRsyncBothWays(t *testing.T) {
 	tlFsck(t, f)
 }
 
-// TestGit runs a git repository inside the mount: commits, a rename, a
+// TestToolsGit runs a git repository inside the mount: commits, a rename, a
 // removal, gc, fsck, and a clone out of it.
-func TestGit(t *testing.T) {
+func TestToolsGit(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	repo := m.Path("repo")
@@ -486,57 +385,9 @@ git commit -q -m second`)
 	tlFsck(t, f)
 }
 
-// tlBuildTree writes files (relative path -> content) below root with a few
-// parallel writers, making directories first.
-func tlBuildTree(t *testing.T, root string, files map[string][]byte, workers int) {
-	t.Helper()
-	dirs := map[string]bool{}
-	for p := range files {
-		for d := filepath.Dir(p); d != "."; d = filepath.Dir(d) {
-			dirs[d] = true
-		}
-	}
-	sorted := make([]string, 0, len(dirs))
-	for d := range dirs {
-		sorted = append(sorted, d)
-	}
-	sort.Strings(sorted) // parents before children
-	for _, d := range sorted {
-		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	paths := make(chan string)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := range paths {
-				if err := os.WriteFile(filepath.Join(root, p), files[p], 0o644); err != nil {
-					errs <- err
-					for range paths {
-					}
-					return
-				}
-			}
-		}()
-	}
-	for p := range files {
-		paths <- p
-	}
-	close(paths)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
-
-// TestFindGrepDuLs checks find, grep -r, du and ls -lR on a tree of known
+// TestToolsFindGrepDuLs checks find, grep -r, du and ls -lR on a tree of known
 // shape.
-func TestFindGrepDuLs(t *testing.T) {
+func TestToolsFindGrepDuLs(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	const planted = "PLANTED-needle-7f3a9c"
@@ -656,258 +507,4 @@ func tlKeys(m map[string]bool) []string {
 	}
 	sort.Strings(s)
 	return s
-}
-
-// TestMoveLargeDirectory renames a directory of 5,000 files (some in
-// subdirectories) into another directory with mv. One file in ten has
-// content (for diff to compare); every entry must keep its inode number,
-// which catches any mix-up of paths and inodes, empty files included.
-// With -short the directory has 1,000 files.
-func TestMoveLargeDirectory(t *testing.T) {
-	f := mounttest.NewFS(t)
-	m := f.Mount(t)
-	total := 5000
-	if testing.Short() {
-		total = 1000
-	}
-	files := map[string][]byte{}
-	for i := 0; i < total; i++ {
-		p := fmt.Sprintf("file-%04d", i)
-		if i >= total*4/5 {
-			p = fmt.Sprintf("sub-%d/nested-%04d", i%10, i)
-		}
-		var b []byte
-		if i%10 == 3 {
-			b = []byte(strings.Repeat(p+"\n", i%7+1))
-		}
-		files[p] = b
-	}
-	local := filepath.Join(t.TempDir(), "big")
-	if err := os.Mkdir(local, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tlBuildTree(t, local, files, 1)
-	old := m.Path("big")
-	if err := os.Mkdir(old, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tlStep(t, fmt.Sprintf("writing %d files into the mount", total), func() { tlBuildTree(t, old, files, 8) })
-	inodes := "find . -printf '%i %y %P\\n' | LC_ALL=C sort"
-	before := mounttest.Sh(t, old, inodes)
-	if n := tlCountLines(mounttest.Sh(t, old, "find . -type f")); n != total {
-		t.Fatalf("find before the move: %d files, want %d", n, total)
-	}
-	if err := os.Mkdir(m.Path("dest"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	moved := m.Path("dest", "moved")
-	tlStep(t, "mv of the directory", func() { mounttest.Sh(t, "/", "mv "+tlQ(old)+" "+tlQ(moved)) })
-
-	if _, err := os.Lstat(old); !errors.Is(err, syscall.ENOENT) {
-		t.Errorf("lstat of the old path after mv: %v, want ENOENT", err)
-	}
-	if _, err := os.Lstat(filepath.Join(old, "file-0001")); !errors.Is(err, syscall.ENOENT) {
-		t.Errorf("lstat of a file below the old path after mv: %v, want ENOENT", err)
-	}
-	if got := mounttest.Sh(t, m.Dir, "ls -A"); got != "dest\n" {
-		t.Errorf("ls -A of the mount after mv: %q, want only dest", got)
-	}
-	tlStep(t, "diff -r", func() { tlDiff(t, local, moved) })
-	tlSameLines(t, "inode numbers and types after the move", strings.Split(before, "\n"), strings.Split(mounttest.Sh(t, moved, inodes), "\n"))
-	if n := tlCountLines(mounttest.Sh(t, moved, "find . -type f")); n != total {
-		t.Errorf("find after the move: %d files, want %d", n, total)
-	}
-	// The index: nothing left under the old path, everything under the new.
-	if n := tlCountPaths(t, f, "/big"); n != 0 {
-		t.Errorf("the path index still holds %d documents under /big", n)
-	}
-	if n := tlCountPaths(t, f, "/dest/moved"); n != total+11 {
-		t.Errorf("the path index holds %d documents under /dest/moved, want %d", n, total+11)
-	}
-	tlFsck(t, f)
-}
-
-// tlCountPaths refreshes and counts the path documents at and below root.
-func tlCountPaths(t *testing.T, f *mounttest.FS, root string) int {
-	t.Helper()
-	return len(tlScanPaths(t, f, root))
-}
-
-func tlScanPaths(t *testing.T, f *mounttest.FS, root string) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := f.Store.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sc := f.Store.ScanTree(root, 1000)
-	defer sc.Close()
-	var paths []string
-	for {
-		page, bad, err := sc.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, b := range bad {
-			t.Errorf("corrupt path document: %v", b)
-		}
-		if page == nil {
-			return paths
-		}
-		for _, d := range page {
-			paths = append(paths, d.Path)
-		}
-	}
-}
-
-// tlESCount refreshes the index P-<suffix> and counts its documents.
-func tlESCount(t *testing.T, f *mounttest.FS, suffix string) int {
-	t.Helper()
-	index := f.Index + suffix
-	do := func(method, path string) []byte {
-		req, err := http.NewRequest(method, strings.TrimSuffix(f.URL, "/")+"/"+index+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		if res.StatusCode != 200 {
-			t.Fatalf("%s %s: %s\n%s", method, index+path, res.Status, body)
-		}
-		return body
-	}
-	do("POST", "/_refresh")
-	var c struct {
-		Count int `json:"count"`
-	}
-	if err := json.Unmarshal(do("GET", "/_count"), &c); err != nil {
-		t.Fatal(err)
-	}
-	return c.Count
-}
-
-// TestRemoveLeavesNothing removes a populated tree with rm -r and checks
-// that the indices hold nothing of it: only the root's path and inode
-// documents remain, and no data chunk.
-func TestRemoveLeavesNothing(t *testing.T) {
-	f := mounttest.NewFS(t)
-	m := f.Mount(t)
-	root := m.Path("tree")
-	if err := os.Mkdir(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	files := map[string][]byte{}
-	for i := 0; i < 150; i++ {
-		files[fmt.Sprintf("d%d/f%03d", i%6, i)] = tlRandom(int64(i), i*97)
-	}
-	files["multi/chunk.bin"] = tlRandom(7, 3<<20+100)
-	files["multi/exactly-one-chunk"] = tlRandom(8, 1<<20)
-	tlBuildTree(t, root, files, 4)
-	mounttest.Sh(t, root, `
-mkdir -p empty/a/b/c
-ln -s multi/chunk.bin link
-ln -s /nowhere dangling
-ln d0/f000 hardlink
-ln multi/chunk.bin multi/chunk-link
-printf x | dd of=sparse bs=1 seek=7340032 status=none
-truncate -s 12M truncated && printf abc >> truncated
-`)
-	for _, p := range []string{"d1/f001", "multi", "sparse"} {
-		if err := syscall.Setxattr(filepath.Join(root, p), "user.test", []byte("value of "+p), 0); err != nil {
-			t.Fatalf("setxattr %s: %v", p, err)
-		}
-	}
-	// A file still open when rm removes it: its inode and data must go at
-	// the last close.
-	held, err := os.OpenFile(filepath.Join(root, "d2", "held-open"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := held.Write(tlRandom(9, 2<<20)); err != nil {
-		t.Fatal(err)
-	}
-	if err := held.Sync(); err != nil {
-		t.Fatal(err)
-	}
-
-	inodes, chunks := tlESCount(t, f, "-inodes"), tlESCount(t, f, "-data")
-	t.Logf("before rm -r: %d path documents, %d inodes, %d data chunks", tlCountPaths(t, f, "/"), inodes, chunks)
-	if inodes < len(files)+10 || chunks < 10 {
-		t.Fatalf("before rm -r the index holds %d inodes and %d chunks; the tree was not written", inodes, chunks)
-	}
-
-	tlStep(t, "rm -r", func() { mounttest.Sh(t, m.Dir, "rm -r tree") })
-	if got := mounttest.Sh(t, m.Dir, "ls -A"); got != "" {
-		t.Errorf("ls -A after rm -r: %q", got)
-	}
-	// The open file still reads back after its name is gone.
-	if _, err := held.Seek(0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := io.ReadAll(held); err != nil || len(b) != 2<<20 {
-		t.Errorf("reading the removed, still open file: %d bytes, %v", len(b), err)
-	}
-	if err := held.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	// The kernel sends the release of the last close asynchronously: poll
-	// (briefly) for the counts to settle.
-	var paths []string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		paths = tlScanPaths(t, f, "/")
-		inodes, chunks = tlESCount(t, f, "-inodes"), tlESCount(t, f, "-data")
-		if (len(paths) == 1 && inodes == 1 && chunks == 0) || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if len(paths) != 1 || paths[0] != "/" {
-		t.Errorf("path documents left after rm -r: %d %q; want only /", len(paths), paths[:min(len(paths), 20)])
-	}
-	if inodes != 1 {
-		t.Errorf("inode documents left after rm -r: %d, want 1 (the root); left: %s", inodes, tlLeftovers(t, f, "-inodes"))
-	}
-	if chunks != 0 {
-		t.Errorf("data chunks left after rm -r: %d, want 0; left: %s", chunks, tlLeftovers(t, f, "-data"))
-	}
-	tlFsck(t, f)
-}
-
-// tlLeftovers describes up to 20 documents of P-<suffix>, by _id, for a
-// failure message.
-func tlLeftovers(t *testing.T, f *mounttest.FS, suffix string) string {
-	t.Helper()
-	body := strings.NewReader(`{"size":20,"_source":{"excludes":["data"]}}`)
-	res, err := http.Post(strings.TrimSuffix(f.URL, "/")+"/"+f.Index+suffix+"/_search", "application/json", body)
-	if err != nil {
-		return err.Error()
-	}
-	defer res.Body.Close()
-	var out struct {
-		Hits struct {
-			Hits []struct {
-				ID     string          `json:"_id"`
-				Source json.RawMessage `json:"_source"`
-			} `json:"hits"`
-		} `json:"hits"`
-	}
-	raw, _ := io.ReadAll(res.Body)
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return string(raw)
-	}
-	var s []string
-	for _, h := range out.Hits.Hits {
-		src := string(h.Source)
-		if len(src) > 300 {
-			src = src[:300] + "..."
-		}
-		s = append(s, h.ID+" "+src)
-	}
-	return "\n  " + strings.Join(s, "\n  ")
 }

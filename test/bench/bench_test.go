@@ -140,10 +140,26 @@ func TestSuite(t *testing.T) {
 		})
 	}
 	out := envOr("ESFS_BENCH_OUT", filepath.Join(mounttest.RepoRoot(), "test", "bench", "RESULTS.md"))
-	if err := os.WriteFile(out, []byte(s.markdown(time.Since(started))), 0o644); err != nil {
+	old, _ := os.ReadFile(out)
+	if err := os.WriteFile(out, []byte(keepHistory(s.markdown(time.Since(started)), string(old))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("results written to %s", out)
+}
+
+// historyHeading starts the part of RESULTS.md that people write (what
+// the figures cost and why, the levers measured so far): a run replaces
+// the table above it and keeps it.
+const historyHeading = "\n## History"
+
+// keepHistory returns the new table followed by the history of the old
+// results file, if it has one.
+func keepHistory(table, old string) string {
+	i := strings.Index(old, historyHeading)
+	if i < 0 {
+		return table
+	}
+	return strings.TrimRight(table, "\n") + "\n" + old[i:]
 }
 
 func envOr(k, def string) string {

@@ -18,17 +18,27 @@ import (
 // sender gave up, a stage bulk whose answer never arrives. A TCP proxy
 // (Proxy, or toxiproxy) cannot aim at one request among the many a mount
 // pipelines over its pooled connections; this one reads each request
-// before deciding.
+// before deciding. For the network itself (latency, resets, a blackhole,
+// an outage) use Toxi.
 type FaultProxy struct {
 	URL    string // http://127.0.0.1:port of the proxy
 	target *url.URL
 	srv    *http.Server
 	client *http.Client
 
-	mu    sync.Mutex // protects rules
+	mu    sync.Mutex // protects rules and hook
 	rules []*Fault
+	hook  func(w http.ResponseWriter, r *http.Request, body []byte) bool
 
 	inflight sync.WaitGroup // late forwards still running
+}
+
+// resetConn closes c with a reset (RST), as a dead server would.
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0) // RST, like a dead server
+	}
+	c.Close()
 }
 
 // Fault is what to do to the Nth request that Match accepts.
@@ -93,6 +103,15 @@ func (p *FaultProxy) Add(f *Fault) *Fault {
 	return f
 }
 
+// Intercept has hook see every request before the faults do (it may hold
+// it, for as long as a test needs a command paused at that request); a
+// request the hook answers itself (it returns true) goes no further.
+func (p *FaultProxy) Intercept(hook func(w http.ResponseWriter, r *http.Request, body []byte) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hook = hook
+}
+
 // pick returns the fault that acts on this request, if any.
 func (p *FaultProxy) pick(method, path string, body []byte) *Fault {
 	p.mu.Lock()
@@ -113,6 +132,12 @@ func (p *FaultProxy) pick(method, path string, body []byte) *Fault {
 func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	hook := p.hook
+	p.mu.Unlock()
+	if hook != nil && hook(w, r, body) {
 		return
 	}
 	f := p.pick(r.Method, r.URL.Path, body)

@@ -1,13 +1,16 @@
 package test
 
+// Two-mount rename races, each round repeated under every locking
+// strategy (--locking tree, document, global): the crossed pair (mv a b/d/e
+// against mv b/d a/c), swaps, one destination, a directory into itself,
+// renames under streams of creates. Every test ends with checkInvariants.
+
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,129 +21,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Cross-mount locking tests (issue 4): a storm of renames, creates and
-// deletes from three mounts checked against a model of the acknowledged
-// operations, and two-mount races of the renames that break naive
-// protocols, each repeated, for every locking strategy. Every test ends
-// with checkInvariants (invariants_test.go).
-
+// lkStrategies are the values of --locking; the races run under each.
 var lkStrategies = []string{"tree", "document", "global"}
-
-// lkMount mounts f with a strategy and a short lease (so that the
-// invariant check does not wait long for anything a mount left behind).
-func lkMount(t *testing.T, f *mounttest.FS, strategy string, cached bool, extra ...string) *mounttest.Mount {
-	t.Helper()
-	args := []string{"--locking", strategy, "--lease", "2s"}
-	if !cached {
-		args = append(args, lkNoCache...)
-	}
-	return f.Mount(t, append(args, extra...)...)
-}
-
-// lkEnvInt reads a positive integer from the environment, or def.
-func lkEnvInt(t *testing.T, name string, def int) int {
-	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		t.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
-}
-
-// lkRounds is how many times each race is repeated (ESFS_RACE_ROUNDS).
-func lkRounds(t *testing.T, def int) int { return lkEnvInt(t, "ESFS_RACE_ROUNDS", def) }
-
-// lkErrno names the errno of err: "ok", "ENOENT", ...
-func lkErrno(err error) string {
-	if err == nil {
-		return "ok"
-	}
-	var e syscall.Errno
-	if errors.As(err, &e) {
-		if n := unix.ErrnoName(e); n != "" {
-			return n
-		}
-		return e.Error()
-	}
-	return err.Error()
-}
-
-// lkCleanFailure: a failure a racing operation may legitimately meet and
-// that must have had no effect: its source vanished (ENOENT, or ESTALE for
-// a directory inode renamed away by another mount) or the locks were not
-// granted in time (EAGAIN); plus the errnos the caller names.
-func lkCleanFailure(err error, extra ...string) bool {
-	switch n := lkErrno(err); n {
-	case "ENOENT", "ESTALE", "EAGAIN":
-		return true
-	default:
-		return lkContains(extra, n)
-	}
-}
-
-// lkTally counts outcomes by kind of operation and errno.
-type lkTally struct {
-	mu   sync.Mutex
-	n    map[string]map[string]int
-	slow map[string]time.Duration // the longest operation of each kind
-}
-
-// took records how long one operation of kind took.
-func (c *lkTally) took(kind string, d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.slow == nil {
-		c.slow = map[string]time.Duration{}
-	}
-	c.slow[kind] = max(c.slow[kind], d)
-}
-
-func (c *lkTally) add(kind string, err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]map[string]int{}
-	}
-	if c.n[kind] == nil {
-		c.n[kind] = map[string]int{}
-	}
-	c.n[kind][lkErrno(err)]++
-}
-
-func (c *lkTally) total() (all, ok int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, m := range c.n {
-		for e, k := range m {
-			all += k
-			if e == "ok" {
-				ok += k
-			}
-		}
-	}
-	return all, ok
-}
-
-func (c *lkTally) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var lines []string
-	for _, kind := range lkSorted(c.n) {
-		var parts []string
-		for _, e := range lkSorted(c.n[kind]) {
-			parts = append(parts, fmt.Sprintf("%s=%d", e, c.n[kind][e]))
-		}
-		if d, ok := c.slow[kind]; ok {
-			parts = append(parts, fmt.Sprintf("(slowest %s)", d.Round(time.Millisecond)))
-		}
-		lines = append(lines, fmt.Sprintf("  %-18s %s", kind, strings.Join(parts, " ")))
-	}
-	return strings.Join(lines, "\n")
-}
 
 // lkRace runs a and b at the same moment, each on its own goroutine
 // (both wait on one channel, closed once both are ready).
@@ -157,28 +39,10 @@ func lkRace(a, b func() error) (errA, errB error) {
 	return errA, errB
 }
 
-// lkMake builds a tree below root: keys ending in "/" are directories,
-// the others files with their content. Parents sort before children.
-func lkMake(t *testing.T, root string, spec map[string]string) {
-	t.Helper()
-	if err := os.Mkdir(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range lkSorted(spec) {
-		if strings.HasSuffix(p, "/") {
-			if err := os.Mkdir(root+strings.TrimSuffix(p, "/"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-		} else if err := os.WriteFile(root+p, []byte(spec[p]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // lkSnapFresh is lkSnap after a refresh of the path index. Listings are
 // searches, near-realtime by design (README, "Consistency model"), and
 // worse: a listing on another mount shortly after a directory rename may
-// show the directory in neither place (TestRemoteRenameListedAtomically).
+// show the directory in neither place (TestRenameListedAtomicallyByOtherMount).
 // The races check the locking, so they read a refreshed index.
 func lkSnapFresh(t *testing.T, f *mounttest.FS, root string) map[string]string {
 	t.Helper()
@@ -231,49 +95,6 @@ func lkFmt(m map[string]string) string {
 	return "{" + strings.Join(s, " ") + "}"
 }
 
-// lkAdd records that round directory root must end up holding tree.
-func (w *lkWant) lkAdd(root string, tree map[string]string) {
-	if w.unknown {
-		return
-	}
-	if w.files == nil {
-		w.files, w.dirs = map[string]string{}, map[string]bool{}
-	}
-	w.dirs[root] = true
-	for p, c := range tree {
-		if strings.HasSuffix(p, "/") {
-			w.dirs[root+strings.TrimSuffix(p, "/")] = true
-		} else {
-			w.files[root+p] = c
-		}
-	}
-}
-
-// lkRename is rename(2) itself. os.Rename refuses to replace a directory
-// (EEXIST) before asking the kernel, which POSIX allows when it is empty.
-func lkRename(from, to string) error {
-	if err := unix.Rename(from, to); err != nil {
-		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
-	}
-	return nil
-}
-
-// lkCreate creates path exclusively with content. opened says whether
-// the file came into existence (then a later error leaves its content
-// unknown).
-func lkCreate(path, content string) (opened bool, err error) {
-	fd, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return false, err
-	}
-	_, werr := fd.WriteString(content)
-	cerr := fd.Close()
-	if werr != nil {
-		return true, werr
-	}
-	return true, cerr
-}
-
 // lkCreateAt is lkCreate relative to an open directory (openat).
 func lkCreateAt(dirfd int, name, content string) (opened bool, err error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o644)
@@ -286,485 +107,6 @@ func lkCreateAt(dirfd int, name, content string) (opened bool, err error) {
 		return true, werr
 	}
 	return true, cerr
-}
-
-// ---------------------------------------------------------------------
-// The storm.
-
-func TestStorm_tree(t *testing.T)     { lkStorm(t, "tree") }
-func TestStorm_document(t *testing.T) { lkStorm(t, "document") }
-func TestStorm_global(t *testing.T)   { lkStorm(t, "global") }
-
-// Why the model of the storm is exact, although operations from three
-// mounts race:
-//
-//   - Names are never reused. Directories are the 6 "slots", each renamed
-//     only by the directory worker that owns it (slots 0-2 by the one on
-//     mount 0, 3-5 by the one on mount 1), and every rename gives it a fresh
-//     name "D<slot>.<n>". Files belong to one file worker each, which names
-//     them "f<worker>.<n>" and gives a fresh name on every rename that
-//     changes the name. So a path, whenever it resolves, names one slot or
-//     one file, forever: an operation that succeeds took effect on exactly
-//     the objects its paths named when it was built from the model.
-//   - Each object has a single writer of its model: a slot's (parent,
-//     name) changes only by its owner's acknowledged renames, a file's
-//     (slot, name) only by its owner's. The owner updates the model after
-//     the operation returns; until then other workers build paths from the
-//     old names, which either still resolve (the operation is ordered
-//     before the rename, and its effect follows the object: a file created
-//     in slot 3 stays in slot 3 however slot 3 moves) or fail with ENOENT
-//     or ESTALE (ordered after). Either way "file f is in slot s" and "slot
-//     s is in slot p" stay true, so the final path of everything is the
-//     model's parent chain, whatever interleaving happened.
-//   - A failed operation (ENOENT, ESTALE, EAGAIN, and EINVAL for a
-//     directory moved into its own subtree) is taken to have had no effect;
-//     the final comparison proves it. An errno outside these is a bug; its
-//     operation's outcome is unknown, so the file is frozen and may end up
-//     at either place (lkWant.maybe); for a directory, the worker looks
-//     which of its two possible paths exists (its names are unique), and
-//     only if that stays inconclusive is the comparison given up for the
-//     structural invariants alone.
-//   - Two acknowledged directory renames that no serial order allows (s0
-//     into s3 and s3 into s0: the #4800 pair) make the model's parent
-//     chain a cycle, which is reported as the bug it is.
-//   - Mount 0 keeps its caches (kernel and daemon), mounts 1 and 2 have
-//     none: a stale cache may only make an operation fail, since a stale
-//     path never names another object.
-const lkSlots = 6
-
-type lkDirs struct {
-	mu     sync.Mutex // protects the following
-	parent [lkSlots]int
-	name   [lkSlots]string
-}
-
-// pathLocked is slot s's path, or ok=false when the model has a cycle.
-func (d *lkDirs) pathLocked(s int) (string, bool) {
-	p := ""
-	for i := 0; s >= 0; i++ {
-		if i > lkSlots {
-			return "", false
-		}
-		p = "/" + d.name[s] + p
-		s = d.parent[s]
-	}
-	return p, true
-}
-
-func (d *lkDirs) path(s int) (string, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.pathLocked(s)
-}
-
-// withinLocked: slot x is s or below s.
-func (d *lkDirs) withinLocked(x, s int) bool {
-	for i := 0; x >= 0 && i <= lkSlots; i++ {
-		if x == s {
-			return true
-		}
-		x = d.parent[x]
-	}
-	return false
-}
-
-func (d *lkDirs) depthLocked(s int) int {
-	n := 0
-	for i := 0; s >= 0 && i <= lkSlots; i++ {
-		n++
-		s = d.parent[s]
-	}
-	return n
-}
-
-func (d *lkDirs) heightLocked(s int) int {
-	h := 1
-	for x := 0; x < lkSlots; x++ {
-		if x != s && d.withinLocked(x, s) {
-			h = max(h, d.depthLocked(x)-d.depthLocked(s)+1)
-		}
-	}
-	return h
-}
-
-type lkFile struct {
-	slot    int
-	name    string
-	content string
-}
-
-// lkUnknown is a file whose last operation failed with an unexpected
-// errno: it may be at any of locs (slot -1: absent).
-type lkUnknown struct {
-	content string
-	locs    []lkFile
-}
-
-type lkStormRun struct {
-	t        *testing.T
-	probe    *mounttest.Mount // uncached, to look at outcomes
-	dirs     lkDirs
-	tally    lkTally
-	deadline time.Time
-	cycle    sync.Once
-	// tolerate, if set, says whether an unexpected errno is excused now.
-	tolerate func(error) bool
-
-	mu          sync.Mutex // protects the following
-	files       []lkFile
-	unknown     []lkUnknown
-	dirsUnknown bool
-}
-
-// unexpected reports an errno outside the clean failures: a bug, unless
-// the run tolerates it now (while a cluster node is being killed, EIO is an
-// honest "outcome unknown"; the model treats it as such either way). It
-// returns whether err was tolerated.
-func (s *lkStormRun) unexpected(err error, format string, args ...any) bool {
-	if s.tolerate != nil && s.tolerate(err) {
-		s.tally.add("tolerated-"+lkErrno(err), nil)
-		s.t.Logf("tolerated: "+format, args...)
-		return true
-	}
-	s.t.Errorf(format, args...)
-	return false
-}
-
-func (s *lkStormRun) reportCycle() {
-	s.cycle.Do(func() {
-		s.dirs.mu.Lock()
-		defer s.dirs.mu.Unlock()
-		s.t.Errorf("storm: the acknowledged directory renames form a cycle (two renames that no serial order allows both succeeded): parents %v names %v", s.dirs.parent, s.dirs.name)
-	})
-}
-
-func lkStorm(t *testing.T, strategy string) {
-	lkStormOn(t, mounttest.NewFS(t), lkStormCfg{strategy: strategy, secs: lkEnvInt(t, "ESFS_STORM_SECONDS", 120)})
-}
-
-// lkStormCfg varies a storm: extra mount flags, and something done to the
-// world while it runs (during gets the run, to set tolerate, and the
-// storm's start).
-type lkStormCfg struct {
-	strategy string
-	secs     int
-	extra    []string
-	during   func(s *lkStormRun, start time.Time)
-	tolerate func(error) bool // see lkStormRun.tolerate
-}
-
-func lkStormOn(t *testing.T, f *mounttest.FS, cfg lkStormCfg) {
-	strategy, secs := cfg.strategy, cfg.secs
-	mounts := []*mounttest.Mount{
-		lkMount(t, f, strategy, true, cfg.extra...),
-		lkMount(t, f, strategy, false, cfg.extra...),
-		lkMount(t, f, strategy, false, cfg.extra...),
-	}
-	s := &lkStormRun{t: t, probe: mounts[2], tolerate: cfg.tolerate}
-	for i := 0; i < lkSlots; i++ {
-		s.dirs.parent[i], s.dirs.name[i] = -1, fmt.Sprintf("D%d.0", i)
-		if err := os.Mkdir(mounts[0].Path(s.dirs.name[i]), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("storm: strategy %s, %ds, seed %d (3 mounts, 2 directory workers, 4 file workers)", strategy, secs, seed)
-	start := time.Now()
-	s.deadline = start.Add(time.Duration(secs) * time.Second)
-
-	var wg sync.WaitGroup
-	run := func(fn func()) { wg.Add(1); go func() { defer wg.Done(); fn() }() }
-	run(func() { s.dirWorker(0, mounts[0], []int{0, 1, 2}, rand.New(rand.NewPCG(seed, 100))) })
-	run(func() { s.dirWorker(1, mounts[1], []int{3, 4, 5}, rand.New(rand.NewPCG(seed, 101))) })
-	for k, m := range []*mounttest.Mount{mounts[0], mounts[1], mounts[2], mounts[2]} {
-		run(func() { s.fileWorker(k, m, rand.New(rand.NewPCG(seed, uint64(k)))) })
-	}
-	if cfg.during != nil {
-		run(func() { cfg.during(s, start) })
-	}
-	wg.Wait()
-	all, ok := s.tally.total()
-	t.Logf("storm: %d operations in %s, %d acknowledged; outcomes:\n%s", all, time.Since(start).Round(time.Millisecond), ok, s.tally.String())
-	for _, m := range mounts {
-		m.Unmount(t)
-	}
-
-	want := lkWant{files: map[string]string{}, dirs: map[string]bool{}, maybe: map[string][]string{}}
-	for i := 0; i < lkSlots; i++ {
-		p, ok := s.dirs.path(i)
-		if !ok {
-			s.reportCycle()
-			s.dirsUnknown = true
-			break
-		}
-		want.dirs[p] = true
-	}
-	where := func(f lkFile) string {
-		if f.slot < 0 {
-			return ""
-		}
-		p, _ := s.dirs.path(f.slot)
-		return p + "/" + f.name
-	}
-	for _, f := range s.files {
-		want.files[where(f)] = f.content
-	}
-	for _, u := range s.unknown {
-		for _, l := range u.locs {
-			want.maybe[u.content] = append(want.maybe[u.content], where(l))
-		}
-	}
-	if s.dirsUnknown {
-		t.Errorf("storm: a directory operation had an unknown outcome (above): only the structural invariants are checked")
-		want.giveUp()
-	}
-	t.Logf("storm: the model holds %d directories, %d files, %d files of unknown outcome", len(want.dirs), len(want.files), len(want.maybe))
-	checkInvariantsWant(t, f, want)
-}
-
-func (s *lkStormRun) dirWorker(j int, m *mounttest.Mount, own []int, rng *rand.Rand) {
-	gen := 1
-	for time.Now().Before(s.deadline) && len(own) > 0 {
-		// Paced, so that the file workers get their share even with the
-		// global lock, which is not fair among exclusive requests.
-		time.Sleep(time.Duration(20+rng.IntN(180)) * time.Millisecond)
-		slot := own[rng.IntN(len(own))]
-		kind := "dir-move"
-		s.dirs.mu.Lock()
-		parent := -1
-		if rng.IntN(10) >= 3 {
-			parent = rng.IntN(lkSlots)
-		}
-		if parent >= 0 && s.dirs.withinLocked(parent, slot) {
-			if rng.IntN(5) == 0 {
-				kind = "dir-move-into-self" // must fail with EINVAL
-			} else {
-				parent = -1
-			}
-		}
-		if kind == "dir-move" && parent >= 0 && s.dirs.depthLocked(parent)+s.dirs.heightLocked(slot) > 4 {
-			parent = -1 // keep the tree shallow
-		}
-		src, ok1 := s.dirs.pathLocked(slot)
-		dstDir, ok2 := "", true
-		if parent >= 0 {
-			dstDir, ok2 = s.dirs.pathLocked(parent)
-		}
-		s.dirs.mu.Unlock()
-		if !ok1 || !ok2 {
-			s.reportCycle()
-			return
-		}
-		name := fmt.Sprintf("D%d.%d", slot, gen)
-		gen++
-		t0 := time.Now()
-		err := lkRename(m.Dir+src, m.Dir+dstDir+"/"+name)
-		s.tally.add(kind, err)
-		s.tally.took(kind, time.Since(t0))
-		switch {
-		case err == nil && kind == "dir-move-into-self":
-			s.t.Errorf("storm: moving %s into its own subtree %s succeeded", src, dstDir+"/"+name)
-			fallthrough
-		case err == nil:
-			s.dirs.mu.Lock()
-			s.dirs.parent[slot], s.dirs.name[slot] = parent, name
-			s.dirs.mu.Unlock()
-		case lkCleanFailure(err, "EINVAL"):
-			if kind == "dir-move" && lkErrno(err) == "EINVAL" {
-				// The model was stale: the target moved below us meanwhile.
-				s.tally.add("dir-move-EINVAL-stale-model", nil)
-			}
-		default:
-			tolerated := s.unexpected(err, "storm: dir worker %d: mv %s %s: unexpected %v", j, src, dstDir+"/"+name, err)
-			if s.resolveDir(slot, parent, name, tolerated) {
-				continue
-			}
-			s.mu.Lock()
-			s.dirsUnknown = true
-			s.mu.Unlock()
-			for i, x := range own {
-				if x == slot {
-					own = append(own[:i:i], own[i+1:]...)
-					break
-				}
-			}
-		}
-	}
-}
-
-// resolveDir finds out, after a directory rename with an unexpected
-// error, whether it happened: names are unique, so exactly one of the old
-// and the new path exists, as seen through the uncached probe mount (other
-// slots may move meanwhile, which only makes a probe inconclusive).
-func (s *lkStormRun) resolveDir(slot, parent int, name string, tolerated bool) bool {
-	for try := 0; try < 50; try++ {
-		s.dirs.mu.Lock()
-		oldPath, ok1 := s.dirs.pathLocked(slot)
-		newPath, ok2 := "", true
-		if parent >= 0 {
-			newPath, ok2 = s.dirs.pathLocked(parent)
-		}
-		newPath += "/" + name
-		s.dirs.mu.Unlock()
-		if !ok1 || !ok2 {
-			return false
-		}
-		_, errOld := os.Lstat(s.probe.Dir + oldPath)
-		_, errNew := os.Lstat(s.probe.Dir + newPath)
-		switch {
-		case errOld == nil && errNew != nil:
-			s.t.Logf("storm: the failed rename of %s to %s had no effect", oldPath, newPath)
-			return true
-		case errNew == nil && errOld != nil:
-			if tolerated {
-				s.t.Logf("storm: the rename of %s to %s whose outcome was unknown happened", oldPath, newPath)
-			} else {
-				s.t.Errorf("storm: the rename of %s to %s that failed happened anyway", oldPath, newPath)
-			}
-			s.dirs.mu.Lock()
-			s.dirs.parent[slot], s.dirs.name[slot] = parent, name
-			s.dirs.mu.Unlock()
-			return true
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return false
-}
-
-func (s *lkStormRun) fileWorker(k int, m *mounttest.Mount, rng *rand.Rand) {
-	var live []lkFile
-	serial := 0
-	fresh := func() string { serial++; return fmt.Sprintf("f%d.%d", k, serial) }
-	path := func(f lkFile) (string, bool) {
-		d, ok := s.dirs.path(f.slot)
-		if !ok {
-			s.reportCycle()
-		}
-		return m.Dir + d + "/" + f.name, ok
-	}
-	var unknown []lkUnknown
-	freeze := func(i int, locs ...lkFile) {
-		unknown = append(unknown, lkUnknown{content: live[i].content, locs: locs})
-		live = append(live[:i], live[i+1:]...)
-	}
-	for time.Now().Before(s.deadline) {
-		op := rng.IntN(100)
-		t0 := time.Now()
-		note := func(kind string, err error) {
-			s.tally.add(kind, err)
-			s.tally.took(kind, time.Since(t0))
-		}
-		switch {
-		case len(live) < 15 || (op < 20 && len(live) < 35):
-			f := lkFile{slot: rng.IntN(lkSlots), name: fresh()}
-			f.content = fmt.Sprintf("worker %d file %s %016x\n", k, f.name, rng.Uint64())
-			p, ok := path(f)
-			if !ok {
-				return
-			}
-			opened, err := lkCreate(p, f.content)
-			note("file-create", err)
-			switch {
-			case err == nil:
-				live = append(live, f)
-			case !opened && lkCleanFailure(err):
-			default:
-				s.unexpected(err, "storm: file worker %d: create %s: unexpected %v (opened: %v)", k, p, err, opened)
-				live = append(live, f)
-				freeze(len(live)-1, f, lkFile{slot: -1})
-			}
-		case op < 35:
-			i := rng.IntN(len(live))
-			p, ok := path(live[i])
-			if !ok {
-				return
-			}
-			err := os.Remove(p)
-			note("file-delete", err)
-			switch {
-			case err == nil:
-				live = append(live[:i], live[i+1:]...)
-			case lkCleanFailure(err):
-			default:
-				s.unexpected(err, "storm: file worker %d: rm %s: unexpected %v", k, p, err)
-				freeze(i, live[i], lkFile{slot: -1})
-			}
-		case op < 80:
-			// A move to another directory, keeping the name or not, or a
-			// rename in place.
-			i := rng.IntN(len(live))
-			to := lkFile{slot: rng.IntN(lkSlots), name: live[i].name, content: live[i].content}
-			kind := "file-move"
-			if op >= 70 || to.slot == live[i].slot {
-				to.name, kind = fresh(), "file-rename"
-			}
-			src, ok1 := path(live[i])
-			dst, ok2 := path(to)
-			if !ok1 || !ok2 {
-				return
-			}
-			err := lkRename(src, dst)
-			note(kind, err)
-			switch {
-			case err == nil:
-				live[i] = to
-			case lkCleanFailure(err):
-			default:
-				s.unexpected(err, "storm: file worker %d: mv %s %s: unexpected %v", k, src, dst, err)
-				freeze(i, live[i], to)
-			}
-		case op < 90:
-			// Replace one of our files by another: POSIX rename over an
-			// existing file.
-			i, j := rng.IntN(len(live)), rng.IntN(len(live))
-			if i == j {
-				continue
-			}
-			src, ok1 := path(live[i])
-			dst, ok2 := path(live[j])
-			if !ok1 || !ok2 {
-				return
-			}
-			err := lkRename(src, dst)
-			note("file-replace", err)
-			switch {
-			case err == nil:
-				live[i].slot, live[i].name = live[j].slot, live[j].name
-				live = append(live[:j], live[j+1:]...)
-			case lkCleanFailure(err):
-			default:
-				s.unexpected(err, "storm: file worker %d: mv %s %s (replacing): unexpected %v", k, src, dst, err)
-				target := live[j]
-				moved := lkFile{slot: target.slot, name: target.name}
-				freeze(i, live[i], moved)
-				for x := range live {
-					if live[x].name == target.name {
-						freeze(x, target, lkFile{slot: -1})
-						break
-					}
-				}
-			}
-		default:
-			i := rng.IntN(len(live))
-			p, ok := path(live[i])
-			if !ok {
-				return
-			}
-			b, err := os.ReadFile(p)
-			note("file-read", err)
-			switch {
-			case err == nil && string(b) != live[i].content:
-				s.t.Errorf("storm: file worker %d: %s reads %q, want %q", k, p, lkShort(string(b)), lkShort(live[i].content))
-			case err == nil, lkCleanFailure(err):
-			default:
-				s.unexpected(err, "storm: file worker %d: cat %s: unexpected %v", k, p, err)
-			}
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.files = append(s.files, live...)
-	s.unknown = append(s.unknown, unknown...)
 }
 
 // ---------------------------------------------------------------------
@@ -818,12 +160,12 @@ func lkJudge(t *testing.T, round string, got map[string]string, want *lkWant, wh
 	}
 }
 
-// TestRaceJuiceFS4800: `mv a b/d/e` on one mount against `mv b/d a/c` on
+// TestRenameRaceCrossedDirsAtMostOneWins: `mv a b/d/e` on one mount against `mv b/d a/c` on
 // another (JuiceFS issue 4800, where directories got lost). In either
 // serial order the second rename finds its source or target parent gone,
 // so exactly one may succeed (or neither, on a lock timeout); both
 // succeeding makes a cycle that detaches a and b/d from the tree.
-func TestRaceJuiceFS4800(t *testing.T) {
+func TestRenameRaceCrossedDirsAtMostOneWins(t *testing.T) {
 	rounds := lkRounds(t, 20)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
 		for i := 0; i < rounds; i++ {
@@ -857,11 +199,11 @@ func TestRaceJuiceFS4800(t *testing.T) {
 	})
 }
 
-// TestRaceSwap: `mv a b` against `mv b a`, with files (both may succeed,
+// TestRenameRaceSwap: `mv a b` against `mv b a`, with files (both may succeed,
 // in either order: one file is legitimately replaced), empty directories
 // (the same, by inode), and non-empty directories (both must fail:
 // ENOTEMPTY, with no effect).
-func TestRaceSwap(t *testing.T) {
+func TestRenameRaceSwap(t *testing.T) {
 	rounds := lkRounds(t, 12)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
 		for i := 0; i < rounds; i++ {
@@ -962,12 +304,12 @@ func lkInoOrZero(path string) uint64 {
 	return st.Ino
 }
 
-// TestRaceSameDestination: two renames to one destination. Files with
+// TestRenameRaceSameDestination: two renames to one destination. Files with
 // plain rename may both succeed (POSIX replaces the first by the second):
 // the destination then holds one of the two and the other is legitimately
 // gone. With RENAME_NOREPLACE, and with non-empty directories, exactly one
 // wins (the other gets EEXIST or ENOTEMPTY).
-func TestRaceSameDestination(t *testing.T) {
+func TestRenameRaceSameDestination(t *testing.T) {
 	rounds := lkRounds(t, 12)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
 		for i := 0; i < rounds; i++ {
@@ -1026,7 +368,7 @@ func TestRaceSameDestination(t *testing.T) {
 	})
 }
 
-// TestRaceRenameDirUnderCreates: one mount creates files in a directory,
+// TestRenameRaceDirUnderCreates: one mount creates files in a directory,
 // continuously, while another renames that directory. Every acknowledged
 // create must end up in the renamed directory (created before the rename,
 // it moved with it); creates after the rename fail, or, through a
@@ -1034,7 +376,7 @@ func TestRaceSameDestination(t *testing.T) {
 // renamed directory too, which is where POSIX puts them. Nothing may land
 // in a directory the renamer makes at the old name, and nothing may be
 // orphaned at the old path.
-func TestRaceRenameDirUnderCreates(t *testing.T) {
+func TestRenameRaceDirUnderCreates(t *testing.T) {
 	rounds := lkRounds(t, 6)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
 		var beforeN, afterN int
@@ -1144,11 +486,11 @@ func TestRaceRenameDirUnderCreates(t *testing.T) {
 	})
 }
 
-// TestRaceRenameIntoItself: `mv /a /a/b` is EINVAL, also deeper and from
+// TestRenameRaceIntoItself: `mv /a /a/b` is EINVAL, also deeper and from
 // both mounts at once; and the cross-mount form no single kernel can see
 // (`mv a c/a2` on one mount, `mv c a/c2` on the other): at most one may
 // succeed.
-func TestRaceRenameIntoItself(t *testing.T) {
+func TestRenameRaceIntoItself(t *testing.T) {
 	rounds := lkRounds(t, 6)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
 		for i := 0; i < rounds; i++ {
@@ -1194,12 +536,12 @@ func TestRaceRenameIntoItself(t *testing.T) {
 	})
 }
 
-// TestRenameNotStarved: two mounts create files under a directory in tight
+// TestRenameNotStarvedByCreates: two mounts create files under a directory in tight
 // loops; a rename of that directory from a third mount must still
 // complete within the lock timeout (20s): a stream of operations holding
 // shared locks must not starve an exclusive one. Every acknowledged create
 // ends up in the renamed directory.
-func TestRenameNotStarved(t *testing.T) {
+func TestRenameNotStarvedByCreates(t *testing.T) {
 	const lockTimeout = 20 * time.Second
 	for _, strategy := range lkStrategies {
 		t.Run(strategy, func(t *testing.T) {
@@ -1287,58 +629,12 @@ func TestRenameNotStarved(t *testing.T) {
 	}
 }
 
-// TestRemoteRenameListedAtomically: readers see a rename atomically, old
-// paths before its commit point and new ones after, never neither (DESIGN,
-// protocol point 7). A listing is a search, so another mount may list a
-// slightly old state (README: up to the refresh interval), but never a
-// state that did not exist: right after `mv c a/c2` on mount B returned,
-// mount A (no caches) must list c in the round directory or c2 in a.
-func TestRemoteRenameListedAtomically(t *testing.T) {
-	rounds := lkRounds(t, 10)
-	f := mounttest.NewFS(t)
-	a := lkMount(t, f, "tree", false)
-	b := lkMount(t, f, "tree", false)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	names := func(dir string) map[string]bool {
-		es, err := os.ReadDir(dir)
-		if err != nil {
-			t.Errorf("listing %s: %v", dir, err)
-		}
-		out := map[string]bool{}
-		for _, e := range es {
-			out[e.Name()] = true
-		}
-		return out
-	}
-	neither := 0
-	for i := 0; i < rounds; i++ {
-		r := fmt.Sprintf("/r%02d", i)
-		lkMake(t, b.Path(r), map[string]string{"/a/": "", "/c/": "", "/c/g": "g"})
-		if err := f.Store.Refresh(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := lkRename(b.Path(r, "c"), b.Path(r, "a", "c2")); err != nil {
-			t.Fatal(err)
-		}
-		old, moved := names(a.Path(r))["c"], names(a.Path(r, "a"))["c2"]
-		if !old && !moved {
-			neither++
-			t.Errorf("%s: right after mv c a/c2 on another mount, the listings show c neither in %s nor as a/c2", r, r)
-		}
-	}
-	t.Logf("%d of %d rounds listed the renamed directory in neither place", neither, rounds)
-	a.Unmount(t)
-	b.Unmount(t)
-	checkInvariants(t, f, nil)
-}
-
-// TestRaceCreateVsAncestorRename: creates in a/b/c while the ancestor a is
+// TestRenameRaceAncestorUnderCreates: creates in a/b/c while the ancestor a is
 // renamed again and again, both on one mount (and, in a second phase, the
 // renames on the other mount while the creating mount looks the new names
 // up). A create that returns success must be found at the path the renames
 // imply; none may be left under a path that no longer exists.
-func TestRaceCreateVsAncestorRename(t *testing.T) {
+func TestRenameRaceAncestorUnderCreates(t *testing.T) {
 	secs := lkEnvInt(t, "ESFS_RACE_SECONDS", 3)
 	for _, strategy := range lkStrategies {
 		t.Run(strategy, func(t *testing.T) {
@@ -1412,4 +708,93 @@ func TestRaceCreateVsAncestorRename(t *testing.T) {
 			checkInvariantsWant(t, f, want)
 		})
 	}
+}
+
+// TestRenameRaceCrossedDirsWithCreatesNoDeadlock: `mv a b/d/e` on one
+// mount and `mv b/d a/c` on another, at once, while creates run in both
+// sources (whose shared locks first refuse both renames, which then wait). One must win, the other fail cleanly; both
+// must answer within a bound (no deadlock until the lock timeout, no
+// waiting-marker livelock), and no cycle or lost file may result.
+func TestRenameRaceCrossedDirsWithCreatesNoDeadlock(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := crMount(t, f, nil)
+	b := crMount(t, f, nil)
+	const bound = 10 * time.Second // the lock timeout is 30s
+	var report []string
+	for round := 0; round < 3; round++ {
+		r := fmt.Sprintf("r%d", round)
+		if err := os.MkdirAll(a.Path(r, "a"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(a.Path(r, "b", "d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var ca, cb crCreator
+		ca.run(a, 2, "ca", func(int) string { return r + "/a" })
+		cb.run(b, 2, "cb", func(int) string { return r + "/b/d" })
+		time.Sleep(300 * time.Millisecond)
+		go1 := make(chan crResult, 1)
+		go2 := make(chan crResult, 1)
+		var startGate sync.WaitGroup
+		startGate.Add(1)
+		go func() {
+			startGate.Wait()
+			s := time.Now()
+			err := os.Rename(a.Path(r, "a"), a.Path(r, "b", "d", "e"))
+			go1 <- crResult{err: err, took: time.Since(s)}
+		}()
+		go func() {
+			startGate.Wait()
+			s := time.Now()
+			err := os.Rename(b.Path(r, "b", "d"), b.Path(r, "a", "c"))
+			go2 <- crResult{err: err, took: time.Since(s)}
+		}()
+		startGate.Done()
+		r1 := crWaitResult(t, "mv a b/d/e", go1, time.Minute)
+		r2 := crWaitResult(t, "mv b/d a/c", go2, time.Minute)
+		time.Sleep(200 * time.Millisecond)
+		opsA, opsB := ca.finish(t), cb.finish(t)
+		report = append(report, fmt.Sprintf("round %d: mv a b/d/e: %s in %s; mv b/d a/c: %s in %s", round,
+			crErrno(r1.err), r1.took.Round(time.Millisecond), crErrno(r2.err), r2.took.Round(time.Millisecond)))
+		for _, x := range []crResult{r1, r2} {
+			if x.took > bound {
+				t.Errorf("round %d: a rename of the pair took %s (%v), bound %s", round, x.took, x.err, bound)
+			}
+			if errors.Is(x.err, syscall.EAGAIN) {
+				t.Errorf("round %d: a rename of the pair gave up waiting for locks: %v", round, x.err)
+			}
+		}
+		if (r1.err == nil) == (r2.err == nil) {
+			t.Errorf("round %d: want exactly one rename of the pair to succeed: %v, %v", round, r1.err, r2.err)
+			continue
+		}
+		// Where every acknowledged file must be now.
+		want := newCrTree()
+		aDir, bDir := r+"/b/d/e", r+"/b/d" // mv a b/d/e won
+		want.dirs[r+"/b/d/e"] = true
+		if r2.err == nil { // mv b/d a/c won
+			aDir, bDir = r+"/a", r+"/a/c"
+			want.dirs[r+"/b"], want.dirs[r+"/a/c"] = true, true
+			delete(want.dirs, r+"/b/d/e")
+		}
+		for _, set := range []struct {
+			ops []crCreate
+			dir string
+		}{{opsA, aDir}, {opsB, bDir}} {
+			for _, op := range set.ops {
+				if op.err == nil {
+					want.files[set.dir+"/"+op.name] = crContent(op.name)
+				}
+			}
+		}
+		if probs := crEventually(b, want, r, true); len(probs) > 0 {
+			t.Errorf("round %d: acknowledged files after the pair:\n  %s", round, crCap(probs, 15))
+		}
+	}
+	t.Logf("REPORT %s:\n  %s", t.Name(), strings.Join(report, "\n  "))
+	probs, orphans, _ := crIndex(t, f, true)
+	if len(probs)+len(orphans) > 0 {
+		t.Errorf("index after the pairs: %s\n  %s", crCap(probs, 10), crCap(orphans, 10))
+	}
+	checkInvariants(t, f, nil)
 }

@@ -1,0 +1,362 @@
+package test
+
+// esfs fsck: it finds what dead writers left (data chunks, directory link
+// counts off by one), --repair removes or recounts it, and a repair on a
+// live filesystem leaves alone what changed while it ran.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/esfs/esfs/test/mounttest"
+	"golang.org/x/sys/unix"
+)
+
+// fsckRun runs esfs fsck (with args) and returns its output and exit
+// status.
+func fsckRun(t *testing.T, f *mounttest.FS, args ...string) (string, int) {
+	t.Helper()
+	out, err := f.Run(append([]string{"fsck", "--lease", crLease.String()}, args...)...)
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return out, 0
+	case errors.As(err, &ee):
+		return out, ee.ExitCode()
+	}
+	t.Fatalf("esfs fsck: %v\n%s", err, out)
+	return "", 0
+}
+
+// TestFsckLeftoverData: esfs fsck finds data chunks that dead writers
+// left: a mount killed between a flush's chunks and its inode (the crash
+// point flush-after-chunks), whose file then reads as empty, and whose
+// chunks become those of no inode once another mount removes the file;
+// and a mount killed with data sent but never flushed. --repair removes
+// them; the unflushed chunks of a live writer are in flight, untouched,
+// and its file is whole when it closes it.
+func TestFsckLeftoverData(t *testing.T) {
+	f := mounttest.NewFS(t)
+	b := crMount(t, f, nil)
+	data := func(n int, seed byte) []byte {
+		out := make([]byte, n)
+		for i := range out {
+			out[i] = byte(i*7) + seed
+		}
+		return out
+	}
+
+	// Two files whose flush dies between chunks and inode.
+	var crashed []uint64
+	for _, name := range []string{"gone", "empty"} {
+		m := crMount(t, f, []string{"ESFS_CRASH_POINT=flush-after-chunks"})
+		err := os.WriteFile(m.Path(name), data(3<<20, 1), 0o644)
+		if _, ok := m.WaitExit(time.Minute); !ok {
+			t.Fatalf("the mount did not die at its flush (write: %v)", err)
+		}
+		m.Kill()
+		crashed = append(crashed, inoOf(t, b.Path(name)))
+		if got := storedChunks(t, f, crashed[len(crashed)-1]); len(got) != 3 {
+			t.Fatalf("%s: %d chunks stored by the killed flush, want 3", name, len(got))
+		}
+	}
+	if err := os.Remove(b.Path("gone")); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(b.Path("empty")); err != nil || st.Size() != 0 {
+		t.Fatalf("the file whose flush died: %v, %v", st, err)
+	}
+
+	// A mount killed with 32 MiB sent and its inode never updated.
+	k := crMount(t, f, nil)
+	kh, err := os.Create(k.Path("killed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < 40<<20; off += 1 << 20 {
+		if _, err := kh.Write(data(1<<20, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	killedIno := inoOf(t, k.Path("killed"))
+	k.Kill()
+	kh.Close()
+	if got := storedChunks(t, f, killedIno); len(got) < 32 {
+		t.Fatalf("the killed writer had stored %d chunks, want at least 32", len(got))
+	}
+
+	// A live writer, with 32 MiB sent and not flushed. It is another
+	// process: every fork of this one (fsck, a mount) would close a copy
+	// of the descriptor, and each close flushes.
+	c := crMount(t, f, nil)
+	live := bytes.Repeat(data(1<<20, 3), 40)
+	writer := exec.Command("python3", "-c", `
+import sys
+blk = bytes(((i * 7) + 3) & 255 for i in range(1 << 20))
+f = open(sys.argv[1], "wb", buffering=0)
+for _ in range(40):
+    f.write(blk)
+print("written", flush=True)
+sys.stdin.read()
+f.close()
+print("closed", flush=True)
+`, c.Path("live"))
+	stdin, err := writer.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := writer.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer.Stderr = os.Stderr
+	if err := writer.Start(); err != nil {
+		t.Skipf("no python3 for the live writer: %v", err)
+	}
+	defer writer.Process.Kill()
+	line := make([]byte, 8)
+	if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "written\n" {
+		t.Fatalf("the live writer: %q, %v", line, err)
+	}
+	liveIno := inoOf(t, c.Path("live"))
+	liveChunks := storedChunks(t, f, liveIno)
+	if len(liveChunks) < 32 {
+		t.Fatalf("the live writer stored %d chunks before its flush, want at least 32", len(liveChunks))
+	}
+
+	out, code := fsckRun(t, f)
+	t.Logf("esfs fsck:\n%s", out)
+	if code != 4 {
+		t.Errorf("esfs fsck exit status %d, want 4 (problems left)", code)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("leftover data: inode %d: 3 data chunks (0..2) of an inode that does not exist", crashed[0]),
+		fmt.Sprintf("leftover data: inode %d: 3 data chunks (0..2) past its size of 0 bytes", crashed[1]),
+		fmt.Sprintf("leftover data: inode %d: ", killedIno),
+		fmt.Sprintf("in flight: inode %d: %d data chunks", liveIno, len(liveChunks)),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("esfs fsck does not say %q", want)
+		}
+	}
+	if strings.Contains(out, fmt.Sprintf("leftover data: inode %d", liveIno)) {
+		t.Errorf("the live writer's chunks are called leftovers")
+	}
+
+	out, code = fsckRun(t, f, "--repair")
+	t.Logf("esfs fsck --repair:\n%s", out)
+	if code != 1 {
+		t.Errorf("esfs fsck --repair exit status %d, want 1 (all repaired)", code)
+	}
+	for _, ino := range append(crashed, killedIno) {
+		if got := storedChunks(t, f, ino); len(got) != 0 {
+			t.Errorf("inode %d: chunks %v left after repair", ino, got)
+		}
+	}
+	if got := storedChunks(t, f, liveIno); len(got) < len(liveChunks) {
+		t.Errorf("the live writer's chunks: %d left of %d after repair", len(got), len(liveChunks))
+	}
+	stdin.Close()
+	if err := writer.Wait(); err != nil {
+		t.Fatalf("the live writer's close: %v", err)
+	}
+	if got := fenceRead(t, b.Path("live")); !bytes.Equal(got, live) {
+		t.Errorf("the live writer's file after fsck --repair and its close: %d bytes, differs from what was written", len(got))
+	}
+	if out, code := fsckRun(t, f); code != 0 {
+		t.Errorf("esfs fsck after repair: exit status %d\n%s", code, out)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(b.Path("live"), &st); err != nil || st.Blocks*512 < int64(len(live)) {
+		t.Errorf("the live file's st_blocks %d for %d bytes (%v)", st.Blocks, len(live), err)
+	}
+	if b.Exited() || c.Exited() {
+		t.Fatal("a live mount exited")
+	}
+}
+
+// TestFsckDirLinkCounts: esfs fsck finds a directory
+// count left off by a crash between a rename's finish and its counts, and
+// the counts of directories made by an esfs that did not count, and
+// --repair sets them; a rename whose mount died with no other mount alive
+// is finished by esfs fsck --repair, counts included.
+func TestFsckDirLinkCounts(t *testing.T) {
+	f := mounttest.NewFS(t)
+	b := crMount(t, f, nil)
+	mounttest.Sh(t, b.Dir, `mkdir -p a/keep a/d/sub b old/x/y`)
+	a := crMount(t, f, []string{"ESFS_CRASH_POINT=rename-after-links-marked"})
+	mv := crGo(func() crResult { return crRun(2*time.Minute, "/", "mv", "-T", a.Path("a", "d"), a.Path("b", "d")) })
+	if _, ok := a.WaitExit(2 * time.Minute); !ok {
+		t.Fatal("the renaming mount did not die at rename-after-links-marked")
+	}
+	died := time.Now()
+	a.Kill()
+	crWaitResult(t, "mv on the dead mount", mv, time.Minute)
+	want := newCrTree()
+	for _, d := range []string{"a", "a/keep", "b", "b/d", "b/d/sub", "old", "old/x", "old/x/y"} {
+		want.dirs[d] = true
+	}
+	crWaitClean(t, f, b, want, died, crBound+30*time.Second)
+	// The survivor finished the rename, but the counts were marked as
+	// moved by the mount that died before it moved them.
+	if na, nb := statLinks(t, b.Path("a")), statLinks(t, b.Path("b")); na != 4 || nb != 2 {
+		t.Fatalf("after the crash: /a has %d links, /b %d; want the stale 4 and 2 (the crash point is not where the test thinks)", na, nb)
+	}
+	// A directory as an esfs that did not count left it.
+	ctx := context.Background()
+	var st unix.Stat_t
+	if err := unix.Stat(b.Path("old", "x"), &st); err != nil {
+		t.Fatal(err)
+	}
+	old, err := f.Store.GetInode(ctx, st.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Nlink = 1
+	if _, err := f.Store.PutInode(ctx, old, old.Ver); err != nil {
+		t.Fatal(err)
+	}
+	if n := statLinks(t, b.Path("old", "x")); n != 1 {
+		t.Errorf("a directory stored with 1 link (not counted) reports %d, want 1", n)
+	}
+
+	out, err := f.Run("fsck", "--no-wait")
+	if code := exitCode(err); code != 4 || !strings.Contains(out, "directory link count: /a: nlink 4, want 3 ") ||
+		!strings.Contains(out, "directory link count: /b: nlink 2, want 3 ") || !strings.Contains(out, "directory link count: /old/x: not counted") {
+		t.Fatalf("fsck: exit %d, want 4 naming /a, /b and /old/x:\n%s", code, out)
+	}
+	if out, err := f.Run("fsck", "--no-wait", "--repair"); exitCode(err) != 1 || strings.Count(out, "(repaired)") != 3 {
+		t.Fatalf("fsck --repair: exit %d, want 1 with 3 repairs:\n%s", exitCode(err), out)
+	}
+	if out, err := f.Run("fsck", "--no-wait"); err != nil {
+		t.Fatalf("fsck after the repair: %v\n%s", err, out)
+	}
+	dirLinksAgree(t, b.Dir)
+	alive(t, b)
+
+	// No mount alive: an admin command finishes a dead mount's rename.
+	b.Unmount(t)
+	a = crMount(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"})
+	mv = crGo(func() crResult { return crRun(2*time.Minute, "/", "mv", "-T", a.Path("b", "d"), a.Path("old", "d")) })
+	if _, ok := a.WaitExit(2 * time.Minute); !ok {
+		t.Fatal("the renaming mount did not die at rename-after-commit")
+	}
+	a.Kill()
+	crWaitResult(t, "mv on the dead mount", mv, time.Minute)
+	if out, err := f.Run("fsck", "--repair"); exitCode(err) != 1 || !strings.Contains(out, "unfinished operation") {
+		t.Fatalf("fsck --repair of a dead mount's rename: exit %d, want 1:\n%s", exitCode(err), out)
+	}
+	if out, err := f.Run("fsck", "--no-wait"); err != nil {
+		t.Fatalf("fsck after recovery by fsck: %v\n%s", err, out)
+	}
+	c := crMount(t, f, nil)
+	if _, err := os.Stat(c.Path("old", "d", "sub")); err != nil {
+		t.Errorf("the rename finished by fsck: %v", err)
+	}
+	if nb, no := statLinks(t, c.Path("b")), statLinks(t, c.Path("old")); nb != 2 || no != 4 {
+		t.Errorf("after fsck finished the rename: /b has %d links, /old %d; want 2 and 4", nb, no)
+	}
+	dirLinksAgree(t, c.Dir)
+	alive(t, c)
+}
+
+// exitCode is the exit status of a command's error (0 for nil).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// TestFsckRepairSparesChangesMadeDuringIt: fsck compares a snapshot of the
+// paths with a scan of the inodes made after it. A file created, a hard
+// link made and a file removed between the two (here: while fsck's inode
+// scan is held) are not damage: fsck --repair must leave them alone (before,
+// it deleted the new file's inode and data, and lowered the link count
+// below the file's paths), and report the filesystem clean.
+func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
+	quickExit(t)
+	f := mounttest.NewFS(t)
+	m := f.Mount(t)
+	mounttest.Sh(t, m.Dir, `echo linked > linked && echo doomed > doomed && mkdir d0`)
+	if out, code := esfsCmd(t, f, "", "fsck", "--no-wait"); code != 0 {
+		t.Fatalf("fsck before: status %d\n%s", code, out)
+	}
+
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	holdProxy := mounttest.NewFaultProxy(t, f.URL)
+	holdProxy.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if r.Method == http.MethodPost && r.URL.Path == "/"+f.Index+"-inodes/_search" {
+			once.Do(func() { close(held); <-release })
+		}
+		return false
+	})
+	defer once.Do(func() {})
+	var out bytes.Buffer
+	cmd := exec.Command(f.Bin, "fsck", "--repair", "--no-wait", "--es-url", holdProxy.URL, "--index", f.Index)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-held:
+	case err := <-exited:
+		t.Fatalf("fsck ended before scanning inodes: %v\n%s", err, out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatal("fsck did not scan inodes within 60s")
+	}
+	mounttest.Sh(t, m.Dir, `echo born > born && ln linked link2 && rm doomed && mkdir d0/new`)
+	esDo(t, f.URL, "POST", "/"+f.Index+","+f.Index+"-*/_refresh", "")
+	close(release)
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("fsck --repair during changes: %v\n%s", err, out.String())
+		}
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("fsck did not end:\n%s", out.String())
+	}
+	t.Logf("fsck: %s", out.String())
+	ctx := context.Background()
+	for name, nlink := range map[string]uint32{"born": 1, "linked": 2} {
+		d, err := f.Store.GetDentry(ctx, "/"+name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		a, err := f.Store.GetInode(ctx, d.Ino)
+		if err != nil || a.Nlink != nlink {
+			t.Errorf("%s after fsck --repair: inode %+v, %v; want %d links", name, a, err, nlink)
+		}
+	}
+	// A mkdir between the snapshots moved directory link counts too.
+	for name, nlink := range map[string]uint32{"/d0": 3, "/d0/new": 2} {
+		d, err := f.Store.GetDentry(ctx, name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if a, err := f.Store.GetInode(ctx, d.Ino); err != nil || a.Nlink != nlink {
+			t.Errorf("directory %s after fsck --repair: inode %+v, %v; want %d links", name, a, err, nlink)
+		}
+	}
+	if got := mounttest.Sh(t, m.Dir, `cat born link2`); got != "born\nlinked\n" {
+		t.Errorf("contents after fsck --repair: %q", got)
+	}
+}
