@@ -3,23 +3,75 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 )
 
-// checkDirAt checks that path p names this directory inode.
-func (n *node) checkDirAt(ctx context.Context, p string, fresh bool) error {
+// dirRef is the directory an entry change happens in: its path now (ok
+// false once it has none) and the inode that path must still name when the
+// change is made. A kernel node (node) learns its path from go-fuse's
+// tree, which renames update; a path-based operation (pathDir) keeps the
+// path it was given.
+type dirRef interface {
+	path() (string, bool)
+	ino() uint64
+}
+
+// pathDir is the directory of a path-based operation: a path, and the
+// inode it named when the operation looked it up.
+type pathDir struct {
+	p string
+	i uint64
+}
+
+func (d pathDir) path() (string, bool) { return d.p, true }
+func (d pathDir) ino() uint64          { return d.i }
+
+// dirAt looks up directory p for a path-based operation, in real time:
+// the operation re-checks it under its locks, and a stale cached inode
+// would fail that check.
+func (f *FS) dirAt(ctx context.Context, p string) (pathDir, error) {
+	if p == "/" {
+		return pathDir{p, store.RootIno}, nil
+	}
+	sn, err := f.resolveFresh(ctx, p)
+	if err != nil {
+		return pathDir{}, err
+	}
+	if sn.Type != store.TypeDir {
+		return pathDir{}, errnoErr(syscall.ENOTDIR, "%q is not a directory", p)
+	}
+	return pathDir{p, sn.Ino}, nil
+}
+
+// parentOf is the directory of path, looked up for a path-based
+// operation, and the entry's name in it.
+func (f *FS) parentOf(ctx context.Context, path string) (pathDir, string, error) {
+	if err := store.CheckPath(path); err != nil {
+		return pathDir{}, "", err
+	}
+	if path == "/" {
+		return pathDir{}, "", fmt.Errorf("%q is no entry of a directory: %w", path, store.ErrInvalid)
+	}
+	dir, name := store.Split(path)
+	d, err := f.dirAt(ctx, dir)
+	return d, name, err
+}
+
+// checkDirAt checks that path p names directory inode ino.
+func (f *FS) checkDirAt(ctx context.Context, ino uint64, p string, fresh bool) error {
 	if p == "/" {
 		return nil
 	}
 	var d store.Node
 	var err error
 	if fresh {
-		d, err = n.f.resolveFresh(ctx, p)
+		d, err = f.resolveFresh(ctx, p)
 	} else {
-		d, err = n.f.resolve(ctx, p)
+		d, err = f.resolve(ctx, p)
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return errnoErr(syscall.ESTALE, "directory %q is gone", p)
@@ -27,8 +79,8 @@ func (n *node) checkDirAt(ctx context.Context, p string, fresh bool) error {
 	if err != nil {
 		return err
 	}
-	if d.Ino != n.ino() {
-		return errnoErr(syscall.ESTALE, "directory %q is now inode %d, not %d", p, d.Ino, n.ino())
+	if d.Ino != ino {
+		return errnoErr(syscall.ESTALE, "directory %q is now inode %d, not %d", p, d.Ino, ino)
 	}
 	if d.Type != store.TypeDir {
 		return errnoErr(syscall.ENOTDIR, "%q is not a directory", p)
@@ -36,31 +88,31 @@ func (n *node) checkDirAt(ctx context.Context, p string, fresh bool) error {
 	return nil
 }
 
-// lockEntry takes the locks for changing entry name of this directory. The
-// directory's path comes from go-fuse's tree, which a rename of an ancestor
-// (here) changes when it replies: if it changed while we waited for the
-// locks, the locks are on the old path, so take them again.
-func (n *node) lockEntry(ctx context.Context, name string) (dir, path string, txn *locking.Txn, err error) {
+// lockEntry takes the locks for changing entry name of directory parent. A
+// kernel node's path comes from go-fuse's tree, which a rename of an
+// ancestor (here) changes when it replies: if it changed while we waited
+// for the locks, the locks are on the old path, so take them again.
+func (f *FS) lockEntry(ctx context.Context, parent dirRef, name string) (dir, path string, txn *locking.Txn, err error) {
 	for attempt := 0; ; attempt++ {
 		var ok bool
-		dir, ok = n.path()
+		dir, ok = parent.path()
 		if !ok {
-			return "", "", nil, errnoErr(syscall.ENOENT, "directory inode %d was removed", n.ino())
+			return "", "", nil, errnoErr(syscall.ENOENT, "directory inode %d was removed", parent.ino())
 		}
 		path = store.Join(dir, name)
 		if err := store.CheckPath(path); err != nil {
 			return "", "", nil, err
 		}
-		txn, err = n.f.begin(ctx, dir, path)
+		txn, err = f.begin(ctx, dir, path)
 		if err != nil {
 			return "", "", nil, err
 		}
-		if now, ok := n.path(); ok && now == dir {
+		if now, ok := parent.path(); ok && now == dir {
 			return dir, path, txn, nil
 		}
 		_ = txn.End(ctx)
 		if attempt >= 20 {
-			return "", "", nil, errnoErr(syscall.EAGAIN, "directory inode %d keeps moving", n.ino())
+			return "", "", nil, errnoErr(syscall.EAGAIN, "directory inode %d keeps moving", parent.ino())
 		}
 	}
 }

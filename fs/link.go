@@ -6,19 +6,36 @@ import (
 	"syscall"
 
 	"github.com/esfs/esfs/store"
-	gofs "github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-func (n *node) linkLocked(ctx context.Context, tn *node, dir, path string, out *fuse.EntryOut) (*gofs.Inode, error) {
-	if err := n.checkDirAt(ctx, dir, true); err != nil {
-		return nil, err
+// link makes name in directory parent a new link to inode ino (not a
+// directory's: the caller checks): the inode's link count first, then the
+// path document with create-if-absent.
+func (f *FS) link(ctx context.Context, parent dirRef, name string, ino uint64) (store.Node, error) {
+	if f.opts.ReadOnly {
+		return store.Node{}, syscall.EROFS
+	}
+	if err := store.CheckName(name); err != nil {
+		return store.Node{}, err
+	}
+	dir, path, txn, err := f.lockEntry(ctx, parent, name)
+	if err != nil {
+		return store.Node{}, err
+	}
+	sn, err := f.linkLocked(ctx, parent, ino, dir, path)
+	f.end(ctx, txn, &err)
+	return sn, err
+}
+
+func (f *FS) linkLocked(ctx context.Context, parent dirRef, ino uint64, dir, path string) (store.Node, error) {
+	if err := f.checkDirAt(ctx, parent.ino(), dir, true); err != nil {
+		return store.Node{}, err
 	}
 	// Count the link first: a crash in between leaves a count one too high
 	// (a leak fsck reclaims), never a path to an inode that thinks it has
 	// no links and may be deleted.
 	t := now()
-	a, err := n.f.updateInode(ctx, tn.ino(), func(a *store.Inode) error {
+	a, err := f.updateInode(ctx, ino, func(a *store.Inode) error {
 		if a.Nlink >= 65000 {
 			return syscall.EMLINK
 		}
@@ -27,30 +44,29 @@ func (n *node) linkLocked(ctx context.Context, tn *node, dir, path string, out *
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return store.Node{}, err
 	}
 	d := store.Dentry{Path: path, Ino: a.Ino, Type: a.Type}
-	n.f.cache.InvalidatePath(path)
-	n.f.noteWrite()
-	v, err := n.f.st.CreateDentry(ctx, d)
+	f.cache.InvalidatePath(path)
+	f.noteWrite()
+	v, err := f.st.CreateDentry(ctx, d)
 	if errors.Is(err, store.ErrExists) {
-		if cleared, cerr := n.f.clearGarbage(ctx, path); cerr == nil && cleared {
-			v, err = n.f.st.CreateDentry(ctx, d)
+		if cleared, cerr := f.clearGarbage(ctx, path); cerr == nil && cleared {
+			v, err = f.st.CreateDentry(ctx, d)
 		}
 	}
 	if err != nil {
-		if _, uerr := n.f.updateInode(ctx, a.Ino, func(a *store.Inode) error { a.Nlink--; return nil }); uerr != nil {
-			n.f.log.Warn("could not undo a link count", "ino", a.Ino, "err", uerr)
+		if _, uerr := f.updateInode(ctx, a.Ino, func(a *store.Inode) error { a.Nlink--; return nil }); uerr != nil {
+			f.log.Warn("could not undo a link count", "ino", a.Ino, "err", uerr)
 		}
-		return nil, err
+		return store.Node{}, err
 	}
-	n.f.touchDir(n.ino(), t)
+	f.touchDir(parent.ino(), t)
 	d.Ver = v
 	d.Parent, d.Name = store.Split(path)
 	sn := store.Node{Dentry: d, Attr: a}
-	n.f.cache.PutNode(sn, n.f.cache.Gen())
-	n.f.fillAttr(a, &out.Attr)
-	return tn.EmbeddedInode(), nil
+	f.cache.PutNode(sn, f.cache.Gen())
+	return sn, nil
 }
 
 // touchDir sets a directory's mtime and ctime after a change of its

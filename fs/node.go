@@ -76,7 +76,7 @@ func (n *node) dirPath(ctx context.Context, fresh bool) (string, error) {
 	if !ok {
 		return "", errnoErr(syscall.ENOENT, "directory inode %d was removed", n.ino())
 	}
-	return p, n.checkDirAt(ctx, p, fresh)
+	return p, n.f.checkDirAt(ctx, n.ino(), p, fresh)
 }
 
 // newChild makes (or finds) the kernel node of a store node.
@@ -143,6 +143,13 @@ func (n *node) lookupCached(ctx context.Context, name string, out *fuse.EntryOut
 	return n.newChild(ctx, sn, out), 0, true
 }
 
+// callerEntry is what a kernel request to create asks for, owned by the
+// process that asks.
+func callerEntry(ctx context.Context, typ store.FileType, mode uint32) Entry {
+	uid, gid := caller(ctx)
+	return Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid}
+}
+
 // caller returns the uid and gid of the process making the request.
 func caller(ctx context.Context) (uint32, uint32) {
 	if c, ok := ctx.(*fuse.Context); ok {
@@ -157,7 +164,7 @@ func caller(ctx context.Context) (uint32, uint32) {
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	sn, err := n.create(ctx, name, newEntry{typ: store.TypeDir, mode: mode})
+	sn, err := n.f.create(ctx, n, name, callerEntry(ctx, store.TypeDir, mode))
 	if err != nil {
 		return nil, n.f.toErrno("mkdir", err)
 	}
@@ -167,13 +174,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	if len(target) > store.MaxPath || target == "" {
-		if target == "" {
-			return nil, syscall.ENOENT
-		}
-		return nil, syscall.ENAMETOOLONG
-	}
-	sn, err := n.create(ctx, name, newEntry{typ: store.TypeSymlink, mode: 0o777, target: target})
+	e := callerEntry(ctx, store.TypeSymlink, 0o777)
+	e.Target = target
+	sn, err := n.f.create(ctx, n, name, e)
 	if err != nil {
 		return nil, n.f.toErrno("symlink", err)
 	}
@@ -195,7 +198,9 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	default:
 		return nil, syscall.EINVAL
 	}
-	sn, err := n.create(ctx, name, newEntry{typ: typ, mode: mode, rdev: dev})
+	e := callerEntry(ctx, typ, mode)
+	e.Rdev = dev
+	sn, err := n.f.create(ctx, n, name, e)
 	if err != nil {
 		return nil, n.f.toErrno("mknod", err)
 	}
@@ -218,7 +223,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	sn, err := n.create(ctx, name, newEntry{typ: store.TypeFile, mode: mode})
+	sn, err := n.f.create(ctx, n, name, callerEntry(ctx, store.TypeFile, mode))
 	created := err == nil
 	if errors.Is(err, store.ErrExists) && flags&syscall.O_EXCL == 0 {
 		// Another process created it since the kernel's lookup: open that one.
@@ -264,37 +269,24 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if tn.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		return nil, syscall.EPERM
 	}
-	if err := store.CheckName(name); err != nil {
-		return nil, n.f.toErrno("link", err)
-	}
-	dir, path, txn, err := n.lockEntry(ctx, name)
+	sn, err := n.f.link(ctx, n, name, tn.ino())
 	if err != nil {
 		return nil, n.f.toErrno("link", err)
 	}
-	child, err := n.linkLocked(ctx, tn, dir, path, out)
-	n.f.end(ctx, txn, &err)
-	if err != nil {
-		return nil, n.f.toErrno("link", err)
-	}
-	return child, 0
+	n.f.fillAttr(sn.Attr, &out.Attr)
+	return tn.EmbeddedInode(), 0
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	if n.f.opts.ReadOnly {
-		return syscall.EROFS
-	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	return n.f.toErrno("unlink", n.remove(ctx, name, false))
+	return n.f.toErrno("unlink", n.f.remove(ctx, n, name, false))
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	if n.f.opts.ReadOnly {
-		return syscall.EROFS
-	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	return n.f.toErrno("rmdir", n.remove(ctx, name, true))
+	return n.f.toErrno("rmdir", n.f.remove(ctx, n, name, true))
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

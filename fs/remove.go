@@ -9,27 +9,31 @@ import (
 	"github.com/esfs/esfs/store"
 )
 
-// remove deletes the path name of this directory: its path document (with
-// compare-and-set on the version just read), then one link of its inode.
-func (n *node) remove(ctx context.Context, name string, wantDir bool) error {
+// remove deletes the path name of directory parent (unlink, or rmdir if
+// wantDir): its path document (with compare-and-set on the version just
+// read), then one link of its inode.
+func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir bool) error {
+	if f.opts.ReadOnly {
+		return syscall.EROFS
+	}
 	if err := store.CheckName(name); err != nil {
 		return err
 	}
-	dir, path, txn, err := n.lockEntry(ctx, name)
+	dir, path, txn, err := f.lockEntry(ctx, parent, name)
 	if err != nil {
 		return err
 	}
-	err = n.removeLocked(ctx, dir, path, wantDir)
-	n.f.end(ctx, txn, &err)
+	err = f.removeLocked(ctx, parent, dir, path, wantDir)
+	f.end(ctx, txn, &err)
 	return err
 }
 
-func (n *node) removeLocked(ctx context.Context, dir, path string, wantDir bool) error {
-	if err := n.checkDirAt(ctx, dir, true); err != nil {
+func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, wantDir bool) error {
+	if err := f.checkDirAt(ctx, parent.ino(), dir, true); err != nil {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		sn, err := n.f.resolveFresh(ctx, path)
+		sn, err := f.resolveFresh(ctx, path)
 		if err != nil {
 			return err
 		}
@@ -40,7 +44,7 @@ func (n *node) removeLocked(ctx context.Context, dir, path string, wantDir bool)
 			return syscall.EISDIR
 		}
 		if wantDir {
-			empty, err := n.f.isEmptyDir(ctx, path)
+			empty, err := f.isEmptyDir(ctx, path)
 			if err != nil {
 				return err
 			}
@@ -48,7 +52,7 @@ func (n *node) removeLocked(ctx context.Context, dir, path string, wantDir bool)
 				return syscall.ENOTEMPTY
 			}
 		}
-		opPath, err := n.f.st.OpDeleteDentry(path, sn.Ver)
+		opPath, err := f.st.OpDeleteDentry(path, sn.Ver)
 		if err != nil {
 			return err
 		}
@@ -58,17 +62,17 @@ func (n *node) removeLocked(ctx context.Context, dir, path string, wantDir bool)
 		}
 		// The directory's times, and its count for a subdirectory, ride
 		// with the delete.
-		opParent, pl, err := n.f.dirLinksOp(ctx, n.ino(), subdirs, now())
+		opParent, pl, err := f.dirLinksOp(ctx, parent.ino(), subdirs, now())
 		if err != nil {
 			return err
 		}
-		n.f.cache.InvalidatePath(path)
-		n.f.noteWrite()
-		res, err := n.f.st.Bulk(ctx, []store.BulkOp{opPath, opParent})
+		f.cache.InvalidatePath(path)
+		f.noteWrite()
+		res, err := f.st.Bulk(ctx, []store.BulkOp{opPath, opParent})
 		if err != nil {
 			return err
 		}
-		n.f.settleDirLinks(ctx, pl, res[1], res[0].Err == nil)
+		f.settleDirLinks(ctx, pl, res[1], res[0].Err == nil)
 		err = res[0].Err
 		if errors.Is(err, store.ErrConflict) && attempt < 10 {
 			continue // changed between our read and delete: look again
@@ -79,7 +83,7 @@ func (n *node) removeLocked(ctx context.Context, dir, path string, wantDir bool)
 		if err != nil {
 			return err
 		}
-		return n.f.dropLink(ctx, sn.Ino)
+		return f.dropLink(ctx, sn.Ino)
 	}
 }
 
