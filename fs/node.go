@@ -70,7 +70,7 @@ func (n *node) path() (string, bool) {
 // read that the path still names this inode (fresh: bypassing the cache).
 // Another mount may have renamed the directory away and made a new one at
 // its name; then operations on this (stale) node get ESTALE instead of
-// landing in the other directory (LOCKING-REVIEW item 6).
+// landing in the other directory.
 func (n *node) dirPath(ctx context.Context, fresh bool) (string, error) {
 	p, ok := n.path()
 	if !ok {
