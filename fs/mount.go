@@ -37,7 +37,7 @@ type Server struct {
 // request is answered ENOSYS regardless).
 func Mount(mountpoint string, f *FS) (*Server, error) {
 	root := &node{f: f}
-	opts := mountOptions(f.opts, log.New(logWriter{f}, "", 0))
+	opts := MountOptions(f.opts, log.New(logWriter{f}, "", 0))
 	var raw fuse.RawFileSystem = timedFS{RawFileSystem: gofs.NewNodeFS(root, opts), m: f.metrics}
 	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
@@ -47,8 +47,9 @@ func Mount(mountpoint string, f *FS) (*Server, error) {
 	return &Server{srv: srv, fs: f, mountpoint: mountpoint}, nil
 }
 
-// mountOptions are the kernel and go-fuse options of an esfs mount.
-func mountOptions(o Options, logger *log.Logger) *gofs.Options {
+// MountOptions are the kernel and go-fuse options of an esfs mount (the
+// benchmarks' floor mounts with them too).
+func MountOptions(o Options, logger *log.Logger) *gofs.Options {
 	// go-fuse uses zero timeouts whenever Options is non-nil, so every
 	// kernel cache timeout is set explicitly here.
 	entry, attr, neg := o.EntryTimeout, o.AttrTimeout, o.NegativeTimeout

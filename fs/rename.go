@@ -39,7 +39,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 // path, as one journaled operation under the strategy's locks (see
 // locking.Journal): other mounts see either the old paths or the new ones.
 // File data and attributes are keyed by inode and never move.
-func (f *FS) rename(ctx context.Context, from *node, name string, to *node, newName string, noReplace bool) error {
+func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, newName string, noReplace bool) error {
 	if err := store.CheckName(name); err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func (f *FS) subtreePaths(ctx context.Context, src string) ([]string, map[string
 	}
 }
 
-func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to *node, src, dst string, noReplace bool, subtree []string) error {
+func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef, src, dst string, noReplace bool, subtree []string) error {
 	// Re-check everything with realtime reads now that nothing can change
 	// (the source may have been moved away while we waited for the locks):
 	// both directories, source and destination, in one mget.
@@ -162,7 +162,7 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to *node,
 		}
 		docs[i], found[i] = d, ok
 	}
-	for i, n := range []*node{from, to} {
+	for i, n := range []dirRef{from, to} {
 		switch {
 		case !found[i]:
 			return errnoErr(syscall.ESTALE, "directory %q is gone", res[i].Dentry.Path)

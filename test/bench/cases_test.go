@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/fs/floor"
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
@@ -107,7 +108,7 @@ func mountTmpfs(t testing.TB) string {
 
 func mountFloor(t testing.TB, o fs.Options, dirs map[string][]string) string {
 	dir := t.TempDir()
-	fl, err := fs.MountFloor(dir, o, dirs)
+	fl, err := floor.Mount(dir, o, dirs)
 	if err != nil {
 		t.Fatal(err)
 	}

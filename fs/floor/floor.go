@@ -1,4 +1,6 @@
-package fs
+// Package floor is a benchmark baseline: a filesystem that costs nothing
+// but FUSE itself, mounted with the kernel options of an esfs mount.
+package floor
 
 import (
 	"context"
@@ -7,6 +9,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/esfs/esfs/fs"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -19,10 +22,10 @@ type Floor struct {
 	srv *fuse.Server
 }
 
-// MountFloor mounts a Floor at mountpoint with o's kernel options. dirs
+// Mount mounts a Floor at mountpoint with o's kernel options. dirs
 // maps the name of each directory below the root to the names of the empty
 // files it holds.
-func MountFloor(mountpoint string, o Options, dirs map[string][]string) (*Floor, error) {
+func Mount(mountpoint string, o fs.Options, dirs map[string][]string) (*Floor, error) {
 	o.ReadOnly = true
 	root := &floorDir{}
 	next := uint64(2)
@@ -39,7 +42,7 @@ func MountFloor(mountpoint string, o Options, dirs map[string][]string) (*Floor,
 		root.dirs = append(root.dirs, floorChild{name, d})
 	}
 	sort.Slice(root.dirs, func(i, j int) bool { return root.dirs[i].name < root.dirs[j].name })
-	srv, err := gofs.Mount(mountpoint, root, mountOptions(o, log.New(discard{}, "", 0)))
+	srv, err := gofs.Mount(mountpoint, root, fs.MountOptions(o, log.New(discard{}, "", 0)))
 	if err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)
 	}

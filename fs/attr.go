@@ -1,0 +1,188 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"math"
+	"syscall"
+	"time"
+
+	"github.com/esfs/esfs/store"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+func typeBits(t store.FileType) uint32 {
+	switch t {
+	case store.TypeDir:
+		return syscall.S_IFDIR
+	case store.TypeSymlink:
+		return syscall.S_IFLNK
+	case store.TypeFifo:
+		return syscall.S_IFIFO
+	case store.TypeSocket:
+		return syscall.S_IFSOCK
+	case store.TypeCharDev:
+		return syscall.S_IFCHR
+	case store.TypeBlockDev:
+		return syscall.S_IFBLK
+	}
+	return syscall.S_IFREG
+}
+
+// fileType is the type of the S_IFMT bits of mode; 0 if esfs has none.
+func fileType(mode uint32) store.FileType {
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+		return store.TypeFile
+	case syscall.S_IFDIR:
+		return store.TypeDir
+	case syscall.S_IFLNK:
+		return store.TypeSymlink
+	case syscall.S_IFIFO:
+		return store.TypeFifo
+	case syscall.S_IFSOCK:
+		return store.TypeSocket
+	case syscall.S_IFCHR:
+		return store.TypeCharDev
+	case syscall.S_IFBLK:
+		return store.TypeBlockDev
+	}
+	return 0
+}
+
+// fillAttr converts store attributes for the kernel.
+func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
+	size, chunks := a.Size, a.Chunks
+	if of := f.openState(a.Ino); of != nil {
+		size, chunks = of.current(a)
+	}
+	out.Ino = a.Ino
+	out.Size = uint64(size)
+	out.Blocks = (uint64(size) + 511) / 512
+	if a.Type == store.TypeFile && chunks >= 0 {
+		// What the file stores, in whole chunks: cp, tar and rsync take
+		// fewer blocks than the size for a sparse file, and then find its
+		// holes with SEEK_HOLE instead of reading them.
+		out.Blocks = min(out.Blocks, uint64(chunks)*uint64(f.st.ChunkSize())/512)
+	}
+	out.Blksize = 128 << 10
+	out.Mode = typeBits(a.Type) | a.Mode
+	if a.Type.IsDevice() {
+		out.Rdev = a.Rdev
+	}
+	out.Nlink = a.Nlink
+	if a.Type == store.TypeDir && !a.DirLinksCounted() {
+		out.Nlink = 1 // not counted (see DirLinksCounted)
+	}
+	out.Owner = fuse.Owner{Uid: a.Uid, Gid: a.Gid}
+	setTime := func(ns int64) (uint64, uint32) {
+		// The kernel reads the seconds as signed: times before 1970 pass
+		// as two's complement, with nanoseconds counted forward.
+		sec, nsec := ns/1e9, ns%1e9
+		if nsec < 0 {
+			sec, nsec = sec-1, nsec+1e9
+		}
+		return uint64(sec), uint32(nsec)
+	}
+	out.Atime, out.Atimensec = setTime(a.Atime)
+	out.Mtime, out.Mtimensec = setTime(a.Mtime)
+	out.Ctime, out.Ctimensec = setTime(a.Ctime)
+}
+
+func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if a, ok := n.f.cache.Inode(n.ino()); ok {
+		n.f.fillAttr(a, &out.Attr)
+		return 0
+	}
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	a, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
+	if errors.Is(err, store.ErrNotFound) {
+		if of := n.f.openState(n.ino()); of != nil {
+			// Unlinked while open here: the inode lives on in memory.
+			a = of.lastAttr()
+		} else {
+			return syscall.ESTALE
+		}
+	} else if err != nil {
+		return n.f.toErrno("getattr", err)
+	}
+	n.f.fillAttr(a, &out.Attr)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if n.f.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	if size, ok := in.GetSize(); ok {
+		if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			return syscall.EISDIR
+		}
+		if err := n.f.truncate(ctx, n.ino(), int64(size), nil); err != nil {
+			return n.f.toErrno("truncate", err)
+		}
+	}
+	t := now()
+	mode, hasMode := in.GetMode()
+	uid, hasUid := in.GetUID()
+	gid, hasGid := in.GetGID()
+	atime, hasAtime := in.GetATime()
+	mtime, hasMtime := in.GetMTime()
+	if !hasMode && !hasUid && !hasGid && !hasAtime && !hasMtime {
+		if _, ok := in.GetSize(); ok {
+			return n.Getattr(ctx, fh, out)
+		}
+	}
+	a, err := n.f.updateInode(ctx, n.ino(), func(a *store.Inode) error {
+		if hasMode {
+			a.Mode = mode & 0o7777
+		}
+		if hasUid {
+			a.Uid = uid
+		}
+		if hasGid {
+			a.Gid = gid
+		}
+		if hasAtime {
+			a.Atime = clampedNano(atime)
+		}
+		if hasMtime {
+			a.Mtime = clampedNano(mtime)
+			if of := n.f.openState(a.Ino); of != nil {
+				of.setMtime(a.Mtime) // an explicit mtime wins over the write's
+			}
+		}
+		a.Ctime = t
+		return nil
+	})
+	if err != nil {
+		return n.f.toErrno("setattr", err)
+	}
+	n.f.noteInode(a)
+	n.f.fillAttr(a, &out.Attr)
+	return 0
+}
+
+// Times are stored in nanoseconds since 1970 in an int64: from 1677-09-21
+// to 2262-04-11.
+var (
+	minTime = time.Unix(0, math.MinInt64)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
+
+// clampedNano is t in nanoseconds, a time beyond what the store holds
+// clamped to its range, as local filesystems clamp times to theirs (ext4:
+// 1901 to 2446) instead of wrapping around.
+func clampedNano(t time.Time) int64 {
+	switch {
+	case t.Before(minTime):
+		return math.MinInt64
+	case t.After(maxTime):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}

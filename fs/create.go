@@ -1,0 +1,245 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
+)
+
+// Entry is what a create asks for.
+type Entry struct {
+	Type store.FileType
+	// Mode holds the permission bits (and setuid, setgid, sticky), the
+	// umask already applied (the kernel applies it before it asks).
+	Mode uint32
+	// Uid and Gid own the new inode; in a setgid directory the
+	// directory's group owns it instead, as on a local filesystem.
+	Uid, Gid uint32
+	Target   string // a symlink's target
+	Rdev     uint32 // a device's number
+}
+
+// check refuses what no create can make.
+func (e Entry) check() error {
+	switch e.Type {
+	case store.TypeFile, store.TypeDir, store.TypeFifo, store.TypeSocket, store.TypeCharDev, store.TypeBlockDev:
+	case store.TypeSymlink:
+		if e.Target == "" {
+			return errnoErr(syscall.ENOENT, "empty symlink target")
+		}
+		if len(e.Target) > store.MaxPath {
+			return errnoErr(syscall.ENAMETOOLONG, "symlink target of %d bytes", len(e.Target))
+		}
+	default:
+		return errnoErr(syscall.EINVAL, "cannot create a file of type %q", e.Type)
+	}
+	return nil
+}
+
+// create makes a new inode and its path in directory parent, in one bulk:
+// the inode, the path (op_type=create, so two creators never both win) and
+// the directory's timestamps (and link count, for a subdirectory). A path whose inode could not be written is
+// rolled back; a crash can only leave an unreachable inode, never a path
+// without an inode.
+func (f *FS) create(ctx context.Context, parent dirRef, name string, e Entry) (store.Node, error) {
+	if err := e.check(); err != nil {
+		return store.Node{}, err
+	}
+	if f.opts.ReadOnly {
+		return store.Node{}, syscall.EROFS
+	}
+	if err := store.CheckName(name); err != nil {
+		return store.Node{}, err
+	}
+	if sn, handled, err := f.createShared(ctx, parent, name, e); handled {
+		return sn, err
+	}
+	dir, path, txn, err := f.lockEntry(ctx, parent, name)
+	if err != nil {
+		return store.Node{}, err
+	}
+	sn, err := f.createLocked(ctx, parent, dir, path, e)
+	created := err == nil
+	f.end(ctx, txn, &err)
+	if created && errors.Is(err, locking.ErrLeaseLost) {
+		// Our locks were taken from us (this mount was frozen past its
+		// lease): someone may have removed the directory meanwhile. The
+		// create reports EIO, so it must leave nothing behind.
+		f.undoCreate(ctx, sn, parent.ino())
+	}
+	return sn, err
+}
+
+// undoCreate removes what a create in directory parent wrote, at the
+// versions it wrote.
+func (f *FS) undoCreate(ctx context.Context, sn store.Node, parent uint64) {
+	if sn.Type == store.TypeDir {
+		if empty, err := f.isEmptyDir(ctx, sn.Path); err != nil || !empty {
+			return
+		}
+	}
+	f.cache.InvalidatePath(sn.Path)
+	if _, err := f.st.DeleteDentry(ctx, sn.Path, sn.Dentry.Ver); err != nil {
+		f.log.Warn("could not undo a fenced create", "path", sn.Path, "err", err)
+		return
+	}
+	if _, err := f.st.DeleteInode(ctx, sn.Ino, sn.Attr.Ver); err != nil {
+		f.log.Warn("could not undo a fenced create's inode", "ino", sn.Ino, "err", err)
+	}
+	if sn.Type == store.TypeDir {
+		f.addDirLinks(ctx, parent, -1, 0)
+	}
+}
+
+// createLocked is create under the locks: it re-checks, with realtime
+// reads, that the directory is still there and still this inode.
+func (f *FS) createLocked(ctx context.Context, parent dirRef, dir, path string, e Entry) (store.Node, error) {
+	if err := f.checkDirAt(ctx, parent.ino(), dir, true); err != nil {
+		return store.Node{}, err
+	}
+	sn, err := f.writeNew(ctx, parent.ino(), path, e)
+	if errors.Is(err, store.ErrExists) {
+		// Taken by a visible entry, or by the garbage of an aborted or
+		// finished rename, which we may clear since we hold its name.
+		if cleared, cerr := f.clearGarbage(ctx, path); cerr != nil || !cleared {
+			if cerr != nil {
+				return store.Node{}, cerr
+			}
+			return store.Node{}, err
+		}
+		return f.createLocked(ctx, parent, dir, path, e)
+	}
+	return sn, err
+}
+
+// createShared is a create under shared locks only (see locking.Share):
+// Elasticsearch's create-if-absent decides the name. handled is false when
+// the locked path must decide instead: the name is taken (by an entry, or
+// by garbage only the name's lock may clear), or the strategy has no
+// shared part, or the directory moved meanwhile.
+func (f *FS) createShared(ctx context.Context, parent dirRef, name string, e Entry) (sn store.Node, handled bool, err error) {
+	dir, ok := parent.path()
+	if !ok {
+		return store.Node{}, false, nil
+	}
+	path := store.Join(dir, name)
+	if store.CheckPath(path) != nil {
+		return store.Node{}, false, nil
+	}
+	reqs, ok := locking.SharedPart(f.co.Strategy.Entry(dir, path), path)
+	if !ok {
+		return store.Node{}, false, nil
+	}
+	h, err := f.co.Share(ctx, reqs)
+	if err != nil {
+		return store.Node{}, true, err
+	}
+	defer h.End()
+	if now, ok := parent.path(); !ok || now != dir {
+		return store.Node{}, false, nil
+	}
+	// While the lease lives nobody can rename or remove the directory, so
+	// one realtime check per lease is enough.
+	if !h.Checked(dir, parent.ino()) {
+		if err := f.checkDirAt(ctx, parent.ino(), dir, true); err != nil {
+			return store.Node{}, true, err
+		}
+		h.NoteChecked(dir, parent.ino())
+	}
+	if err := h.Sess.Check(); err != nil {
+		return store.Node{}, true, err
+	}
+	sn, err = f.writeNew(ctx, parent.ino(), path, e)
+	if errors.Is(err, store.ErrExists) {
+		return store.Node{}, false, nil
+	}
+	if err != nil {
+		return store.Node{}, true, err
+	}
+	// No release follows to tell us whether our locks were taken from us
+	// meanwhile: a session still valid after the write was not declared
+	// dead before it landed (others wait lease + grace of silence).
+	if err := h.Sess.Check(); err != nil {
+		f.undoCreate(ctx, sn, parent.ino())
+		return store.Node{}, true, err
+	}
+	return sn, true, nil
+}
+
+// writeNew writes the inode and the path document of a new entry in
+// directory inode dir, with create-if-absent for both, and the directory's
+// times and count (see dirLinksOp). store.ErrExists: the name is taken,
+// and nothing was left behind.
+func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (store.Node, error) {
+	typ, mode := e.Type, e.Mode
+	parent, err := f.inode(ctx, dir, f.cache.Gen())
+	if err != nil {
+		return store.Node{}, err
+	}
+	uid, gid := e.Uid, e.Gid
+	if parent.Mode&syscall.S_ISGID != 0 {
+		gid = parent.Gid // BSD group semantics of setgid directories
+		if typ == store.TypeDir {
+			mode |= syscall.S_ISGID
+		}
+	}
+	t := now()
+	a := store.Inode{Ino: store.NewIno(), Type: typ, Mode: mode & 0o7777, Uid: uid, Gid: gid, Nlink: 1,
+		Atime: t, Mtime: t, Ctime: t, Btime: t, Target: e.Target}
+	subdirs := 0 // what the new entry adds to the parent's link count
+	switch {
+	case typ == store.TypeFile:
+		a.Dgen = 1 // the creator's writer owns the first data generation
+	case typ == store.TypeDir:
+		a.Nlink, subdirs = 2, 1
+	case typ == store.TypeSymlink:
+		a.Size = int64(len(e.Target))
+		a.Mode = 0o777
+	case typ.IsDevice():
+		a.Rdev = e.Rdev
+	}
+	d := store.Dentry{Path: path, Ino: a.Ino, Type: typ}
+	opInode, err := f.st.OpCreateInode(a)
+	if err != nil {
+		return store.Node{}, err
+	}
+	opPath, err := f.st.OpCreateDentry(d)
+	if err != nil {
+		return store.Node{}, err
+	}
+	opParent, pl, err := f.dirLinksOp(ctx, dir, subdirs, t)
+	if err != nil {
+		return store.Node{}, err
+	}
+	f.cache.InvalidatePath(path)
+	f.noteWrite()
+	res, err := f.st.Bulk(ctx, []store.BulkOp{opInode, opPath, opParent})
+	if err != nil {
+		return store.Node{}, err
+	}
+	f.settleDirLinks(ctx, pl, res[2], res[0].Err == nil && res[1].Err == nil)
+	if res[1].Err != nil {
+		// The name is taken (or the path write failed): undo the inode.
+		if res[0].Err == nil {
+			if _, derr := f.st.DeleteInode(ctx, a.Ino, res[0].Ver); derr != nil {
+				f.log.Warn("could not remove the inode of a failed create", "ino", a.Ino, "err", derr)
+			}
+		}
+		return store.Node{}, res[1].Err
+	}
+	if res[0].Err != nil {
+		// The path exists but its inode does not: undo the path.
+		if _, derr := f.st.DeleteDentry(ctx, path, res[1].Ver); derr != nil {
+			f.log.Error("could not remove a path whose inode failed", "path", path, "err", derr)
+		}
+		return store.Node{}, res[0].Err
+	}
+	a.Ver, d.Ver = res[0].Ver, res[1].Ver
+	d.Parent, d.Name = store.Split(path)
+	sn := store.Node{Dentry: d, Attr: a}
+	f.cache.PutNode(sn, f.cache.Gen())
+	return sn, nil
+}

@@ -1,0 +1,138 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
+)
+
+// dirRef is the directory an entry change happens in: its path now (ok
+// false once it has none) and the inode that path must still name when the
+// change is made. A kernel node (node) learns its path from go-fuse's
+// tree, which renames update; a path-based operation (pathDir) keeps the
+// path it was given.
+type dirRef interface {
+	path() (string, bool)
+	ino() uint64
+}
+
+// pathDir is the directory of a path-based operation: a path, and the
+// inode it named when the operation looked it up.
+type pathDir struct {
+	p string
+	i uint64
+}
+
+func (d pathDir) path() (string, bool) { return d.p, true }
+func (d pathDir) ino() uint64          { return d.i }
+
+// dirAt looks up directory p for a path-based operation, in real time:
+// the operation re-checks it under its locks, and a stale cached inode
+// would fail that check.
+func (f *FS) dirAt(ctx context.Context, p string) (pathDir, error) {
+	if p == "/" {
+		return pathDir{p, store.RootIno}, nil
+	}
+	sn, err := f.resolveFresh(ctx, p)
+	if err != nil {
+		return pathDir{}, err
+	}
+	if sn.Type != store.TypeDir {
+		return pathDir{}, errnoErr(syscall.ENOTDIR, "%q is not a directory", p)
+	}
+	return pathDir{p, sn.Ino}, nil
+}
+
+// parentOf is the directory of path, looked up for a path-based
+// operation, and the entry's name in it.
+func (f *FS) parentOf(ctx context.Context, path string) (pathDir, string, error) {
+	if err := store.CheckPath(path); err != nil {
+		return pathDir{}, "", err
+	}
+	if path == "/" {
+		return pathDir{}, "", fmt.Errorf("%q is no entry of a directory: %w", path, store.ErrInvalid)
+	}
+	dir, name := store.Split(path)
+	d, err := f.dirAt(ctx, dir)
+	return d, name, err
+}
+
+// checkDirAt checks that path p names directory inode ino.
+func (f *FS) checkDirAt(ctx context.Context, ino uint64, p string, fresh bool) error {
+	if p == "/" {
+		return nil
+	}
+	var d store.Node
+	var err error
+	if fresh {
+		d, err = f.resolveFresh(ctx, p)
+	} else {
+		d, err = f.resolve(ctx, p)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return errnoErr(syscall.ESTALE, "directory %q is gone", p)
+	}
+	if err != nil {
+		return err
+	}
+	if d.Ino != ino {
+		return errnoErr(syscall.ESTALE, "directory %q is now inode %d, not %d", p, d.Ino, ino)
+	}
+	if d.Type != store.TypeDir {
+		return errnoErr(syscall.ENOTDIR, "%q is not a directory", p)
+	}
+	return nil
+}
+
+// lockEntry takes the locks for changing entry name of directory parent. A
+// kernel node's path comes from go-fuse's tree, which a rename of an
+// ancestor (here) changes when it replies: if it changed while we waited
+// for the locks, the locks are on the old path, so take them again.
+func (f *FS) lockEntry(ctx context.Context, parent dirRef, name string) (dir, path string, txn *locking.Txn, err error) {
+	for attempt := 0; ; attempt++ {
+		var ok bool
+		dir, ok = parent.path()
+		if !ok {
+			return "", "", nil, errnoErr(syscall.ENOENT, "directory inode %d was removed", parent.ino())
+		}
+		path = store.Join(dir, name)
+		if err := store.CheckPath(path); err != nil {
+			return "", "", nil, err
+		}
+		txn, err = f.begin(ctx, dir, path)
+		if err != nil {
+			return "", "", nil, err
+		}
+		if now, ok := parent.path(); ok && now == dir {
+			return dir, path, txn, nil
+		}
+		_ = txn.End(ctx)
+		if attempt >= 20 {
+			return "", "", nil, errnoErr(syscall.EAGAIN, "directory inode %d keeps moving", parent.ino())
+		}
+	}
+}
+
+// clearGarbage removes the document at path if it is not part of the tree
+// (an intent of an aborted or finished rename). The caller holds the
+// exclusive lock of path.
+func (f *FS) clearGarbage(ctx context.Context, path string) (bool, error) {
+	d, err := f.st.GetDentry(ctx, path)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if _, ok, err := f.co.Visible(ctx, d); err != nil || ok {
+		return false, err
+	}
+	if _, err := f.st.DeleteDentry(ctx, path, d.Ver); err != nil && !errors.Is(err, store.ErrConflict) {
+		return false, err
+	}
+	return true, nil
+}

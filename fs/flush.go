@@ -1,0 +1,184 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+)
+
+// dataWriter numbers one writer's chunk writes and deletes: a data
+// generation allocated by compare-and-set on the inode (so above every
+// generation allocated before it, on any mount) and a counter advanced
+// with every request, which together make its external version (see
+// store.DataVersion). A request this writer gave up on can then never
+// overwrite a later one, its own retry or another writer's.
+type dataWriter struct {
+	gen, counter uint64
+}
+
+// stamp returns the stamp of the writer's next request. Without a
+// generation (or with its counter spent) it first allocates one, with a
+// compare-and-set that starts from *a (a round trip, unless *a is stale)
+// and leaves the updated inode in *a.
+func (w *dataWriter) stamp(ctx context.Context, f *FS, a *store.Inode) (store.Stamp, error) {
+	if w.gen == 0 || w.counter+1 >= 1<<store.DataCounterBits {
+		n, err := f.updateInodeFrom(ctx, a.Ino, a, func(n *store.Inode) error {
+			if n.Dgen >= store.MaxDataGen {
+				return errnoErr(syscall.EFBIG, "inode %d has used every data generation", n.Ino)
+			}
+			n.Dgen++
+			return nil
+		})
+		if err != nil {
+			return store.Stamp{}, err
+		}
+		*a = n
+		w.gen, w.counter = n.Dgen, 0
+	}
+	w.counter++
+	return store.Stamp{Version: store.DataVersion(w.gen, w.counter), Session: f.co.Session().ID()}, nil
+}
+
+// conflictRetries bounds how often a chunk write refused because another
+// writer took a newer generation meanwhile takes a newer one in turn.
+const conflictRetries = 3
+
+// writeChunks sends the dirty chunks to the store. A chunk that a writer
+// with a newer generation has written since this one allocated its own is
+// written again under a newer generation: this write is the later one.
+// When the outcome is unknown (the request failed or timed out), the
+// chunks are dropped, as Linux drops dirty pages after a write-back
+// error: the error is reported (now and at the next flush), later reads
+// see what the store holds, and the request, should it land late, cannot
+// overwrite anything written after it. Caller holds of.mu.
+func (of *openFile) writeChunks(ctx context.Context) error {
+	cs := of.f.st.ChunkSize()
+	for attempt := 0; len(of.dirty) > 0; attempt++ {
+		st, err := of.w.stamp(ctx, of.f, &of.attr)
+		if errors.Is(err, store.ErrNotFound) {
+			// Removed by another mount: nobody can read these bytes.
+			of.dropDirty()
+			return nil
+		}
+		if err != nil {
+			return err // nothing was sent: the chunks stay buffered
+		}
+		written, err := of.f.st.WriteChunks(ctx, of.ino, of.dirty, st)
+		if err != nil {
+			of.dropDirty()
+			of.sticky = err
+			return err
+		}
+		of.newChunks += written.Created
+		of.seekFresh = false
+		again := make(map[int64][]byte, len(written.Refused))
+		for _, c := range written.Refused {
+			again[c] = of.dirty[c]
+		}
+		for c, b := range of.dirty {
+			if _, ok := again[c]; !ok {
+				of.extent = max(of.extent, c*cs+int64(len(b)))
+				of.remember(c, b)
+			}
+		}
+		of.dirty, of.dirtyLen = again, 0
+		for _, b := range again {
+			of.dirtyLen += int64(len(b))
+		}
+		if len(again) > 0 {
+			if attempt+1 >= conflictRetries {
+				err := fmt.Errorf("chunks of inode %d: newer writes kept winning: %w", of.ino, store.ErrConflict)
+				of.dropDirty()
+				of.sticky = err
+				return err
+			}
+			of.w.gen = 0 // take a newer generation
+		}
+	}
+	return nil
+}
+
+// dropDirty forgets the buffered chunks (see writeChunks); reads then go
+// to the store. Caller holds of.mu.
+func (of *openFile) dropDirty() {
+	for c := range of.dirty {
+		delete(of.clean, c)
+	}
+	of.dirty, of.dirtyLen = map[int64][]byte{}, 0
+	of.cgen++
+}
+
+// flush makes everything written through this mount durable: chunks first,
+// then the inode (size, mtime) with compare-and-set. Caller holds of.mu.
+func (of *openFile) flush(ctx context.Context) error {
+	if of.sticky != nil {
+		err := of.sticky
+		of.sticky = nil
+		return err
+	}
+	if err := of.writeChunks(ctx); err != nil {
+		of.sticky = nil // reported now
+		return err
+	}
+	if !of.changed || of.unlinked {
+		return nil
+	}
+	locking.CrashPoint("flush-after-chunks")
+	size, mtime, created, killPriv := of.size, of.mtime, of.newChunks, of.killPriv
+	a, err := of.f.updateInodeFrom(ctx, of.ino, &of.attr, func(a *store.Inode) error {
+		a.Size = size
+		if a.Chunks >= 0 {
+			a.Chunks += created
+		}
+		if mtime > a.Mtime {
+			a.Mtime = mtime
+		}
+		a.Ctime = max(a.Ctime, mtime)
+		// Writing clears setuid, and setgid with group execute, unless
+		// root wrote, as on any POSIX filesystem. The kernel asks for it
+		// too, but only when its cached mode (maybe older than another
+		// mount's chmod) has the bits.
+		if killPriv {
+			a.Mode &^= syscall.S_ISUID
+			if a.Mode&0o010 != 0 {
+				a.Mode &^= syscall.S_ISGID
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // removed by another mount meanwhile: nothing to size
+	}
+	if err != nil {
+		return err
+	}
+	of.attr = a
+	of.changed, of.killPriv = false, false
+	of.newChunks = 0
+	return nil
+}
+
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	of := h.of
+	ctx, cancel := of.f.ctxOf(ctx)
+	defer cancel()
+	of.mu.Lock()
+	defer of.mu.Unlock()
+	return of.f.toErrno("flush", of.flush(ctx))
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return h.Flush(ctx)
+}
+
+func (n *node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	if h, ok := fh.(*handle); ok {
+		return h.Fsync(ctx, flags)
+	}
+	return 0 // directories and handle-less nodes: every change is already durable
+}

@@ -1,0 +1,86 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/esfs/esfs/store"
+)
+
+// link makes name in directory parent a new link to inode ino (not a
+// directory's: the caller checks): the inode's link count first, then the
+// path document with create-if-absent.
+func (f *FS) link(ctx context.Context, parent dirRef, name string, ino uint64) (store.Node, error) {
+	if f.opts.ReadOnly {
+		return store.Node{}, syscall.EROFS
+	}
+	if err := store.CheckName(name); err != nil {
+		return store.Node{}, err
+	}
+	dir, path, txn, err := f.lockEntry(ctx, parent, name)
+	if err != nil {
+		return store.Node{}, err
+	}
+	sn, err := f.linkLocked(ctx, parent, ino, dir, path)
+	f.end(ctx, txn, &err)
+	return sn, err
+}
+
+func (f *FS) linkLocked(ctx context.Context, parent dirRef, ino uint64, dir, path string) (store.Node, error) {
+	if err := f.checkDirAt(ctx, parent.ino(), dir, true); err != nil {
+		return store.Node{}, err
+	}
+	// Count the link first: a crash in between leaves a count one too high
+	// (a leak fsck reclaims), never a path to an inode that thinks it has
+	// no links and may be deleted.
+	t := now()
+	a, err := f.updateInode(ctx, ino, func(a *store.Inode) error {
+		if a.Nlink >= 65000 {
+			return syscall.EMLINK
+		}
+		a.Nlink++
+		a.Ctime = t
+		return nil
+	})
+	if err != nil {
+		return store.Node{}, err
+	}
+	d := store.Dentry{Path: path, Ino: a.Ino, Type: a.Type}
+	f.cache.InvalidatePath(path)
+	f.noteWrite()
+	v, err := f.st.CreateDentry(ctx, d)
+	if errors.Is(err, store.ErrExists) {
+		if cleared, cerr := f.clearGarbage(ctx, path); cerr == nil && cleared {
+			v, err = f.st.CreateDentry(ctx, d)
+		}
+	}
+	if err != nil {
+		if _, uerr := f.updateInode(ctx, a.Ino, func(a *store.Inode) error { a.Nlink--; return nil }); uerr != nil {
+			f.log.Warn("could not undo a link count", "ino", a.Ino, "err", uerr)
+		}
+		return store.Node{}, err
+	}
+	f.touchDir(parent.ino(), t)
+	d.Ver = v
+	d.Parent, d.Name = store.Split(path)
+	sn := store.Node{Dentry: d, Attr: a}
+	f.cache.PutNode(sn, f.cache.Gen())
+	return sn, nil
+}
+
+// touchDir sets a directory's mtime and ctime after a change of its
+// entries, with a partial update (no read, no conflict with siblings). It
+// is synchronous: a later explicit utimens (rsync, tar) must win over it.
+func (f *FS) touchDir(ino uint64, t int64) {
+	f.cache.InvalidateInode(ino)
+	ctx, cancel := context.WithTimeout(context.Background(), f.st.Timeout())
+	defer cancel()
+	res, err := f.st.Bulk(ctx, []store.BulkOp{f.st.OpTouchInode(ino, t, t)})
+	if err == nil {
+		err = res[0].Err
+	}
+	if err != nil {
+		f.log.Warn("could not update directory times", "ino", ino, "err", err)
+	}
+}

@@ -1,0 +1,187 @@
+package fs
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/esfs/esfs/store"
+)
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	of := h.of
+	if of.f.opts.ReadOnly {
+		return 0, syscall.EROFS
+	}
+	uid, _ := caller(ctx)
+	ctx, cancel := of.f.ctxOf(ctx)
+	defer cancel()
+	of.mu.Lock()
+	defer of.mu.Unlock()
+	if of.f.closed.Load() {
+		return 0, syscall.EIO // checked under of.mu: Close's flush takes it after
+	}
+	if h.append {
+		off = of.size
+	}
+	switch {
+	case off < 0:
+		return 0, syscall.EINVAL
+	case off >= store.MaxFileSize:
+		return 0, syscall.EFBIG
+	case int64(len(data)) > store.MaxFileSize-off:
+		data = data[:store.MaxFileSize-off] // a short write up to the limit, as Linux does
+	}
+	cs := of.f.st.ChunkSize()
+	end := off + int64(len(data))
+	for pos := off; pos < end; {
+		c := pos / cs
+		within := pos - c*cs
+		n := min(cs-within, end-pos)
+		b, ok := of.dirty[c]
+		before := int64(len(b))
+		if !ok {
+			// Read-modify-write, unless the write covers everything the chunk
+			// holds.
+			if within > 0 || within+n < min(cs, of.size-c*cs) {
+				old, err := of.chunk(ctx, c)
+				if err != nil {
+					return 0, of.f.toErrno("write", err)
+				}
+				b = append([]byte(nil), old...)
+			}
+			// The chunk's bytes beyond the file's end are stale if the file
+			// was truncated and the chunk not rewritten: cut them.
+			if limit := of.size - c*cs; int64(len(b)) > limit {
+				b = b[:max(limit, 0)]
+			}
+			delete(of.clean, c)
+		}
+		if int64(len(b)) < within+n {
+			if int64(cap(b)) >= within+n {
+				b = b[:within+n]
+			} else {
+				nb := make([]byte, within+n, min(cs, max(within+n, 2*int64(len(b)))))
+				copy(nb, b)
+				b = nb
+			}
+		}
+		copy(b[within:within+n], data[pos-off:pos-off+n])
+		// Count what the chunk grew by: a chunk filled by many small
+		// sequential writes must count whole, or the dirty limit is
+		// passed many times over before a flush.
+		of.dirtyLen += int64(len(b)) - before
+		of.dirty[c] = b
+		pos += n
+	}
+	if end > of.size {
+		of.size = end
+	}
+	of.cgen++ // read-ahead in flight may hold the old bytes
+	of.mtime = now()
+	of.changed = true
+	of.killPriv = of.killPriv || uid != 0
+	if of.dirtyLen > of.f.opts.DirtyLimit {
+		// Send the data but not the inode: the size becomes visible at
+		// flush, like any other buffered write.
+		if err := of.writeChunks(ctx); err != nil {
+			return 0, of.f.toErrno("write", err)
+		}
+	}
+	return uint32(len(data)), 0
+}
+
+// truncate sets the size of ino, in the open state if any and in the store:
+// chunks past the end are deleted and the last partial chunk is cut, so
+// that growing the file later reads zeros, not old bytes. Those are data
+// writes, fenced like any other (see dataWriter): a write that lands late
+// cannot bring back a chunk past the new end.
+//
+// fresh, if not nil, is the inode as just read from the store, which
+// saves reading it again.
+func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.Inode) error {
+	switch {
+	case size < 0:
+		return syscall.EINVAL
+	case size > store.MaxFileSize:
+		return syscall.EFBIG
+	}
+	cs := f.st.ChunkSize()
+	of := f.openState(ino)
+	if of != nil {
+		of.mu.Lock()
+		defer of.mu.Unlock()
+		if err := of.writeChunks(ctx); err != nil {
+			return err
+		}
+		of.clean, of.cleanLRU = map[int64][]byte{}, nil
+		of.cgen++
+	}
+	var a store.Inode
+	if fresh != nil && fresh.Ino == ino {
+		a = *fresh
+	} else {
+		var err error
+		if a, err = f.freshInode(ctx, ino); err != nil {
+			return err
+		}
+	}
+	if a.Type != store.TypeFile {
+		return syscall.EINVAL
+	}
+	old := a.Size
+	w, base := &dataWriter{}, &a
+	if of != nil {
+		old = max(old, of.size, of.extent)
+		of.attr = a
+		w, base = &of.w, &of.attr
+	}
+	if size < old && size%cs != 0 {
+		c := size / cs
+		got, err := f.st.ReadChunks(ctx, ino, c, c)
+		if err != nil {
+			return err
+		}
+		if b, ok := got[c]; ok && int64(len(b)) > size-c*cs {
+			st, err := w.stamp(ctx, f, base)
+			if err != nil {
+				return err
+			}
+			// Refused: a newer writer rewrote the chunk since, and its
+			// bytes stand.
+			if _, err := f.st.WriteChunks(ctx, ino, map[int64][]byte{c: b[:size-c*cs]}, st); err != nil {
+				return err
+			}
+		}
+	}
+	var deleted int64
+	if size < old {
+		st, err := w.stamp(ctx, f, base)
+		if err != nil {
+			return err
+		}
+		if deleted, err = f.st.DeleteChunks(ctx, ino, (size+cs-1)/cs, (old-1)/cs, st.Version); err != nil {
+			return err
+		}
+	}
+	var created int64
+	if of != nil {
+		created = of.newChunks
+	}
+	t := now()
+	a, err := f.updateInodeFrom(ctx, ino, base, func(a *store.Inode) error {
+		a.Size, a.Mtime, a.Ctime = size, t, t
+		if a.Chunks >= 0 {
+			a.Chunks = max(a.Chunks+created-deleted, 0)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if of != nil {
+		of.attr, of.size, of.changed = a, size, false
+		of.extent = min(of.extent, size)
+		of.newChunks, of.seekFresh = 0, false
+	}
+	return nil
+}
