@@ -5,30 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"strconv"
 	"sync"
 )
-
-// BulkOp is one item of a Bulk: build it with the Op* constructors.
-type BulkOp struct {
-	action string // "create", "index" or "delete"
-	index  string
-	id     string
-	ifVer  Version
-	// extVersion, if set, makes the item apply only if it is greater
-	// than the stored document's version (version_type=external): data
-	// chunks, see DataVersion.
-	extVersion int64
-	doc        []byte // the source line, nil for delete
-	// encode, if set, writes the source line instead of doc, and docLen
-	// is its size: a data chunk is encoded straight into the request
-	// body, not kept as a second, base64 copy until its batch is sent.
-	encode func(*bytes.Buffer)
-	docLen int
-	what   string // names the item in errors
-	// retryOnConflict lets Elasticsearch re-apply a partial update itself.
-	retryOnConflict int
-}
 
 // BulkResult is what happened to one BulkOp. Err wraps ErrExists, ErrConflict,
 // ErrNotFound (delete of a missing document) or ErrUnavailable (429 or 5xx:
@@ -50,88 +30,23 @@ const (
 	bulkWorkers  = 4
 )
 
-func (o BulkOp) size() int {
-	if o.encode != nil {
-		return o.docLen
-	}
-	return len(o.doc)
-}
-
-func (s *Store) op(action, index, id string, ifVer Version, doc any, what string) (BulkOp, error) {
-	o := BulkOp{action: action, index: index, id: id, ifVer: ifVer, what: what}
-	if doc != nil {
-		b, err := json.Marshal(doc)
-		if err != nil {
-			return BulkOp{}, fmt.Errorf("%s: %w: %v", what, ErrInvalid, err)
-		}
-		o.doc = b
-	}
-	return o, nil
-}
-
-// OpCreateDentry: create the path document if the path is free.
-func (s *Store) OpCreateDentry(d Dentry) (BulkOp, error) {
-	if err := s.fillDentry(&d); err != nil {
-		return BulkOp{}, err
-	}
-	return s.op("create", s.idx.Paths, DocID(d.Path), Version{}, encodeDentry(d), fmt.Sprintf("creating path %q", d.Path))
-}
-
-// OpPutDentry: overwrite the path document if it is still at ifVer.
-func (s *Store) OpPutDentry(d Dentry, ifVer Version) (BulkOp, error) {
-	if err := s.fillDentry(&d); err != nil {
-		return BulkOp{}, err
-	}
-	if !ifVer.Known() {
-		return BulkOp{}, fmt.Errorf("overwriting path %q without a version: %w", d.Path, ErrInvalid)
-	}
-	return s.op("index", s.idx.Paths, DocID(d.Path), ifVer, encodeDentry(d), fmt.Sprintf("updating path %q", d.Path))
-}
-
-// OpDeleteDentry: delete the path document if it is still at ifVer.
-func (s *Store) OpDeleteDentry(path string, ifVer Version) (BulkOp, error) {
-	if !ifVer.Known() {
-		return BulkOp{}, fmt.Errorf("deleting path %q without a version: %w", path, ErrInvalid)
-	}
-	return s.op("delete", s.idx.Paths, DocID(path), ifVer, nil, fmt.Sprintf("deleting path %q", path))
-}
-
-// OpCreateInode: create the inode document if the number is free.
-func (s *Store) OpCreateInode(n Inode) (BulkOp, error) {
-	if n.Ino == 0 || n.Type == 0 {
-		return BulkOp{}, fmt.Errorf("inode without number or type: %w", ErrInvalid)
-	}
-	return s.op("create", s.idx.Inodes, inodeID(n.Ino), Version{}, encodeInode(n), fmt.Sprintf("creating inode %d", n.Ino))
-}
-
-// OpPutInode: overwrite the inode document if it is still at ifVer.
-func (s *Store) OpPutInode(n Inode, ifVer Version) (BulkOp, error) {
-	if !ifVer.Known() {
-		return BulkOp{}, fmt.Errorf("overwriting inode %d without a version: %w", n.Ino, ErrInvalid)
-	}
-	return s.op("index", s.idx.Inodes, inodeID(n.Ino), ifVer, encodeInode(n), fmt.Sprintf("updating inode %d", n.Ino))
-}
-
-// OpDeleteInode: delete the inode document if it is still at ifVer.
-func (s *Store) OpDeleteInode(ino uint64, ifVer Version) (BulkOp, error) {
-	if !ifVer.Known() {
-		return BulkOp{}, fmt.Errorf("deleting inode %d without a version: %w", ino, ErrInvalid)
-	}
-	return s.op("delete", s.idx.Inodes, inodeID(ino), ifVer, nil, fmt.Sprintf("deleting inode %d", ino))
-}
-
 // Bulk sends ops in as few _bulk requests as the size limits allow and checks
 // every item: Elasticsearch answers 200 even when items fail. Items are not
 // ordered relative to each other (different requests, different shards); a
 // caller that needs "A before B" makes two calls. The error is non-nil only
 // when a whole request failed, and then the outcome of its items is unknown.
 func (s *Store) Bulk(ctx context.Context, ops []BulkOp) ([]BulkResult, error) {
+	for _, o := range ops {
+		if err := s.check(o); err != nil {
+			return nil, err
+		}
+	}
 	results := make([]BulkResult, len(ops))
 	type batch struct{ from, to int }
 	var batches []batch
 	size, from := 0, 0
 	for i, o := range ops {
-		n := o.size() + len(o.id) + len(o.index) + 80
+		n := o.size(s.textChunks) + len(o.id) + len(s.idx.name(o.index)) + 80
 		if i > from && (size+n > maxBulkBytes || i-from >= maxBulkItems) {
 			batches = append(batches, batch{from, i})
 			from, size = i, 0
@@ -185,15 +100,15 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 	// doubling would hold twice that for each request in flight.
 	size := 0
 	for _, o := range ops {
-		size += o.size() + len(o.id) + len(o.index) + 96
+		size += o.size(s.textChunks) + len(o.id) + len(s.idx.name(o.index)) + 96
 	}
 	buf.Grow(size)
-	s.metrics.countItems(s.idx, ops)
+	s.metrics.countItems(ops)
 	for _, o := range ops {
 		buf.WriteString(`{"`)
 		buf.WriteString(o.action)
 		buf.WriteString(`":{"_index":`)
-		writeJSONString(&buf, o.index)
+		writeJSONString(&buf, s.idx.name(o.index))
 		buf.WriteString(`,"_id":`)
 		writeJSONString(&buf, o.id)
 		if o.ifVer.Known() {
@@ -212,11 +127,8 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 			buf.WriteString(strconv.Itoa(o.retryOnConflict))
 		}
 		buf.WriteString("}}\n")
-		if o.encode != nil {
-			o.encode(&buf)
-			buf.WriteByte('\n')
-		} else if o.doc != nil {
-			buf.Write(o.doc)
+		if o.hasSource() {
+			o.writeSource(&buf, s.textChunks)
 			buf.WriteByte('\n')
 		}
 	}
@@ -254,30 +166,70 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 	return nil
 }
 
-func writeJSONString(buf *bytes.Buffer, s string) {
-	b, _ := json.Marshal(s)
-	buf.Write(b)
+// Write sends one op alone, as the single-document request of its action
+// (PUT /index/_doc/id, with op_type=create for a create; DELETE of the same;
+// POST /index/_update/id), and returns the document's new version. Its
+// error is the one Bulk gives the op's item (ErrExists, ErrConflict,
+// ErrNotFound, ErrUnavailable, ...), or the failure of the request.
+func (s *Store) Write(ctx context.Context, o BulkOp) (Version, error) {
+	if err := s.check(o); err != nil {
+		return Version{}, err
+	}
+	index, q := s.idx.name(o.index), url.Values{}
+	r := request{method: "PUT", path: "/" + url.PathEscape(index) + "/_doc/" + url.PathEscape(o.id), query: q}
+	switch o.action {
+	case "create":
+		q.Set("op_type", "create")
+	case "delete":
+		r.method = "DELETE"
+	case "update":
+		r.method, r.path = "POST", "/"+url.PathEscape(index)+"/_update/"+url.PathEscape(o.id)
+		if o.retryOnConflict > 0 {
+			q.Set("retry_on_conflict", strconv.Itoa(o.retryOnConflict))
+		}
+	}
+	if o.ifVer.Known() {
+		q.Set("if_seq_no", strconv.FormatInt(o.ifVer.SeqNo, 10))
+		q.Set("if_primary_term", strconv.FormatInt(o.ifVer.PrimaryTerm, 10))
+	}
+	if o.extVersion > 0 {
+		q.Set("version", strconv.FormatInt(o.extVersion, 10))
+		q.Set("version_type", "external")
+	}
+	if o.hasSource() {
+		var buf bytes.Buffer
+		buf.Grow(o.size(s.textChunks))
+		o.writeSource(&buf, s.textChunks)
+		r.body = buf.Bytes()
+	}
+	res, err := s.do(ctx, o.what, r)
+	if err != nil {
+		return Version{}, err
+	}
+	if res.status != 200 && (res.status != 201 || o.action == "delete") {
+		return Version{}, failure(o.what, res)
+	}
+	var w struct {
+		SeqNo       int64 `json:"_seq_no"`
+		PrimaryTerm int64 `json:"_primary_term"`
+	}
+	if err := json.Unmarshal(res.body, &w); err != nil {
+		return Version{}, fmt.Errorf("%s: %w: %v", o.what, ErrCorrupt, err)
+	}
+	return Version{SeqNo: w.SeqNo, PrimaryTerm: w.PrimaryTerm}, nil
 }
 
-// OpTouchInode sets the mtime and ctime of an inode with a partial update,
-// which Elasticsearch applies atomically on the current document without a
-// read on our side: directory timestamps change on every create and unlink
-// in the directory, and a compare-and-set loop there would make siblings
-// created in parallel conflict with each other.
-func (s *Store) OpTouchInode(ino uint64, mtime, ctime int64) BulkOp {
-	o, _ := s.op("update", s.idx.Inodes, inodeID(ino), Version{},
-		map[string]any{"doc": map[string]int64{"mtime": mtime, "ctime": ctime}},
-		fmt.Sprintf("touching inode %d", ino))
-	o.retryOnConflict = 5
-	return o
-}
-
-// OpSetCtime sets an inode's ctime with a partial update (a rename changes
-// the ctime of what it moves).
-func (s *Store) OpSetCtime(ino uint64, ctime int64) BulkOp {
-	o, _ := s.op("update", s.idx.Inodes, inodeID(ino), Version{},
-		map[string]any{"doc": map[string]int64{"ctime": ctime}},
-		fmt.Sprintf("setting the ctime of inode %d", ino))
-	o.retryOnConflict = 5
-	return o
+// check refuses an op before anything is sent: its builder's refusal, an op
+// no builder made, or a chunk larger than this filesystem's chunks.
+func (s *Store) check(o BulkOp) error {
+	switch {
+	case o.err != nil:
+		return o.err
+	case o.action == "" || o.index == 0:
+		return fmt.Errorf("a BulkOp not made by a builder: %w", ErrInvalid)
+	case o.chunk != nil && s.chunkSize > 0 && int64(len(o.chunk.data)) > s.chunkSize:
+		c := o.chunk
+		return fmt.Errorf("chunk %d of inode %d has %d bytes, more than the chunk size %d: %w", c.chunk, c.ino, len(c.data), s.chunkSize, ErrInvalid)
+	}
+	return nil
 }

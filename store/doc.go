@@ -24,4 +24,9 @@
 // complete. Every write that decides something is conditional: op_type=create,
 // or if_seq_no + if_primary_term. The client's own retries are off: a request is
 // retried only by code that knows it is safe to repeat.
+//
+// Every write is built as a BulkOp by the builder of its kind (CreateDentry,
+// PutInode, PutOp, WriteLocks, WriteChunk, ...) and sent by one of two
+// senders: Store.Write, one op as a single-document request, or Store.Bulk,
+// many ops in _bulk requests. Both report an op's failure the same way.
 package store

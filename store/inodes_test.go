@@ -18,11 +18,7 @@ func TestScanInodesExactNumbers(t *testing.T) {
 	base := uint64(1) << 62
 	ops := make([]store.BulkOp, 0, n)
 	for i := uint64(1); i <= n; i++ {
-		op, err := s.OpCreateInode(store.Inode{Ino: base + i, Type: store.TypeFile, Mode: 0o644, Nlink: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ops = append(ops, op)
+		ops = append(ops, store.CreateInode(store.Inode{Ino: base + i, Type: store.TypeFile, Mode: 0o644, Nlink: 1}))
 	}
 	res, err := s.Bulk(ctx, ops)
 	if err != nil {

@@ -76,25 +76,14 @@ func endpoint(path string) string {
 }
 
 // countItems counts the documents of one bulk request by index role.
-func (m *Metrics) countItems(idx indices, ops []BulkOp) {
-	var n [5]int
+func (m *Metrics) countItems(ops []BulkOp) {
+	var n [sessionsIndex + 1]int
 	for _, o := range ops {
-		switch o.index {
-		case idx.Paths:
-			n[0]++
-		case idx.Inodes:
-			n[1]++
-		case idx.Data:
-			n[2]++
-		case idx.Locks:
-			n[3]++
-		case idx.Sessions:
-			n[4]++
-		}
+		n[o.index]++
 	}
-	for i, role := range [...]string{"path", "inode", "data", "lock", "session"} {
-		if n[i] > 0 {
-			m.items.WithLabelValues(role).Add(float64(n[i]))
+	for r, role := range [...]string{pathsIndex: "path", inodesIndex: "inode", dataIndex: "data", locksIndex: "lock", sessionsIndex: "session"} {
+		if n[r] > 0 {
+			m.items.WithLabelValues(role).Add(float64(n[r]))
 		}
 	}
 }

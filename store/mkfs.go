@@ -134,10 +134,10 @@ func (s *Store) Mkfs(ctx context.Context, o MkfsOptions) error {
 	now := time.Now().UnixNano()
 	root := Inode{Ino: RootIno, Type: TypeDir, Mode: o.RootMode, Uid: o.RootUid, Gid: o.RootGid,
 		Nlink: 2, Atime: now, Mtime: now, Ctime: now, Btime: now}
-	if _, err := s.CreateInode(ctx, root); err != nil && !errors.Is(err, ErrExists) {
+	if _, err := s.Write(ctx, CreateInode(root)); err != nil && !errors.Is(err, ErrExists) {
 		return fmt.Errorf("creating the root inode: %w", err)
 	}
-	if _, err := s.CreateDentry(ctx, Dentry{Path: "/", Ino: RootIno, Type: TypeDir}); err != nil && !errors.Is(err, ErrExists) {
+	if _, err := s.Write(ctx, CreateDentry(Dentry{Path: "/", Ino: RootIno, Type: TypeDir})); err != nil && !errors.Is(err, ErrExists) {
 		return fmt.Errorf("creating the root directory: %w", err)
 	}
 	return nil
@@ -252,7 +252,7 @@ func (s *Store) uncountRoot(ctx context.Context) error {
 			return nil
 		}
 		root.Nlink = 1
-		_, err = s.PutInode(ctx, root, root.Ver)
+		_, err = s.Write(ctx, PutInode(root, root.Ver))
 		if errors.Is(err, ErrConflict) && attempt < 10 {
 			continue // a mount of this version touched it meanwhile
 		}

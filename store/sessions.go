@@ -68,53 +68,27 @@ func decodeSession(src []byte, v Version) (SessionDoc, error) {
 
 // GetSession reads a session in real time.
 func (s *Store) GetSession(ctx context.Context, id string) (SessionDoc, error) {
-	g, err := s.get(ctx, s.idx.Sessions, id, "reading session "+id)
-	if err != nil {
-		return SessionDoc{}, err
-	}
-	return decodeSession(g.Source, g.version())
-}
-
-// GetSessions reads several sessions in one round trip; missing ones are
-// absent from the map.
-func (s *Store) GetSessions(ctx context.Context, ids []string) (map[string]SessionDoc, error) {
-	docs, err := s.mget(ctx, s.idx.Sessions, ids, fmt.Sprintf("reading %d sessions", len(ids)))
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]SessionDoc, len(docs))
-	for i, g := range docs {
-		if !g.Found {
-			continue
-		}
-		d, err := decodeSession(g.Source, g.version())
-		if err != nil {
-			return nil, fmt.Errorf("session %s: %w", ids[i], err)
-		}
-		out[ids[i]] = d
-	}
-	return out, nil
+	return getDoc(ctx, s, sessionKind, id, "reading session "+id)
 }
 
 // CreateSession registers a new session (op_type=create).
-func (s *Store) CreateSession(ctx context.Context, d SessionDoc) (Version, error) {
-	return s.write(ctx, s.idx.Sessions, d.ID, encodeSession(d), true, Version{}, "registering session "+d.ID)
+func CreateSession(d SessionDoc) BulkOp {
+	return newOp("create", sessionsIndex, d.ID, Version{}, encodeSession(d), "registering session "+d.ID)
 }
 
 // PutSession overwrites a session if it is still at ifVer: the heartbeat,
 // and the declaration of death.
-func (s *Store) PutSession(ctx context.Context, d SessionDoc, ifVer Version) (Version, error) {
+func PutSession(d SessionDoc, ifVer Version) BulkOp {
 	if !ifVer.Known() {
-		return Version{}, fmt.Errorf("session %s without a version: %w", d.ID, ErrInvalid)
+		return refused(fmt.Errorf("session %s without a version: %w", d.ID, ErrInvalid))
 	}
-	return s.write(ctx, s.idx.Sessions, d.ID, encodeSession(d), false, ifVer, "updating session "+d.ID)
+	return newOp("index", sessionsIndex, d.ID, ifVer, encodeSession(d), "updating session "+d.ID)
 }
 
-// DeleteSession removes a session document at ifVer (a clean unmount, or
-// the collection of a dead session with nothing left).
-func (s *Store) DeleteSession(ctx context.Context, id string, ifVer Version) error {
-	_, err := s.remove(ctx, s.idx.Sessions, id, ifVer, "deleting session "+id)
-	return err
+// DeleteSession removes a session document, at ifVer when that is known (a
+// clean unmount, or the collection of a dead session with nothing left).
+func DeleteSession(id string, ifVer Version) BulkOp {
+	return newOp("delete", sessionsIndex, id, ifVer, nil, "deleting session "+id)
 }
 
 // ListSessions returns every session, after a refresh.

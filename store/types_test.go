@@ -19,7 +19,7 @@ func TestSpecialInodesRoundTrip(t *testing.T) {
 		{Type: store.TypeBlockDev, Mode: 0o660, Rdev: 259<<8 | 0x12 | 0x345<<12}, // 259:0x3412
 	} {
 		n.Ino, n.Nlink = uint64(500+i), 1
-		if _, err := s.CreateInode(ctx, n); err != nil {
+		if _, err := s.Write(ctx, store.CreateInode(n)); err != nil {
 			t.Fatalf("%s: %v", n.Type, err)
 		}
 		got, err := s.GetInode(ctx, n.Ino)
@@ -30,7 +30,7 @@ func TestSpecialInodesRoundTrip(t *testing.T) {
 			t.Errorf("%s: read back %s mode %o rdev %#x, want mode %o rdev %#x", n.Type, got.Type, got.Mode, got.Rdev, n.Mode, n.Rdev)
 		}
 		d := store.Dentry{Path: "/" + n.Type.String(), Ino: n.Ino, Type: n.Type}
-		if _, err := s.CreateDentry(ctx, d); err != nil {
+		if _, err := s.Write(ctx, store.CreateDentry(d)); err != nil {
 			t.Fatal(err)
 		}
 		if gd, err := s.GetDentry(ctx, d.Path); err != nil || gd.Type != n.Type {
@@ -67,7 +67,7 @@ func TestOpenUpgradesInodeMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := store.Inode{Ino: 600, Type: store.TypeCharDev, Mode: 0o600, Nlink: 1, Rdev: 10<<8 | 200}
-	if _, err := s.CreateInode(ctx, dev); err == nil {
+	if _, err := s.Write(ctx, store.CreateInode(dev)); err == nil {
 		t.Fatal("the old mapping took an rdev: the test does not reproduce an older index")
 	}
 	if err := s.Open(ctx); err != nil {
@@ -76,7 +76,7 @@ func TestOpenUpgradesInodeMapping(t *testing.T) {
 	if _, props, _ = s.RawMapping(ctx, "inodes"); props["rdev"] == nil || props["rdev"]["type"] != "long" {
 		t.Fatalf("after Open, rdev is %v, want a long", props["rdev"])
 	}
-	if _, err := s.CreateInode(ctx, dev); err != nil {
+	if _, err := s.Write(ctx, store.CreateInode(dev)); err != nil {
 		t.Fatalf("a device after Open: %v", err)
 	}
 	if got, err := s.GetInode(ctx, dev.Ino); err != nil || got.Rdev != dev.Rdev {
@@ -88,7 +88,7 @@ func TestOpenUpgradesInodeMapping(t *testing.T) {
 	}
 	// Once upgraded, opening again leaves counts alone.
 	root.Nlink = 3
-	if _, err := s.PutInode(ctx, root, root.Ver); err != nil {
+	if _, err := s.Write(ctx, store.PutInode(root, root.Ver)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Open(ctx); err != nil {

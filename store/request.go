@@ -1,0 +1,166 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// request is one HTTP call to the cluster.
+type request struct {
+	method string
+	path   string // already escaped
+	query  url.Values
+	body   []byte
+	ndjson bool
+}
+
+// response is a fully read answer. Bodies are small except for scans and data
+// chunks, which are bounded by page and chunk size.
+type response struct {
+	status int
+	body   []byte
+	auth   string // Store.auth, for failure
+}
+
+// do sends one request with the store's timeout. Transport failures and
+// timeouts become ErrUnavailable; HTTP statuses are left to the caller.
+func (s *Store) do(ctx context.Context, what string, r request) (response, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	u := r.path
+	if len(r.query) > 0 {
+		u += "?" + r.query.Encode()
+	}
+	var body io.Reader
+	if r.body != nil {
+		body = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, u, body)
+	if err != nil {
+		return response{}, fmt.Errorf("%s: %w: %v", what, ErrInvalid, err)
+	}
+	if r.body != nil {
+		if r.ndjson {
+			req.Header.Set("Content-Type", "application/x-ndjson")
+		} else {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	}
+	start := time.Now()
+	res, err := s.es.Perform(req)
+	if err != nil {
+		s.metrics.observe(r.path, time.Since(start), 0)
+		return response{}, s.transportError(ctx, what, err)
+	}
+	defer res.Body.Close()
+	s.answered.Store(true)
+	data, err := io.ReadAll(res.Body)
+	s.metrics.observe(r.path, time.Since(start), res.StatusCode)
+	if err != nil {
+		return response{}, s.transportError(ctx, what, err)
+	}
+	return response{status: res.StatusCode, body: data, auth: s.auth}, nil
+}
+
+func (s *Store) transportError(ctx context.Context, what string, err error) error {
+	// A TLS or scheme mistake is configuration: say so, instead of leaving
+	// it to look like an unreachable cluster.
+	var verr *tls.CertificateVerificationError
+	var rerr tls.RecordHeaderError
+	switch {
+	case errors.As(err, &verr):
+		return fmt.Errorf("%s: %v (%s): %w", what, verr.Err, s.trust, ErrTLS)
+	case errors.As(err, &rerr):
+		return fmt.Errorf("%s: the node does not speak TLS (%v): use an http:// URL: %w", what, err, ErrScheme)
+	case strings.Contains(err.Error(), "fingerprint mismatch"):
+		// The client's message repeats the configured fingerprint; the
+		// node's own is left out on purpose, lest it be copied unchecked.
+		return fmt.Errorf("%s: no certificate the node sent has the given SHA-256 fingerprint: %w", what, ErrTLS)
+	case strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("%s: the node answers plain HTTP, not HTTPS: use an http:// URL: %w", what, ErrScheme)
+	}
+	if u := s.speaksTLS(err); u != "" {
+		return fmt.Errorf("%s: %s speaks HTTPS, not plain HTTP: use an https:// URL: %w", what, u, ErrScheme)
+	}
+	msg := redactURL(err.Error())
+	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		msg = fmt.Sprintf("no answer within %s (%s)", s.timeout, msg)
+	}
+	// The product check fails on anything that is not Elasticsearch (a proxy's
+	// error page, another HTTP service on the port).
+	if strings.Contains(msg, "not Elasticsearch") {
+		return fmt.Errorf("%s: %s: %w", what, msg, ErrRejected)
+	}
+	return fmt.Errorf("%s: %s: %w", what, msg, ErrUnavailable)
+}
+
+// speaksTLS tells an http:// request that failed because the node only
+// speaks TLS: such a node (Elasticsearch among them) closes the connection
+// on the first plain byte, which reads as EOF or a reset. To be sure, it
+// makes one TLS handshake (nothing sent, nothing verified) with each http://
+// node, at most three, and returns the host:port of the first that answers
+// it; "" otherwise. The client does not say which node failed. Only until
+// the cluster first answered: later, a broken connection is just that.
+func (s *Store) speaksTLS(err error) string {
+	if len(s.plainHosts) == 0 || s.answered.Load() || !(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || strings.Contains(err.Error(), "malformed HTTP response")) {
+		return ""
+	}
+	for _, host := range s.plainHosts[:min(3, len(s.plainHosts))] {
+		d := tls.Dialer{
+			NetDialer: &net.Dialer{Timeout: 2 * time.Second},
+			Config:    &tls.Config{InsecureSkipVerify: true}, // only asks "is this TLS?"
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		c, derr := d.DialContext(ctx, "tcp", host)
+		cancel()
+		if derr == nil {
+			c.Close()
+			return host
+		}
+	}
+	return ""
+}
+
+// failure turns a non-2xx response into a sentinel error. A refusal by
+// security also says which credentials were sent.
+func failure(what string, res response) error {
+	if (res.status == 401 || res.status == 403) && res.auth != "" {
+		what += " " + res.auth
+	}
+	var body struct {
+		Error  json.RawMessage `json:"error"`
+		Status int             `json:"status"`
+	}
+	var cause *esError
+	if json.Unmarshal(res.body, &body) == nil && len(body.Error) > 0 {
+		var e esError
+		if json.Unmarshal(body.Error, &e) == nil {
+			cause = &e
+		} else {
+			var text string
+			if json.Unmarshal(body.Error, &text) == nil {
+				cause = &esError{Reason: text}
+			}
+		}
+	}
+	return statusError(res.status, what, cause)
+}
+
+// notSent: the request failed before a connection existed, so no node can
+// have seen it.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
