@@ -771,17 +771,14 @@ func (n *node) linkLocked(ctx context.Context, tn *node, dir, path string, out *
 // (an intent of an aborted or finished rename). The caller holds the
 // exclusive lock of path.
 func (f *FS) clearGarbage(ctx context.Context, path string) (bool, error) {
-	d, err := f.st.GetDentry(ctx, path)
-	if errors.Is(err, store.ErrNotFound) {
+	e, err := f.co.View.Get(ctx, path)
+	if err != nil || e.Found {
+		return false, err
+	}
+	if !e.Stored {
 		return true, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	if _, ok, err := f.co.Visible(ctx, d); err != nil || ok {
-		return false, err
-	}
-	if _, err := f.st.DeleteDentry(ctx, path, d.Ver); err != nil && !errors.Is(err, store.ErrConflict) {
+	if _, err := f.st.DeleteDentry(ctx, path, e.Ver); err != nil && !errors.Is(err, store.ErrConflict) {
 		return false, err
 	}
 	return true, nil
@@ -902,7 +899,7 @@ func (f *FS) isEmptyDir(ctx context.Context, path string) (bool, error) {
 		return false, err
 	}
 	f.refreshed.Store(f.writes.Load())
-	sc := f.st.ListDir(path, 16)
+	sc := f.co.View.List(path, 16)
 	defer sc.Close()
 	for {
 		page, bad, err := sc.Next(ctx)
@@ -915,9 +912,8 @@ func (f *FS) isEmptyDir(ctx context.Context, path string) (bool, error) {
 		if page == nil {
 			return true, nil
 		}
-		vis, err := f.visiblePage(ctx, page)
-		if err != nil || len(vis) > 0 {
-			return false, err
+		if len(page) > 0 {
+			return false, nil
 		}
 	}
 }
