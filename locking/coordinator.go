@@ -174,11 +174,6 @@ func (t *Txn) Rename(ctx context.Context, spec RenameSpec) error {
 	return err
 }
 
-// Visible resolves a path document's intent (see Journal.Visible).
-func (c *Coordinator) Visible(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
-	return c.Journal.Visible(ctx, d)
-}
-
 // run is the sweeper: it watches every session's heartbeat so that deaths
 // are noticed within lease + grace, finishes or undoes the operations of
 // dead mounts even when nobody trips over them, removes their leftover lock
