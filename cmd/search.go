@@ -83,7 +83,9 @@ func runSearch(c *cli.Context) error {
 	}
 	found := map[string]bool{}
 	collect := func(q string, inos []uint64) error {
-		sc, err := st.SearchPaths(q, inos, f, store.DefaultPageSize)
+		// The view shows each path as readers see it (a rename in flight
+		// under its old names or its new ones, never both).
+		sc, err := co.View.Search(q, inos, f, store.DefaultPageSize)
 		if err != nil {
 			return err
 		}
@@ -100,10 +102,7 @@ func runSearch(c *cli.Context) error {
 				return nil
 			}
 			for _, d := range page {
-				// A rename in flight: show each path as readers see it.
-				if _, ok, err := co.Visible(ctx, d); err != nil {
-					return err
-				} else if ok && d.Path != "/" {
+				if d.Path != "/" {
 					found[d.Path] = true
 				}
 			}

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -50,8 +51,9 @@ symlinks, FIFOs, sockets, hard links and extended attributes are kept, and
 owners and devices when run as root (as cp -a, other users cannot make
 devices: each is named and export exits 1 after copying the rest). The
 listing is one point-in-time snapshot, taken after a refresh: it holds
-every write that completed before export started (renames in flight in
-SRC are waited for first). Files changed by other mounts during the export
+every write that completed before export started, and a rename in flight
+as a mount shows it: under its old names before its commit point, under
+its new ones after it, never both. Files changed by other mounts during the export
 are copied as they are when read, as cp -a would; files they removed are
 left out with a warning. An entry the listing and the index disagree on
 (its directory or its inode missing, an unreadable document) is named on
@@ -165,7 +167,7 @@ func runImport(c *cli.Context) error {
 	defer func() { _ = txn.End(context.WithoutCancel(ctx)) }()
 	imp.alive = txn.Sess.Check
 	imp.stamp = store.Stamp{Version: store.DataVersion(1, 1), Session: txn.Sess.ID()}
-	parentIno, err := imp.check(ctx, co, parent)
+	parentIno, err := imp.check(ctx, co.View, parent)
 	if err != nil {
 		return explain(err, c.String("es-url"))
 	}
@@ -238,35 +240,23 @@ func skippedNote(n int64) string {
 
 // check verifies, under DEST's lock, that the parent is a directory and
 // DEST is free. It returns the parent's inode number.
-func (imp *importer) check(ctx context.Context, co interface {
-	Visible(context.Context, store.Dentry) (store.Dentry, bool, error)
-}, parent string) (uint64, error) {
-	pd, err := imp.st.GetDentry(ctx, parent)
-	if err == nil {
-		var ok bool
-		pd, ok, err = co.Visible(ctx, pd)
-		if err == nil && !ok {
-			err = store.ErrNotFound
-		}
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, fmt.Errorf("import: the parent directory %s does not exist", parent)
-	}
+func (imp *importer) check(ctx context.Context, view *locking.View, parent string) (uint64, error) {
+	pd, err := view.Get(ctx, parent)
 	if err != nil {
 		return 0, err
+	}
+	if !pd.Found {
+		return 0, fmt.Errorf("import: the parent directory %s does not exist", parent)
 	}
 	if pd.Type != store.TypeDir {
 		return 0, fmt.Errorf("import: %s is not a directory", parent)
 	}
-	dd, err := imp.st.GetDentry(ctx, imp.dest)
-	if err == nil {
-		if _, ok, verr := co.Visible(ctx, dd); verr != nil {
-			return 0, verr
-		} else if ok {
-			return 0, fmt.Errorf("import: %s exists (import makes a new directory)", imp.dest)
-		}
-	} else if !errors.Is(err, store.ErrNotFound) {
+	dd, err := view.Get(ctx, imp.dest)
+	if err != nil {
 		return 0, err
+	}
+	if dd.Found {
+		return 0, fmt.Errorf("import: %s exists (import makes a new directory)", imp.dest)
 	}
 	return pd.Ino, nil
 }
@@ -637,7 +627,7 @@ func runExport(c *cli.Context) error {
 	url := c.String("es-url")
 	prog := newProgress("export", c.Bool("quiet"))
 	prog.start()
-	ex := &exporter{st: st, co: co, src: src, local: local, links: map[uint64]string{}, prog: prog, root: os.Geteuid() == 0,
+	ex := &exporter{st: st, view: co.View, src: src, local: local, links: map[uint64]string{}, prog: prog, root: os.Geteuid() == 0,
 		dirs: map[string]*exportDir{}, notCopied: map[string]leftOut{}}
 	// fail stops the progress and prints what was found so far first.
 	fail := func(err error) error {
@@ -645,7 +635,9 @@ func runExport(c *cli.Context) error {
 		ex.report()
 		return err
 	}
-	sc, err := ex.snapshot(ctx)
+	// One consistent snapshot of SRC, as readers see it: a rename in flight
+	// in it is copied under its old names or its new ones.
+	sc, err := co.View.Scan(ctx, src)
 	if err != nil {
 		return fail(explain(fmt.Errorf("export: %w", err), url))
 	}
@@ -662,17 +654,7 @@ func runExport(c *cli.Context) error {
 		if page == nil {
 			break
 		}
-		var vis []store.Dentry
-		for _, d := range page {
-			v, ok, err := co.Visible(ctx, d)
-			if err != nil {
-				return fail(explain(fmt.Errorf("export: %s: %w", d.Path, err), url))
-			}
-			if ok {
-				vis = append(vis, v)
-			}
-		}
-		if err := ex.page(ctx, vis); err != nil {
+		if err := ex.page(ctx, page); err != nil {
 			return fail(explain(fmt.Errorf("export failed (what was copied stays in %s): %w", local, err), url))
 		}
 	}
@@ -730,12 +712,6 @@ func goneNote(n int64) string {
 	return fmt.Sprintf("; %d removed by other mounts during the export were left out", n)
 }
 
-// exportRenameWait bounds how long export waits for the renames in flight
-// in SRC to end before it lists it. A mount ends its renames within
-// seconds; a dead mount's are finished by any live mount's sweeper within
-// its lease and a half.
-const exportRenameWait = 60 * time.Second
-
 // countSubdirs reads a directory's link count now, and then counts the
 // visible subdirectories of a listing taken after a refresh.
 func (ex *exporter) countSubdirs(ctx context.Context, dir string, ino uint64) (uint32, int, error) {
@@ -746,7 +722,7 @@ func (ex *exporter) countSubdirs(ctx context.Context, dir string, ino uint64) (u
 	if err := ex.st.Refresh(ctx); err != nil {
 		return 0, 0, err
 	}
-	sc := ex.st.ListDir(dir, store.DefaultPageSize)
+	sc := ex.view.List(dir, store.DefaultPageSize)
 	defer sc.Close()
 	count := 0
 	for {
@@ -761,11 +737,7 @@ func (ex *exporter) countSubdirs(ctx context.Context, dir string, ino uint64) (u
 			return a.Nlink, count, nil
 		}
 		for _, d := range page {
-			v, ok, err := ex.co.Visible(ctx, d)
-			if err != nil {
-				return 0, 0, err
-			}
-			if ok && v.Type == store.TypeDir {
+			if d.Type == store.TypeDir {
 				count++
 			}
 		}
@@ -786,7 +758,7 @@ const maxReported = 100
 
 type exporter struct {
 	st      *store.Store
-	co      visibility
+	view    *locking.View
 	src     string
 	local   string
 	links   map[uint64]string // inode -> first local path, for hard links
@@ -826,87 +798,10 @@ type exportDir struct {
 	subdirs     int // listed and copied
 }
 
-// snapshot takes the listing export copies: a point-in-time of SRC taken
-// after a refresh, so that it holds every write acknowledged before export
-// started. Documents of renames in flight carry intents that are resolved
-// against the rename's record when read, which may be later than the
-// snapshot: a rename that commits and finishes in between would have its
-// old names hidden (committed) and its staged new names hidden too (their
-// intent outlived their operation), and export would quietly miss a
-// subtree. So a snapshot with intents of an operation not known to have
-// ended before it was taken is dropped, the operation waited for, and a
-// new one taken.
-func (ex *exporter) snapshot(ctx context.Context) (*store.Scanner, error) {
-	ended := map[string]bool{} // operations seen finished before the current snapshot
-	deadline := time.Now().Add(exportRenameWait)
-	for {
-		if err := ex.st.Refresh(ctx); err != nil {
-			return nil, err
-		}
-		sc := ex.st.ScanTree(ex.src, store.DefaultPageSize)
-		ops, err := sc.IntentOps(ctx)
-		if err != nil {
-			sc.Close()
-			return nil, err
-		}
-		var pending []string
-		for _, op := range ops {
-			if !ended[op] {
-				pending = append(pending, op)
-			}
-		}
-		if len(pending) == 0 {
-			return sc, nil
-		}
-		sc.Close()
-		for _, op := range pending {
-			if err := ex.waitEnded(ctx, op, deadline); err != nil {
-				return nil, err
-			}
-			ended[op] = true
-		}
-	}
-}
-
-// waitEnded waits until operation op is done (or its record is gone,
-// which readers take as rolled back).
-func (ex *exporter) waitEnded(ctx context.Context, op string, deadline time.Time) error {
-	for {
-		rec, err := ex.st.GetOp(ctx, op)
-		if errors.Is(err, store.ErrNotFound) || (err == nil && rec.State == store.OpDone) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the rename of %s to %s (operation %s, %s, by mount %s) is in flight in %s and did not end within %s; run export again (if that mount died, a live mount or esfs fsck --repair finishes it)",
-				rec.Src, rec.Dst, op, rec.State, rec.Owner, ex.src, exportRenameWait)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// visibility resolves the intents of renames in flight, as readers see them.
-type visibility interface {
-	Visible(context.Context, store.Dentry) (store.Dentry, bool, error)
-}
-
 // existsNow reads SRC in real time, for a listing that lacks it.
 func (ex *exporter) existsNow(ctx context.Context) (bool, error) {
-	d, err := ex.st.GetDentry(ctx, ex.src)
-	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	_, ok, err := ex.co.Visible(ctx, d)
-	return ok, err
+	e, err := ex.view.Get(ctx, ex.src)
+	return e.Found, err
 }
 
 // problem records an entry not copied because the listing and the
@@ -937,17 +832,14 @@ func (ex *exporter) leaveOut(d store.Dentry, why leftOut) {
 // well), the entry as it is now if it was replaced, and a disagreement if
 // the path still names the missing inode.
 func (ex *exporter) recheck(ctx context.Context, d store.Dentry) (store.Dentry, store.Inode, error) {
-	now, err := ex.st.GetDentry(ctx, d.Path)
+	e, err := ex.view.Get(ctx, d.Path)
 	if err != nil {
 		return d, store.Inode{}, err
 	}
-	now, ok, err := ex.co.Visible(ctx, now)
-	if err != nil {
-		return d, store.Inode{}, err
-	}
-	if !ok {
+	if !e.Found {
 		return d, store.Inode{}, fmt.Errorf("%s: %w", d.Path, store.ErrNotFound)
 	}
+	now := e.Dentry
 	if now.Ino == d.Ino {
 		return d, store.Inode{}, disagreement(fmt.Sprintf("its inode %d does not exist (a direct read of the path names it too)", d.Ino))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"syscall"
 
+	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -18,7 +19,7 @@ type dirHandle struct {
 	path string
 
 	// The bridge serializes calls on one handle; no lock needed.
-	sc     *store.Scanner
+	sc     *locking.Pages
 	page   []store.Dentry
 	pos    int    // next entry of page to return
 	off    uint64 // offset of the next entry
@@ -51,7 +52,7 @@ func (d *dirHandle) start(ctx context.Context) error {
 	if err := d.n.f.refreshIfDirty(ctx); err != nil {
 		return err
 	}
-	d.sc = d.n.f.st.ListDir(d.path, store.DefaultPageSize)
+	d.sc = d.n.f.co.View.List(d.path, store.DefaultPageSize)
 	return nil
 }
 
@@ -92,10 +93,6 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		if page == nil {
 			d.eof = true
 			return nil, 0
-		}
-		page, err = f.visiblePage(ctx, page)
-		if err != nil {
-			return nil, f.toErrno("readdir", err)
 		}
 		d.page = append(d.page[:0], page...)
 		d.pos = 0

@@ -121,17 +121,14 @@ func (f *FS) lockEntry(ctx context.Context, parent dirRef, name string) (dir, pa
 // (an intent of an aborted or finished rename). The caller holds the
 // exclusive lock of path.
 func (f *FS) clearGarbage(ctx context.Context, path string) (bool, error) {
-	d, err := f.st.GetDentry(ctx, path)
-	if errors.Is(err, store.ErrNotFound) {
+	e, err := f.co.View.Get(ctx, path)
+	if err != nil || e.Found {
+		return false, err
+	}
+	if !e.Stored {
 		return true, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	if _, ok, err := f.co.Visible(ctx, d); err != nil || ok {
-		return false, err
-	}
-	if _, err := f.st.DeleteDentry(ctx, path, d.Ver); err != nil && !errors.Is(err, store.ErrConflict) {
+	if _, err := f.st.DeleteDentry(ctx, path, e.Ver); err != nil && !errors.Is(err, store.ErrConflict) {
 		return false, err
 	}
 	return true, nil

@@ -192,22 +192,15 @@ func (f *FS) resolve(ctx context.Context, path string) (store.Node, error) {
 // resolveFresh reads path from the store, bypassing the cache, and caches it.
 func (f *FS) resolveFresh(ctx context.Context, path string) (store.Node, error) {
 	gen := f.cache.Gen()
-	d, err := f.st.GetDentry(ctx, path)
-	if errors.Is(err, store.ErrNotFound) {
-		f.cache.PutNegative(path, gen)
-		return store.Node{}, err
-	}
+	e, err := f.co.View.Get(ctx, path)
 	if err != nil {
 		return store.Node{}, err
 	}
-	d, ok, err := f.co.Visible(ctx, d)
-	if err != nil {
-		return store.Node{}, err
-	}
-	if !ok {
+	if !e.Found {
 		f.cache.PutNegative(path, gen)
 		return store.Node{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
 	}
+	d := e.Dentry
 	attr, err := f.inode(ctx, d.Ino, gen)
 	if errors.Is(err, store.ErrNotFound) {
 		// Either another mount removed the entry between our two reads
@@ -228,52 +221,6 @@ func (f *FS) resolveFresh(ctx context.Context, path string) (store.Node, error) 
 	n := store.Node{Dentry: d, Attr: attr}
 	f.cache.PutNode(n, gen)
 	return n, nil
-}
-
-// visiblePage resolves a page of search hits for readers. A hit carrying an
-// intent may be stale (search is near-realtime, and the rename may have
-// finished since the last refresh): it is read again in real time and
-// resolved against its operation's record as it is now, so that a listing
-// never shows both the old and the new name of a rename, or neither. Hits
-// without an intent are consistent with each other as of the last refresh.
-func (f *FS) visiblePage(ctx context.Context, page []store.Dentry) ([]store.Dentry, error) {
-	var again []string
-	for _, d := range page {
-		if d.Intent.Op != "" {
-			again = append(again, d.Path)
-		}
-	}
-	current := map[string]store.DentryResult{}
-	if len(again) > 0 {
-		res, err := f.st.GetDentries(ctx, again)
-		if err != nil {
-			return nil, err
-		}
-		for i, r := range res {
-			current[again[i]] = r
-		}
-	}
-	out := page[:0]
-	for _, d := range page {
-		if d.Intent.Op != "" {
-			r := current[d.Path]
-			if errors.Is(r.Err, store.ErrNotFound) {
-				continue // gone since the refresh
-			}
-			if r.Err != nil {
-				return nil, r.Err
-			}
-			d = r.Dentry
-		}
-		v, ok, err := f.co.Visible(ctx, d)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			out = append(out, v)
-		}
-	}
-	return out, nil
 }
 
 // begin takes the locks of an entry change (create, remove, link) of path

@@ -94,7 +94,7 @@ func (f *FS) isEmptyDir(ctx context.Context, path string) (bool, error) {
 		return false, err
 	}
 	f.refreshed.Store(f.writes.Load())
-	sc := f.st.ListDir(path, 16)
+	sc := f.co.View.List(path, 16)
 	defer sc.Close()
 	for {
 		page, bad, err := sc.Next(ctx)
@@ -107,9 +107,8 @@ func (f *FS) isEmptyDir(ctx context.Context, path string) (bool, error) {
 		if page == nil {
 			return true, nil
 		}
-		vis, err := f.visiblePage(ctx, page)
-		if err != nil || len(vis) > 0 {
-			return false, err
+		if len(page) > 0 {
+			return false, nil
 		}
 	}
 }

@@ -143,29 +143,19 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef
 	// both directories, source and destination, in one mget.
 	srcDir, _ := store.Split(src)
 	dstDir, _ := store.Split(dst)
-	res, err := f.st.GetDentries(ctx, []string{srcDir, dstDir, src, dst})
+	res, err := f.co.View.GetMany(ctx, []string{srcDir, dstDir, src, dst})
 	if err != nil {
 		return err
 	}
 	var docs [4]store.Dentry
 	var found [4]bool
-	for i, r := range res {
-		if r.Err != nil {
-			if !errors.Is(r.Err, store.ErrNotFound) {
-				return r.Err
-			}
-			continue
-		}
-		d, ok, err := f.co.Visible(ctx, r.Dentry)
-		if err != nil {
-			return err
-		}
-		docs[i], found[i] = d, ok
+	for i, e := range res {
+		docs[i], found[i] = e.Dentry, e.Found
 	}
 	for i, n := range []dirRef{from, to} {
 		switch {
 		case !found[i]:
-			return errnoErr(syscall.ESTALE, "directory %q is gone", res[i].Dentry.Path)
+			return errnoErr(syscall.ESTALE, "directory %q is gone", res[i].Path)
 		case docs[i].Ino != n.ino():
 			return errnoErr(syscall.ESTALE, "directory %q is now another inode", docs[i].Path)
 		case docs[i].Type != store.TypeDir:
@@ -222,7 +212,7 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef
 		}
 		d.Intent = store.Intent{} // the visible state, at the stored version
 		target = &d
-	} else if res[3].Err == nil {
+	} else if res[3].Stored {
 		// Garbage of an aborted or finished rename holds the name.
 		if _, err := f.clearGarbage(ctx, dst); err != nil {
 			return err

@@ -39,6 +39,8 @@ type Coordinator struct {
 	Strategy Strategy
 	Locks    *Manager
 	Journal  *Journal
+	// View is how this session reads the tree: only what readers see.
+	View *View
 
 	mu   sync.Mutex // protects sess and obs
 	sess *Session
@@ -81,6 +83,7 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 		c.Locks.metrics = cfg.Metrics
 	}
 	c.Journal = NewJournal(b, c.Locks, c.Session, cfg.Log)
+	c.View = NewView(b, c.Journal)
 	c.shares = &shares{c: c, by: map[string]*share{}}
 	c.tending = make(chan struct{})
 	go c.run()
@@ -169,11 +172,6 @@ func (t *Txn) Rename(ctx context.Context, spec RenameSpec) error {
 		t.Sess.EndOp(t.n)
 	}
 	return err
-}
-
-// Visible resolves a path document's intent (see Journal.Visible).
-func (c *Coordinator) Visible(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
-	return c.Journal.Visible(ctx, d)
 }
 
 // run is the sweeper: it watches every session's heartbeat so that deaths

@@ -22,8 +22,6 @@ type FsckBackend interface {
 	DeleteChunks(ctx context.Context, ino uint64, first, last int64, version int64) (int64, error)
 	ChunkSize() int64
 	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
-	SearchPaths(query string, inos []uint64, f store.SearchFilter, pageSize int) (*store.Scanner, error)
-	ListDir(dir string, pageSize int) *store.Scanner
 	ScanChunks() *store.ChunkScanner
 	DeleteChunkRefs(ctx context.Context, refs []store.ChunkRef) ([]error, error)
 }
@@ -184,7 +182,7 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 		for _, d := range page {
 			rep.Paths++
 			if d.Intent.Op != "" {
-				vis, ok, err := c.Journal.Visible(ctx, d)
+				vis, ok, err := c.View.resolve(ctx, d)
 				if err != nil {
 					sc.Close()
 					return rep, err
@@ -381,7 +379,7 @@ func (c *Coordinator) lookAgain(ctx context.Context, fb FsckBackend, inodes map[
 	named := map[uint64][]string{}
 	const batch = 10000 // below index.max_terms_count
 	for start := 0; start < len(suspects); start += batch {
-		sc, err := fb.SearchPaths("", suspects[start:min(start+batch, len(suspects))], store.SearchFilter{}, store.DefaultPageSize)
+		sc, err := c.View.Search("", suspects[start:min(start+batch, len(suspects))], store.SearchFilter{}, store.DefaultPageSize)
 		if err != nil {
 			return err
 		}
@@ -394,16 +392,9 @@ func (c *Coordinator) lookAgain(ctx context.Context, fb FsckBackend, inodes map[
 			if page == nil {
 				break
 			}
-			for _, d := range page {
-				vis, ok, err := c.Journal.Visible(ctx, d)
-				if err != nil {
-					sc.Close()
-					return err
-				}
-				if ok {
-					named[vis.Ino] = append(named[vis.Ino], vis.Path)
-					paths[vis.Path] = pathInfo{vis.Type, vis.Ino}
-				}
+			for _, vis := range page {
+				named[vis.Ino] = append(named[vis.Ino], vis.Path)
+				paths[vis.Path] = pathInfo{vis.Type, vis.Ino}
 			}
 		}
 		sc.Close()
@@ -439,7 +430,7 @@ func (c *Coordinator) countDirLinks(ctx context.Context, fb FsckBackend, path st
 	if err := fb.Refresh(ctx); err != nil {
 		return store.Inode{}, 0, err
 	}
-	sc := fb.ListDir(path, store.DefaultPageSize)
+	sc := c.View.List(path, store.DefaultPageSize)
 	defer sc.Close()
 	count := 0
 	for {
@@ -453,12 +444,8 @@ func (c *Coordinator) countDirLinks(ctx context.Context, fb FsckBackend, path st
 		if page == nil {
 			return n, count, nil
 		}
-		for _, d := range page {
-			vis, ok, err := c.Journal.Visible(ctx, d)
-			if err != nil {
-				return store.Inode{}, 0, err
-			}
-			if ok && vis.Type == store.TypeDir {
+		for _, vis := range page {
+			if vis.Type == store.TypeDir {
 				count++
 			}
 		}

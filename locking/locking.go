@@ -55,7 +55,8 @@ type Backend interface {
 	DeleteSession(ctx context.Context, id string, ifVer store.Version) error
 	ListSessions(ctx context.Context) ([]store.SessionDoc, error)
 
-	// Path documents, for the rename journal and recovery.
+	// Path documents, for the rename journal, recovery and the view.
+	GetDentry(ctx context.Context, path string) (store.Dentry, error)
 	GetDentries(ctx context.Context, paths []string) ([]store.DentryResult, error)
 	Bulk(ctx context.Context, ops []store.BulkOp) ([]store.BulkResult, error)
 	OpCreateDentry(d store.Dentry) (store.BulkOp, error)
@@ -65,6 +66,8 @@ type Backend interface {
 	ScanTree(root string, pageSize int) *store.Scanner
 	ScanOp(op string, pageSize int) *store.Scanner
 	ScanIntents(pageSize int) *store.Scanner
+	ListDir(dir string, pageSize int) *store.Scanner
+	SearchPaths(query string, inos []uint64, f store.SearchFilter, pageSize int) (*store.Scanner, error)
 
 	// Directories' link counts, which renames move.
 	AddDirLinks(ctx context.Context, ino uint64, delta int, t int64) (store.Inode, error)
