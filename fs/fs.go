@@ -15,7 +15,6 @@ package fs
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -346,7 +345,7 @@ func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode
 		v, err := f.st.PutInode(ctx, n, n.Ver)
 		if errors.Is(err, store.ErrConflict) && attempt < 50 {
 			if !remembered {
-				backoff(ctx, attempt)
+				store.Backoff(ctx, attempt, store.InodeBackoff)
 			}
 			continue
 		}
@@ -356,18 +355,6 @@ func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode
 		n.Ver = v
 		f.cache.PutInode(n, f.cache.Gen())
 		return n, nil
-	}
-}
-
-// backoff sleeps a little, more after each attempt, with jitter.
-func backoff(ctx context.Context, attempt int) {
-	d := time.Duration(1<<min(attempt, 6)) * time.Millisecond
-	var b [1]byte
-	_, _ = rand.Read(b[:])
-	d += time.Duration(b[0]) * d / 256
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
 	}
 }
 

@@ -6,7 +6,6 @@ package locking
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +52,11 @@ func (h *Held) Refs() []store.LockRef {
 	}
 	return out
 }
+
+// lockBackoff is store.Backoff's limit between attempts to take locks and
+// to release them on a busy document: waits grow to 128-256 ms, so that a
+// waiter polls a held lock a few times a second at most.
+const lockBackoff = 128 * time.Millisecond
 
 // Manager takes and releases locks for one mount.
 type Manager struct {
@@ -140,7 +144,7 @@ func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []
 			m.clearMarkers(sess, op, reqs, marked)
 			return nil, fmt.Errorf("waiting for %s: %w", blocked, ErrLocked)
 		}
-		sleepJitter(ctx, attempt)
+		store.Backoff(ctx, attempt, lockBackoff)
 	}
 }
 
@@ -415,19 +419,4 @@ func hasOwn(d store.LockDoc, session, op string) bool {
 		}
 	}
 	return false
-}
-
-// sleepJitter backs off exponentially from 2ms to about 250ms, with jitter
-// so that competing mounts do not retry in lockstep.
-func sleepJitter(ctx context.Context, attempt int) {
-	base := time.Duration(2<<min(attempt, 7)) * time.Millisecond
-	var b [2]byte
-	_, _ = rand.Read(b[:])
-	d := base/2 + time.Duration(int(b[0])<<8|int(b[1]))*base/65536
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -63,7 +63,7 @@ func (m *Manager) release(ctx context.Context, h *Held, partial bool, pre []stor
 			preRes, res, pre = all[:len(pre)], all[len(pre):], nil
 		} else if res, err = m.b.WriteLocks(ctx, writes); err != nil {
 			if round < 5 {
-				sleepJitter(ctx, round)
+				store.Backoff(ctx, round, lockBackoff)
 				continue
 			}
 			return preRes, err
@@ -84,7 +84,7 @@ func (m *Manager) release(ctx context.Context, h *Held, partial bool, pre []stor
 			return preRes, fmt.Errorf("releasing %d locks: still conflicting after %d rounds", len(again), round)
 		}
 		if round >= 2 {
-			sleepJitter(ctx, min(round-2, 4))
+			store.Backoff(ctx, min(round-2, 4), lockBackoff)
 		}
 		fresh, err := m.b.GetLocks(ctx, again)
 		if err != nil {
