@@ -97,9 +97,9 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 		o.Metrics = NewMetrics(nil)
 	}
 	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}}
-	// A rename that replaced a file, finished by whichever mount, drops the
-	// replaced inode's link through the same path as unlink.
-	co.Journal.DropLink = f.dropLink
+	// A rename that replaced a file, finished by this mount, drops the
+	// replaced inode's link as unlink does: kept while open here.
+	co.Journal.SetDropLink(f.dropLink)
 	return f
 }
 

@@ -43,13 +43,13 @@ type Journal struct {
 	b   Backend
 	m   *Manager
 	log *slog.Logger
-	// DropLink removes one link from an inode replaced by a rename (the fs
-	// layer owns inodes). It is called at most once per rename.
-	DropLink func(ctx context.Context, ino uint64) error
 	// Session returns the current session of this mount.
 	Session func() *Session
 
-	mu         sync.Mutex                // protects done and unfinished
+	mu sync.Mutex // protects dropLink, done, unfinished and recovering
+	// dropLink removes one link from the inode a rename replaced, at most
+	// once per rename (see SetDropLink).
+	dropLink   func(ctx context.Context, ino uint64) error
 	done       map[string]store.OpRecord // records in a final state, which never change
 	unfinished map[string]*unfinished    // kept by Rename, retried by the sweeper
 	recovering map[string]bool           // operations being recovered by this mount now
@@ -63,8 +63,24 @@ func NewJournal(b Backend, m *Manager, session func() *Session, log *slog.Logger
 	}
 	j := &Journal{b: b, m: m, log: log, Session: session, done: map[string]store.OpRecord{},
 		unfinished: map[string]*unfinished{}, recovering: map[string]bool{}}
+	j.dropLink = func(ctx context.Context, ino uint64) error {
+		_, err := DropLink(ctx, b, ino, nil)
+		return err
+	}
 	m.Recover = j.Recover
 	return j
+}
+
+// SetDropLink replaces how this session drops the link of an inode a
+// rename replaced. Every journal starts with the store-level DropLink,
+// which is right for a session that has no file open (an admin command,
+// or a mount before it serves anything); a mount sets its own, which
+// leaves the inodes it has open to their last close and keeps its cache
+// in step, as its unlink does.
+func (j *Journal) SetDropLink(drop func(ctx context.Context, ino uint64) error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.dropLink = drop
 }
 
 // RenameSpec is a rename whose locks are held and whose preconditions were

@@ -120,8 +120,11 @@ func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []st
 		if move {
 			j.moveDirLinks(ctx, links)
 		}
-		if drop && j.DropLink != nil {
-			if err := j.DropLink(ctx, rec.Overwritten); err != nil {
+		if drop {
+			j.mu.Lock()
+			dropLink := j.dropLink
+			j.mu.Unlock()
+			if err := dropLink(ctx, rec.Overwritten); err != nil {
 				j.log.Warn("could not drop the link of a replaced inode (fsck reclaims it)", "ino", rec.Overwritten, "err", err)
 			}
 		}
