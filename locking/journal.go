@@ -105,9 +105,8 @@ type RenameSpec struct {
 //
 // kept reports that the journal kept the operation: its locks stay held
 // and end is called once the journal has finished (or undone) it and
-// released them, retrying from the sweeper (LOCKING-REVIEW item 2: the
-// owner, while alive, finishes what it started before anyone else may
-// touch those paths). Otherwise the caller releases the locks if err is
+// released them, retrying from the sweeper: the owner, while alive,
+// finishes what it started before anyone else may touch those paths. Otherwise the caller releases the locks if err is
 // not nil, and end is not called.
 func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, end func()) (kept bool, err error) {
 	// In flight until end runs: at once, or for a kept operation when the
@@ -222,8 +221,9 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 		if sess.Check() != nil || errors.Is(err, store.ErrConflict) {
 			// Taken over, or about to be: the new owner finishes the
 			// rename and releases our entries. As for any operation whose
-			// entries vanished, the caller hears EIO (LOCKING-REVIEW item
-			// 3), although the rename happened.
+			// lock entries vanished (whoever judged us dead may have done
+			// conflicting work), the caller hears EIO, although the
+			// rename happened.
 			j.log.Warn("committed rename left to recovery", "op", spec.Op, "err", err)
 			end()
 			return true, fmt.Errorf("rename %s committed, then was taken over: %v: %w", spec.Op, err, ErrLeaseLost)

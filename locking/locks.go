@@ -341,8 +341,9 @@ func displayPath(r Request) string {
 }
 
 // holderGone reports whether a conflicting holder's entry may be dropped:
-// its session is dead and its operation was taken over or aborted first
-// (LOCKING-REVIEW item 2: entries are never freed apart from the journal).
+// its session is dead and its operation was taken over or aborted first:
+// an entry is never freed on its own, only once its operation is settled,
+// so that nobody works on paths a half-done operation still covers.
 func (m *Manager) holderGone(ctx context.Context, h store.Holder) (bool, error) {
 	dead, err := m.obs.Dead(ctx, h.Session)
 	if err != nil {
