@@ -106,8 +106,9 @@ type RenameSpec struct {
 // kept reports that the journal kept the operation: its locks stay held
 // and end is called once the journal has finished (or undone) it and
 // released them, retrying from the sweeper: the owner, while alive,
-// finishes what it started before anyone else may touch those paths. Otherwise the caller releases the locks if err is
-// not nil, and end is not called.
+// finishes what it started before anyone else may touch those paths.
+// Otherwise the caller releases the locks if err is not nil, and end is
+// not called.
 func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, end func()) (kept bool, err error) {
 	// In flight until end runs: at once, or for a kept operation when the
 	// sweeper has finished it.
@@ -132,6 +133,7 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 			ended.Do(mt.inFlight.Dec)
 		}
 	}()
+	r := &renameRun{j: j, sess: sess, spec: spec, end: end}
 	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1,
 		Src: spec.Src.Path, Dst: spec.Dst, SrcIno: spec.Src.Ino, SrcType: spec.Src.Type,
 		Locks: spec.Held.Refs(), Created: time.Now().UnixNano(), SrcParent: spec.SrcParent, DstParent: spec.DstParent}
@@ -141,29 +143,17 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	if err := sess.Check(); err != nil {
 		return false, err
 	}
-	v, err := j.b.CreateOp(ctx, rec)
-	if errors.Is(err, store.ErrExists) {
-		return false, fmt.Errorf("rename %s was fenced off by recovery: %w", spec.Op, ErrLeaseLost)
-	}
+	rec, kept, err = r.record(ctx, rec)
 	if err != nil {
-		// Unknown outcome: the record may exist. Keep the operation, so
-		// that it is resolved (undone) before its locks go.
-		j.keep(rec, sess, spec.Held, end)
-		return true, err
+		return kept, err
 	}
-	rec.Ver = v
 	if err := crashPoint("rename-after-record"); err != nil {
 		return false, err
 	}
 	known, err := j.stage(ctx, sess, spec)
 	if err != nil {
 		j.log.Warn("rename failed while staging: rolling back", "op", spec.Op, "err", err)
-		if rerr := j.abort(ctx, rec); rerr != nil {
-			j.log.Warn("rollback failed; retrying while holding the locks", "op", spec.Op, "err", rerr)
-			j.keep(rec, sess, spec.Held, end)
-			return true, err
-		}
-		return false, err
+		return r.undo(ctx, rec, err)
 	}
 	for _, k := range known {
 		if k.doc.Intent.Role == store.RoleSrc {
@@ -173,43 +163,10 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	if err := crashPoint("rename-before-commit"); err != nil {
 		return false, err
 	}
-	// The commit point. A lapsed lease means someone may be taking over:
-	// do not commit on a lease we cannot vouch for.
-	if err := sess.Check(); err != nil {
-		if rerr := j.abort(ctx, rec); rerr != nil {
-			j.log.Warn("rollback failed; recovery of this session will finish it", "op", spec.Op, "err", rerr)
-		}
-		return false, err
-	}
-	committed := rec
-	committed.State = store.OpCommitted
-	v, err = j.b.PutOp(ctx, committed, rec.Ver)
+	committed, kept, err := r.commit(ctx, rec)
 	if err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return false, fmt.Errorf("rename %s was taken over before its commit: %w", spec.Op, ErrLeaseLost)
-		}
-		// Unknown outcome: read the record to learn it.
-		cur, gerr := j.b.GetOp(ctx, spec.Op)
-		if gerr != nil {
-			// Still unknown: the sweeper reads it later and finishes or
-			// undoes it; the caller can only be told that we do not know.
-			j.keep(rec, sess, spec.Held, end)
-			return true, fmt.Errorf("rename %s: commit outcome unknown: %w", spec.Op, err)
-		}
-		if cur.Owner != sess.ID() || cur.Epoch != rec.Epoch {
-			return false, fmt.Errorf("rename %s was taken over at its commit: %w", spec.Op, ErrLeaseLost)
-		}
-		if cur.State != store.OpCommitted {
-			if rerr := j.abort(ctx, cur); rerr != nil {
-				j.log.Warn("rollback failed; retrying while holding the locks", "op", spec.Op, "err", rerr)
-				j.keep(cur, sess, spec.Held, end)
-				return true, err
-			}
-			return false, err
-		}
-		v = cur.Ver
+		return kept, err
 	}
-	committed.Ver = v
 	if err := crashPoint("rename-after-commit"); err != nil {
 		return false, err
 	}
@@ -218,27 +175,123 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	// is told it succeeded.
 	fin, err := j.finishDocs(ctx, committed, known)
 	if err != nil {
-		if sess.Check() != nil || errors.Is(err, store.ErrConflict) {
-			// Taken over, or about to be: the new owner finishes the
-			// rename and releases our entries. As for any operation whose
-			// lock entries vanished (whoever judged us dead may have done
-			// conflicting work), the caller hears EIO, although the
-			// rename happened.
-			j.log.Warn("committed rename left to recovery", "op", spec.Op, "err", err)
-			end()
-			return true, fmt.Errorf("rename %s committed, then was taken over: %v: %w", spec.Op, err, ErrLeaseLost)
-		}
-		j.log.Warn("finishing a committed rename failed; retrying while holding the locks", "op", spec.Op, "err", err)
-		j.keep(fin, sess, spec.Held, end)
-		return true, nil
+		return r.finishFailed(fin, err)
 	}
 	if err := crashPoint("rename-before-release"); err != nil {
 		return false, err
 	}
-	// DONE, the release of the locks and the caller's own writes (times)
-	// go in one bulk: the locks are released only if DONE is in the same
-	// request, and a DONE that fails means someone took the record over,
-	// who then releases our entries anyway.
+	return r.conclude(ctx, fin)
+}
+
+// renameRun is one Rename as its owner runs it, step by step. Each step
+// that stops the rename returns what Rename returns: kept, and the error.
+type renameRun struct {
+	j    *Journal
+	sess *Session
+	spec RenameSpec
+	end  func()
+}
+
+// keep hands the operation, as rec last knew it, to the sweeper, its
+// locks held (see Rename).
+func (r *renameRun) keep(rec store.OpRecord, err error) (bool, error) {
+	r.j.keep(rec, r.sess, r.spec.Held, r.end)
+	return true, err
+}
+
+// undo rolls back rec, which has not committed; if the rollback fails the
+// operation is kept, to be undone while its locks are still held.
+func (r *renameRun) undo(ctx context.Context, rec store.OpRecord, err error) (bool, error) {
+	if rerr := r.j.abort(ctx, rec); rerr != nil {
+		r.j.log.Warn("rollback failed; retrying while holding the locks", "op", r.spec.Op, "err", rerr)
+		return r.keep(rec, err)
+	}
+	return false, err
+}
+
+// record is step 1: the operation's record rec, created PREPARED (with
+// op_type=create: a record that already exists means recovery fenced the
+// operation off). err is nil only when it was created.
+func (r *renameRun) record(ctx context.Context, rec store.OpRecord) (store.OpRecord, bool, error) {
+	v, err := r.j.b.CreateOp(ctx, rec)
+	if errors.Is(err, store.ErrExists) {
+		return rec, false, fmt.Errorf("rename %s was fenced off by recovery: %w", r.spec.Op, ErrLeaseLost)
+	}
+	if err != nil {
+		// Unknown outcome: the record may exist. Keep the operation, so
+		// that it is resolved (undone) before its locks go.
+		kept, err := r.keep(rec, err)
+		return rec, kept, err
+	}
+	rec.Ver = v
+	return rec, false, nil
+}
+
+// commit is step 3, the commit point: one compare-and-set of the record
+// to COMMITTED. err is nil only when it committed; the record is returned
+// at its new version.
+func (r *renameRun) commit(ctx context.Context, rec store.OpRecord) (store.OpRecord, bool, error) {
+	j, spec := r.j, r.spec
+	// A lapsed lease means someone may be taking over: do not commit on a
+	// lease we cannot vouch for.
+	if err := r.sess.Check(); err != nil {
+		if rerr := j.abort(ctx, rec); rerr != nil {
+			j.log.Warn("rollback failed; recovery of this session will finish it", "op", spec.Op, "err", rerr)
+		}
+		return rec, false, err
+	}
+	committed := rec
+	committed.State = store.OpCommitted
+	v, err := j.b.PutOp(ctx, committed, rec.Ver)
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return rec, false, fmt.Errorf("rename %s was taken over before its commit: %w", spec.Op, ErrLeaseLost)
+		}
+		// Unknown outcome: read the record to learn it.
+		cur, gerr := j.b.GetOp(ctx, spec.Op)
+		if gerr != nil {
+			// Still unknown: the sweeper reads it later and finishes or
+			// undoes it; the caller can only be told that we do not know.
+			kept, err := r.keep(rec, fmt.Errorf("rename %s: commit outcome unknown: %w", spec.Op, err))
+			return rec, kept, err
+		}
+		if cur.Owner != r.sess.ID() || cur.Epoch != rec.Epoch {
+			return rec, false, fmt.Errorf("rename %s was taken over at its commit: %w", spec.Op, ErrLeaseLost)
+		}
+		if cur.State != store.OpCommitted {
+			kept, err := r.undo(ctx, cur, err)
+			return rec, kept, err
+		}
+		v = cur.Ver
+	}
+	committed.Ver = v
+	return committed, false, nil
+}
+
+// finishFailed ends a rename whose finish (step 4) failed after the
+// commit point.
+func (r *renameRun) finishFailed(fin store.OpRecord, err error) (bool, error) {
+	j, spec := r.j, r.spec
+	if r.sess.Check() != nil || errors.Is(err, store.ErrConflict) {
+		// Taken over, or about to be: the new owner finishes the
+		// rename and releases our entries. As for any operation whose
+		// lock entries vanished (whoever judged us dead may have done
+		// conflicting work), the caller hears EIO, although the
+		// rename happened.
+		j.log.Warn("committed rename left to recovery", "op", spec.Op, "err", err)
+		r.end()
+		return true, fmt.Errorf("rename %s committed, then was taken over: %v: %w", spec.Op, err, ErrLeaseLost)
+	}
+	j.log.Warn("finishing a committed rename failed; retrying while holding the locks", "op", spec.Op, "err", err)
+	return r.keep(fin, nil)
+}
+
+// conclude is step 5: DONE, the release of the locks and the caller's own
+// writes (times) go in one bulk. The locks are released only if DONE is in
+// the same request, and a DONE that fails means someone took the record
+// over, who then releases our entries anyway.
+func (r *renameRun) conclude(ctx context.Context, fin store.OpRecord) (bool, error) {
+	j, spec := r.j, r.spec
 	done := fin
 	done.State, done.Aborted = store.OpDone, false
 	o, err := j.b.OpPutOp(done, fin.Ver)
@@ -250,8 +303,7 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 		// The request failed as a whole: whether DONE and the release
 		// landed is unknown. The sweeper reads the record and ends it.
 		j.log.Warn("ending a finished rename failed; retrying while holding the locks", "op", spec.Op, "err", err)
-		j.keep(fin, sess, spec.Held, end)
-		return true, nil
+		return r.keep(fin, nil)
 	}
 	if res[0].Err != nil {
 		j.log.Warn("a finished rename's record was taken over before DONE", "op", spec.Op, "err", res[0].Err)
@@ -262,9 +314,9 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 		done.Ver = res[0].Ver
 		j.remember(done)
 	}
-	for _, r := range res[1:] {
-		if r.Err != nil {
-			j.log.Warn("a write made with the end of a rename failed", "op", spec.Op, "err", r.Err)
+	for _, w := range res[1:] {
+		if w.Err != nil {
+			j.log.Warn("a write made with the end of a rename failed", "op", spec.Op, "err", w.Err)
 		}
 	}
 	return false, err
