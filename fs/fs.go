@@ -15,7 +15,6 @@ package fs
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,9 +97,9 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 		o.Metrics = NewMetrics(nil)
 	}
 	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}}
-	// A rename that replaced a file, finished by whichever mount, drops the
-	// replaced inode's link through the same path as unlink.
-	co.Journal.DropLink = f.dropLink
+	// A rename that replaced a file, finished by this mount, drops the
+	// replaced inode's link as unlink does: kept while open here.
+	co.Journal.SetDropLink(f.dropLink)
 	return f
 }
 
@@ -293,7 +292,7 @@ func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode
 		v, err := f.st.PutInode(ctx, n, n.Ver)
 		if errors.Is(err, store.ErrConflict) && attempt < 50 {
 			if !remembered {
-				backoff(ctx, attempt)
+				store.Backoff(ctx, attempt, store.InodeBackoff)
 			}
 			continue
 		}
@@ -303,18 +302,6 @@ func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode
 		n.Ver = v
 		f.cache.PutInode(n, f.cache.Gen())
 		return n, nil
-	}
-}
-
-// backoff sleeps a little, more after each attempt, with jitter.
-func backoff(ctx context.Context, attempt int) {
-	d := time.Duration(1<<min(attempt, 6)) * time.Millisecond
-	var b [1]byte
-	_, _ = rand.Read(b[:])
-	d += time.Duration(b[0]) * d / 256
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 )
 
@@ -18,6 +19,12 @@ import (
 // one directory never contend on it. A crash between the entry and its
 // count leaves the count one off, which esfs fsck finds and repairs.
 // Renames move counts between directories in the journal (locking).
+//
+// A file's count is in its inode document too. Removing a name drops one
+// link (locking.DropLink, which the journal also uses for the inode a
+// rename replaced, in any session); the inode and its data go with the
+// last link, unless this mount has the file open: then they go at the
+// last close.
 
 // parentLinks is a change of a directory's count and times that rides in
 // the bulk of an entry change.
@@ -96,4 +103,32 @@ func (f *FS) addDirLinks(ctx context.Context, ino uint64, delta int, t int64) {
 	if err == nil {
 		f.cache.PutInode(n, gen)
 	}
+}
+
+// dropLink removes one link from ino, for an unlink or a rename that
+// replaced it, and deletes the inode and its data when none is left,
+// unless this mount still has it open (then the last close deletes it).
+func (f *FS) dropLink(ctx context.Context, ino uint64) error {
+	f.cache.InvalidateInode(ino)
+	a, err := locking.DropLink(ctx, f.st, ino, f.keepUnlinked)
+	if err == nil && a.Ino != 0 {
+		f.cache.PutInode(a, f.cache.Gen())
+	} else {
+		f.cache.InvalidateInode(ino)
+	}
+	return err
+}
+
+// keepUnlinked reports whether an inode whose last link is gone must
+// outlive it because this mount has it open, and marks it for deletion at
+// the last close.
+func (f *FS) keepUnlinked(a store.Inode) bool {
+	of := f.openState(a.Ino)
+	return of != nil && of.markUnlinked(a)
+}
+
+// deleteInode removes an inode with no links left, and its data.
+func (f *FS) deleteInode(ctx context.Context, a store.Inode) error {
+	f.cache.InvalidateInode(a.Ino)
+	return locking.DeleteUnlinked(ctx, f.st, a)
 }

@@ -146,8 +146,7 @@ func (c *Coordinator) Begin(ctx context.Context, reqs []Request) (*Txn, error) {
 
 // End releases the operation's locks. The release is also the check that
 // nobody judged us dead meanwhile: then the operation must report EIO even
-// if its writes went through, since someone may have done conflicting work
-// meanwhile.
+// if its writes went through, since someone may have done conflicting work.
 func (t *Txn) End(ctx context.Context) error {
 	if t.done {
 		return nil
@@ -317,7 +316,7 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 // collectStrays resolves path documents that carry the intent of a
 // finished operation. No legitimate document does (finishing strips every
 // intent before DONE); they are late writes of a request that timed out or
-// of a fenced owner, and would otherwise hold their
+// of a fenced owner that woke up, and would otherwise hold their
 // name and an intent forever. Operations in flight are left alone, and
 // those of dead owners are recovered above.
 func (c *Coordinator) collectStrays(ctx context.Context) error {

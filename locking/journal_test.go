@@ -311,3 +311,43 @@ func TestTakeoverResumed(t *testing.T) {
 		t.Errorf("the operation's lock entry survived: %+v", docs[0])
 	}
 }
+
+// TestRenameOverDropsReplacedLink: a session nobody gave a link drop of
+// its own (an admin command's) drops the link of the inode a rename
+// replaced: with its last link the inode goes, with another left it stays,
+// one link less.
+func TestRenameOverDropsReplacedLink(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := ctxT(t)
+	co := coordinator(t, st, "tree", 10*time.Second)
+	for i, c := range []struct {
+		name  string
+		nlink uint32
+	}{{"last", 1}, {"linked", 2}} {
+		replaced := uint64(7100 + i)
+		if _, err := st.CreateInode(ctx, store.Inode{Ino: replaced, Type: store.TypeFile, Nlink: c.nlink, Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+		src, dst := "/"+c.name+"-src", "/"+c.name+"-dst"
+		ds := putDentries(t, st,
+			store.Dentry{Path: src, Parent: "/", Name: c.name + "-src", Ino: uint64(7200 + i), Type: store.TypeFile},
+			store.Dentry{Path: dst, Parent: "/", Name: c.name + "-dst", Ino: replaced, Type: store.TypeFile})
+		txn, err := co.Begin(ctx, co.Strategy.Rename(src, dst, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.Rename(ctx, locking.RenameSpec{Src: ds[0], Dst: dst, Target: &ds[1]}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if err := txn.End(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n, err := st.GetInode(ctx, replaced)
+		switch {
+		case c.nlink == 1 && !errors.Is(err, store.ErrNotFound):
+			t.Errorf("%s: the replaced inode lost its last link and is still there: %+v %v", c.name, n, err)
+		case c.nlink > 1 && (err != nil || n.Nlink != c.nlink-1):
+			t.Errorf("%s: the replaced inode has %d links (%v), want %d", c.name, n.Nlink, err, c.nlink-1)
+		}
+	}
+}

@@ -71,6 +71,8 @@ type Backend interface {
 
 	// Directories' link counts, which renames move.
 	AddDirLinks(ctx context.Context, ino uint64, delta int, t int64) (store.Inode, error)
+	// Inodes, whose link a finished rename drops (DropLink).
+	InodeBackend
 }
 
 var _ Backend = (*store.Store)(nil)

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"net/url"
-	"time"
 )
 
 // inodeDoc is the JSON of an inode document.
@@ -258,7 +256,7 @@ func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64)
 		}
 		v, err := s.Write(ctx, PutInode(changed, n.Ver))
 		if errors.Is(err, ErrConflict) && attempt < 100 {
-			sleepJitter(ctx, attempt)
+			Backoff(ctx, attempt, InodeBackoff)
 			continue
 		}
 		if err != nil {
@@ -286,15 +284,4 @@ func WithDirLinks(n Inode, delta int, t int64) (Inode, bool) {
 		ok = true
 	}
 	return n, ok
-}
-
-// sleepJitter waits a little before another compare-and-set, more after
-// each attempt, with jitter so that contenders spread out.
-func sleepJitter(ctx context.Context, attempt int) {
-	d := time.Duration(1<<min(attempt, 6)) * time.Millisecond
-	d += time.Duration(mrand.Int64N(int64(d)))
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }

@@ -1,0 +1,145 @@
+// Step 4 of a rename: finishing. After the commit point the old paths are
+// deleted and the intents stripped, by the owner from what it staged or by
+// anyone from a refreshed search, and the record is set DONE.
+
+package locking
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/esfs/esfs/store"
+)
+
+// fixKnown applies fix to the documents the owner staged, at the versions
+// its writes returned. It reports false when any of them changed since (a
+// takeover, or damage): the caller then falls back to the search.
+func (j *Journal) fixKnown(ctx context.Context, docs []staged, fix func(store.Dentry) (store.BulkOp, bool, error)) (bool, error) {
+	ops := make([]store.BulkOp, 0, len(docs))
+	for _, s := range docs {
+		o, ok, err := fix(s.doc)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			ops = append(ops, o)
+		}
+	}
+	res, err := j.b.Bulk(ctx, ops)
+	if err != nil {
+		return false, err
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func finishFix(b Backend) func(store.Dentry) (store.BulkOp, bool, error) {
+	return func(d store.Dentry) (store.BulkOp, bool, error) {
+		switch d.Intent.Role {
+		case store.RoleSrc:
+			o, err := b.OpDeleteDentry(d.Path, d.Ver)
+			return o, true, err
+		case store.RoleDst:
+			c := d
+			c.Intent = store.Intent{}
+			o, err := b.OpPutDentry(c, d.Ver)
+			return o, true, err
+		case store.RoleOvr:
+			c := d
+			c.Ino, c.Type, c.Intent = d.Intent.NewIno, d.Intent.NewType, store.Intent{}
+			o, err := b.OpPutDentry(c, d.Ver)
+			return o, true, err
+		}
+		return store.BulkOp{}, false, nil
+	}
+}
+
+// finish rolls a committed rename forward until no document carries it,
+// then sets it DONE. Idempotent: a taker and a woken former owner may run
+// it at the same time; only the record's current owner can set DONE.
+// known, when the owner passes what it staged (every item confirmed, none
+// resent), is finished directly; no other document can carry the op. Else,
+// or if one of them changed, a refreshed search finds them all.
+func (j *Journal) finish(ctx context.Context, rec store.OpRecord, known []staged) (store.OpRecord, error) {
+	rec, err := j.finishDocs(ctx, rec, known)
+	if err != nil {
+		return rec, err
+	}
+	return j.setDone(ctx, rec, false)
+}
+
+// finishDocs is finish short of DONE: when it returns, no document carries
+// the operation, and the record (returned, at its new version if it
+// changed) is still COMMITTED.
+func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []staged) (store.OpRecord, error) {
+	ok := false
+	if known != nil {
+		var err error
+		if ok, err = j.fixKnown(ctx, known, finishFix(j.b)); err != nil {
+			return rec, err
+		}
+	}
+	if err := crashPoint("rename-mid-finish"); err != nil {
+		return rec, err
+	}
+	if !ok {
+		if err := j.resolveDocs(ctx, rec.ID, finishFix(j.b)); err != nil {
+			return rec, err
+		}
+	} else if rec.SrcType == store.TypeDir {
+		// Make the finished subtree visible to search before DONE: a
+		// listing of the new directory (found by a realtime lookup) must
+		// not come back empty because search still has the stage's state.
+		if err := j.b.Refresh(ctx); err != nil {
+			return rec, err
+		}
+	}
+	drop := rec.Overwritten != 0 && !rec.LinkDropped
+	links := dirLinkDeltas(rec)
+	move := len(links) > 0 && !rec.DirLinksMoved
+	if drop || move {
+		// Marked first, in one compare-and-set for both: each happens at
+		// most once, whoever finishes, and a crash in between leaves
+		// counts that fsck repairs.
+		marked := rec
+		marked.LinkDropped = rec.LinkDropped || drop
+		marked.DirLinksMoved = rec.DirLinksMoved || move
+		v, err := j.b.PutOp(ctx, marked, rec.Ver)
+		if err != nil {
+			return rec, fmt.Errorf("marking the replaced inode's link as dropped and the directories' links as moved: %w", err)
+		}
+		marked.Ver = v
+		rec = marked
+		if err := crashPoint("rename-after-links-marked"); err != nil {
+			return rec, err
+		}
+		if move {
+			j.moveDirLinks(ctx, links)
+		}
+		if drop {
+			j.mu.Lock()
+			dropLink := j.dropLink
+			j.mu.Unlock()
+			if err := dropLink(ctx, rec.Overwritten); err != nil {
+				j.log.Warn("could not drop the link of a replaced inode (fsck reclaims it)", "ino", rec.Overwritten, "err", err)
+			}
+		}
+	}
+	return rec, nil
+}
+
+// setDone marks the record DONE (aborted or not), at its version.
+func (j *Journal) setDone(ctx context.Context, rec store.OpRecord, aborted bool) (store.OpRecord, error) {
+	d := rec
+	d.State, d.Aborted = store.OpDone, aborted
+	v, err := j.b.PutOp(ctx, d, rec.Ver)
+	if err != nil {
+		return rec, fmt.Errorf("setting operation %s done: %w", rec.ID, err)
+	}
+	d.Ver = v
+	return d, nil
+}

@@ -1,0 +1,149 @@
+// What a finished rename does to link counts: directories gain or lose
+// the link of a subdirectory moved or replaced, and the inode it replaced
+// loses the link of its name, once per rename, whoever finishes it. The
+// link drop is the store-level one that unlink uses too, so that any
+// session, a mount or an admin command, can do it.
+
+package locking
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/esfs/esfs/store"
+)
+
+// dirLinkDeltas is what a rename does to directories' link counts: a
+// directory moved to another parent takes one link (its "..") from the
+// old parent to the new one, and a replaced directory takes one from the
+// destination's parent.
+func dirLinkDeltas(rec store.OpRecord) map[uint64]int {
+	out := map[uint64]int{}
+	if rec.SrcType == store.TypeDir && rec.SrcParent != 0 && rec.DstParent != 0 && rec.SrcParent != rec.DstParent {
+		out[rec.SrcParent]--
+		out[rec.DstParent]++
+	}
+	if rec.Overwritten != 0 && rec.OverwrittenType == store.TypeDir && rec.DstParent != 0 {
+		out[rec.DstParent]--
+	}
+	for ino, d := range out {
+		if d == 0 {
+			delete(out, ino)
+		}
+	}
+	return out
+}
+
+// moveDirLinks applies link count changes to directories, each a
+// read-modify-write of its own, all at once. A failure is logged: the
+// count is then off, for fsck to repair, but the rename has happened.
+func (j *Journal) moveDirLinks(ctx context.Context, deltas map[uint64]int) {
+	var wg sync.WaitGroup
+	for ino, d := range deltas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := j.b.AddDirLinks(ctx, ino, d, 0); err != nil && !errors.Is(err, store.ErrNotFound) {
+				j.log.Warn("could not move a directory link count of a rename (esfs fsck --repair counts it)", "ino", ino, "delta", d, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// InodeBackend is what dropping a link needs of the store.
+type InodeBackend interface {
+	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
+	PutInode(ctx context.Context, n store.Inode, ifVer store.Version) (store.Version, error)
+	DeleteInode(ctx context.Context, ino uint64, ifVer store.Version) (store.Version, error)
+	DeleteChunks(ctx context.Context, ino uint64, first, last int64, version int64) (int64, error)
+	ChunkSize() int64
+}
+
+// DropLink removes one link from inode ino, one of its names having gone
+// (an unlink, or a rename that replaced it), with a compare-and-set of its
+// count, and deletes the inode and its data once no link is left (a
+// directory has one name only). keep, if not nil, is asked first about an
+// inode left without links: true means it must outlive them, because the
+// caller's mount has the file open and deletes it at the last close
+// (DeleteUnlinked). DropLink returns the inode as it left it, or the zero
+// Inode once it is gone. An inode already gone is no error: someone else
+// dropped its last link.
+func DropLink(ctx context.Context, b InodeBackend, ino uint64, keep func(store.Inode) bool) (store.Inode, error) {
+	t := time.Now().UnixNano()
+	var a store.Inode
+	for attempt := 0; ; attempt++ {
+		var err error
+		a, err = b.GetInode(ctx, ino)
+		if errors.Is(err, store.ErrNotFound) {
+			return store.Inode{}, nil
+		}
+		if err != nil {
+			return store.Inode{}, err
+		}
+		if a.Nlink > 0 {
+			a.Nlink--
+		}
+		a.Ctime = t
+		v, err := b.PutInode(ctx, a, a.Ver)
+		if errors.Is(err, store.ErrConflict) && attempt < 50 {
+			store.Backoff(ctx, attempt, store.InodeBackoff)
+			continue
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return store.Inode{}, nil
+		}
+		if err != nil {
+			return store.Inode{}, err
+		}
+		a.Ver = v
+		break
+	}
+	if a.Nlink > 0 && a.Type != store.TypeDir {
+		return a, nil
+	}
+	if keep != nil && keep(a) {
+		return a, nil
+	}
+	return store.Inode{}, DeleteUnlinked(ctx, b, a)
+}
+
+// DeleteUnlinked removes an inode document with no links left, and its
+// data chunks. The chunks' delete takes a data version above every
+// generation the inode handed out (its Dgen can no longer move once the
+// inode is gone), so that no writer's late request brings a chunk back.
+func DeleteUnlinked(ctx context.Context, b InodeBackend, a store.Inode) error {
+	for attempt := 0; ; attempt++ {
+		_, err := b.DeleteInode(ctx, a.Ino, a.Ver)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // someone else deleted it, and its chunks
+		}
+		if errors.Is(err, store.ErrConflict) && attempt < 10 {
+			// Changed meanwhile: a writer elsewhere took a data generation,
+			// or a link was made. Without links it still goes.
+			a, err = b.GetInode(ctx, a.Ino)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if a.Nlink > 0 && a.Type != store.TypeDir {
+				return nil // re-linked: it lives on
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	if a.Type == store.TypeFile && a.Size > 0 {
+		cs := b.ChunkSize()
+		_, err := b.DeleteChunks(ctx, a.Ino, 0, (a.Size-1)/cs, store.DataVersion(a.Dgen+1, 0))
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+// Step 2 of a rename: staging. Every path the rename creates, removes or
+// replaces is written carrying the operation's intent, each item confirmed,
+// before the commit point; a directory's subtree is staged a page at a time.
+
+package locking
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/esfs/esfs/store"
+)
+
+// staged is one path document the rename wrote, with the version the write
+// returned: the owner finishes or undoes exactly these without a search.
+type staged struct {
+	doc store.Dentry
+}
+
+// stageInFlight bounds the stage bulks of one directory rename in flight.
+const stageInFlight = 4
+
+// stage writes every intent of the rename and confirms each item.
+func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]staged, error) {
+	var out []staged
+	src := spec.Src
+	top := make([]store.BulkOp, 0, 2)
+	var topDocs []store.Dentry
+	if spec.Target != nil {
+		t := *spec.Target
+		t.Intent = store.Intent{Op: spec.Op, Role: store.RoleOvr, NewIno: src.Ino, NewType: src.Type}
+		o, err := j.b.OpPutDentry(t, spec.Target.Ver)
+		if err != nil {
+			return nil, err
+		}
+		top, topDocs = append(top, o), append(topDocs, t)
+	} else {
+		d := store.Dentry{Path: spec.Dst, Ino: src.Ino, Type: src.Type, Intent: store.Intent{Op: spec.Op, Role: store.RoleDst}}
+		o, err := j.b.OpCreateDentry(d)
+		if err != nil {
+			return nil, err
+		}
+		top, topDocs = append(top, o), append(topDocs, d)
+	}
+	s := src
+	s.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
+	o, err := j.b.OpPutDentry(s, src.Ver)
+	if err != nil {
+		return nil, err
+	}
+	top, topDocs = append(top, o), append(topDocs, s)
+	vers, err := j.bulkAll(ctx, top)
+	if err != nil {
+		return nil, err
+	}
+	for i, d := range topDocs {
+		d.Ver = vers[i]
+		out = append(out, staged{doc: d})
+	}
+	if src.Type != store.TypeDir {
+		return out, nil
+	}
+	// The subtree: scan a refreshed snapshot. Nothing can be added below
+	// src while we hold our locks, so the snapshot is the whole subtree.
+	if err := j.b.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	sc := j.b.ScanTree(src.Path, store.DefaultPageSize)
+	defer sc.Close()
+	// Each page's bulk is sent while the next page is read, a few at a
+	// time: a subtree of N documents costs about N/1000/stageInFlight
+	// round trips instead of N/1000 scans and bulks one after the other.
+	var (
+		mu       sync.Mutex // protects out and firstErr
+		firstErr error
+		wg       sync.WaitGroup
+		inflight = make(chan struct{}, stageInFlight)
+	)
+	flush := func(ops []store.BulkOp, docs []store.Dentry) {
+		defer wg.Done()
+		defer func() { <-inflight }()
+		vers, err := j.bulkAll(ctx, ops)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			return
+		}
+		for i, d := range docs {
+			d.Ver = vers[i]
+			out = append(out, staged{doc: d})
+		}
+	}
+	failed := func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr
+	}
+	finish := func(err error) ([]staged, error) {
+		wg.Wait()
+		if err == nil {
+			err = failed()
+		}
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	pages := 0
+	for {
+		page, bad, err := sc.Next(ctx)
+		if err != nil {
+			return finish(err)
+		}
+		if len(bad) > 0 {
+			return finish(fmt.Errorf("cannot move a subtree with a corrupt document: %w", bad[0]))
+		}
+		if page == nil {
+			return finish(nil)
+		}
+		if err := failed(); err != nil {
+			return finish(nil)
+		}
+		if err := sess.Check(); err != nil {
+			return finish(err)
+		}
+		ops := make([]store.BulkOp, 0, 2*len(page))
+		docs := make([]store.Dentry, 0, 2*len(page))
+		for _, d := range page {
+			if d.Path == src.Path {
+				continue
+			}
+			if d.Intent.Op != "" {
+				vis, ok, err := j.Visible(ctx, d)
+				if err != nil {
+					return finish(err)
+				}
+				if !ok {
+					continue // garbage of a finished or aborted operation
+				}
+				d = store.Dentry{Path: vis.Path, Ino: vis.Ino, Type: vis.Type, Ver: d.Ver}
+			}
+			nd := store.Dentry{Path: spec.Dst + d.Path[len(src.Path):], Ino: d.Ino, Type: d.Type,
+				Intent: store.Intent{Op: spec.Op, Role: store.RoleDst}}
+			c, err := j.b.OpCreateDentry(nd)
+			if err != nil {
+				return finish(err)
+			}
+			marked := d
+			marked.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
+			mk, err := j.b.OpPutDentry(marked, d.Ver)
+			if err != nil {
+				return finish(err)
+			}
+			ops, docs = append(ops, c, mk), append(docs, nd, marked)
+		}
+		inflight <- struct{}{}
+		wg.Add(1)
+		go flush(ops, docs)
+		pages++
+		if pages == 2 {
+			wg.Wait() // two pages staged, and no more: the crash point's state
+			if err := crashPoint("rename-mid-stage"); err != nil {
+				return finish(err)
+			}
+		}
+	}
+}
+
+// bulkAll sends ops and requires every item to succeed; it returns the
+// versions written.
+func (j *Journal) bulkAll(ctx context.Context, ops []store.BulkOp) ([]store.Version, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	res, err := j.b.Bulk(ctx, ops)
+	if err != nil {
+		return nil, err
+	}
+	vers := make([]store.Version, len(res))
+	for i, r := range res {
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		vers[i] = r.Ver
+	}
+	return vers, nil
+}
