@@ -203,8 +203,8 @@ func runImport(c *cli.Context) error {
 		return fmt.Errorf("import failed, nothing is visible at %s (run esfs fsck --repair to remove what was written): %v", dest, walkErr)
 	}
 	// The tree exists from here on: DEST's own path document comes last.
-	root, err := st.OpCreateDentry(store.Dentry{Path: dest, Ino: imp.root, Type: store.TypeDir})
-	if err != nil {
+	root := store.CreateDentry(store.Dentry{Path: dest, Ino: imp.root, Type: store.TypeDir})
+	if err := root.Err(); err != nil {
 		return err
 	}
 	if err := imp.alive(); err != nil {
@@ -284,8 +284,8 @@ func (imp *importer) clearLeftovers(ctx context.Context) error {
 			if d.Path == imp.dest || d.Intent.Op != "" {
 				continue // an intent belongs to a rename: the sweepers' business
 			}
-			o, err := imp.st.OpDeleteDentry(d.Path, d.Ver)
-			if err != nil {
+			o := store.DeleteDentry(d.Path, d.Ver)
+			if err := o.Err(); err != nil {
 				return err
 			}
 			ops = append(ops, o)
@@ -483,8 +483,8 @@ func (imp *importer) entry(p string) error {
 				return err
 			}
 		}
-		o, err := imp.st.OpCreateInode(a)
-		if err != nil {
+		o := store.CreateInode(a)
+		if err := o.Err(); err != nil {
 			return err
 		}
 		imp.add(o, 512+len(a.Target))
@@ -494,8 +494,8 @@ func (imp *importer) entry(p string) error {
 		imp.root = a.Ino // its path document is written last
 		return nil
 	}
-	o, err := imp.st.OpCreateDentry(store.Dentry{Path: path, Ino: a.Ino, Type: a.Type})
-	if err != nil {
+	o := store.CreateDentry(store.Dentry{Path: path, Ino: a.Ino, Type: a.Type})
+	if err := o.Err(); err != nil {
 		return err
 	}
 	imp.add(o, 256+2*len(path))
@@ -530,8 +530,8 @@ func (imp *importer) data(p string, ino uint64, size int64) (chunks int64, err e
 		if isZero(buf[:k]) {
 			continue // a hole: absent chunks read as zeros
 		}
-		o, err := imp.st.OpWriteChunk(ino, n, buf[:k], imp.stamp)
-		if err != nil {
+		o := store.WriteChunk(ino, n, buf[:k], imp.stamp)
+		if err := o.Err(); err != nil {
 			return 0, err
 		}
 		chunks++

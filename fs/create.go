@@ -82,11 +82,11 @@ func (f *FS) undoCreate(ctx context.Context, sn store.Node, parent uint64) {
 		}
 	}
 	f.cache.InvalidatePath(sn.Path)
-	if _, err := f.st.DeleteDentry(ctx, sn.Path, sn.Dentry.Ver); err != nil {
+	if _, err := f.st.Write(ctx, store.DeleteDentry(sn.Path, sn.Dentry.Ver)); err != nil {
 		f.log.Warn("could not undo a fenced create", "path", sn.Path, "err", err)
 		return
 	}
-	if _, err := f.st.DeleteInode(ctx, sn.Ino, sn.Attr.Ver); err != nil {
+	if _, err := f.st.Write(ctx, store.DeleteInode(sn.Ino, sn.Attr.Ver)); err != nil {
 		f.log.Warn("could not undo a fenced create's inode", "ino", sn.Ino, "err", err)
 	}
 	if sn.Type == store.TypeDir {
@@ -202,12 +202,12 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 		a.Rdev = e.Rdev
 	}
 	d := store.Dentry{Path: path, Ino: a.Ino, Type: typ}
-	opInode, err := f.st.OpCreateInode(a)
-	if err != nil {
+	opInode := store.CreateInode(a)
+	if err := opInode.Err(); err != nil {
 		return store.Node{}, err
 	}
-	opPath, err := f.st.OpCreateDentry(d)
-	if err != nil {
+	opPath := store.CreateDentry(d)
+	if err := opPath.Err(); err != nil {
 		return store.Node{}, err
 	}
 	opParent, pl, err := f.dirLinksOp(ctx, dir, subdirs, t)
@@ -224,7 +224,7 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 	if res[1].Err != nil {
 		// The name is taken (or the path write failed): undo the inode.
 		if res[0].Err == nil {
-			if _, derr := f.st.DeleteInode(ctx, a.Ino, res[0].Ver); derr != nil {
+			if _, derr := f.st.Write(ctx, store.DeleteInode(a.Ino, res[0].Ver)); derr != nil {
 				f.log.Warn("could not remove the inode of a failed create", "ino", a.Ino, "err", derr)
 			}
 		}
@@ -232,7 +232,7 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 	}
 	if res[0].Err != nil {
 		// The path exists but its inode does not: undo the path.
-		if _, derr := f.st.DeleteDentry(ctx, path, res[1].Ver); derr != nil {
+		if _, derr := f.st.Write(ctx, store.DeleteDentry(path, res[1].Ver)); derr != nil {
 			f.log.Error("could not remove a path whose inode failed", "path", path, "err", derr)
 		}
 		return store.Node{}, res[0].Err

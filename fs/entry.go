@@ -128,7 +128,7 @@ func (f *FS) clearGarbage(ctx context.Context, path string) (bool, error) {
 	if !e.Stored {
 		return true, nil
 	}
-	if _, err := f.st.DeleteDentry(ctx, path, e.Ver); err != nil && !errors.Is(err, store.ErrConflict) {
+	if _, err := f.st.Write(ctx, store.DeleteDentry(path, e.Ver)); err != nil && !errors.Is(err, store.ErrConflict) {
 		return false, err
 	}
 	return true, nil

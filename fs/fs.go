@@ -289,7 +289,7 @@ func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode
 			return store.Inode{}, err
 		}
 		f.cache.InvalidateInode(ino)
-		v, err := f.st.PutInode(ctx, n, n.Ver)
+		v, err := f.st.Write(ctx, store.PutInode(n, n.Ver))
 		if errors.Is(err, store.ErrConflict) && attempt < 50 {
 			if !remembered {
 				store.Backoff(ctx, attempt, store.InodeBackoff)

@@ -49,10 +49,10 @@ func (f *FS) linkLocked(ctx context.Context, parent dirRef, ino uint64, dir, pat
 	d := store.Dentry{Path: path, Ino: a.Ino, Type: a.Type}
 	f.cache.InvalidatePath(path)
 	f.noteWrite()
-	v, err := f.st.CreateDentry(ctx, d)
+	v, err := f.st.Write(ctx, store.CreateDentry(d))
 	if errors.Is(err, store.ErrExists) {
 		if cleared, cerr := f.clearGarbage(ctx, path); cerr == nil && cleared {
-			v, err = f.st.CreateDentry(ctx, d)
+			v, err = f.st.Write(ctx, store.CreateDentry(d))
 		}
 	}
 	if err != nil {
@@ -76,7 +76,7 @@ func (f *FS) touchDir(ino uint64, t int64) {
 	f.cache.InvalidateInode(ino)
 	ctx, cancel := context.WithTimeout(context.Background(), f.st.Timeout())
 	defer cancel()
-	res, err := f.st.Bulk(ctx, []store.BulkOp{f.st.OpTouchInode(ino, t, t)})
+	res, err := f.st.Bulk(ctx, []store.BulkOp{store.TouchInode(ino, t, t)})
 	if err == nil {
 		err = res[0].Err
 	}

@@ -50,8 +50,8 @@ func (f *FS) dirLinksOp(ctx context.Context, ino uint64, delta int, t int64) (st
 		}
 		if dir.DirLinksCounted() && dir.Ver.Known() {
 			pl.after, _ = store.WithDirLinks(dir, delta, t)
-			op, err := f.st.OpPutInode(pl.after, dir.Ver)
-			if err != nil {
+			op := store.PutInode(pl.after, dir.Ver)
+			if err := op.Err(); err != nil {
 				return store.BulkOp{}, pl, err
 			}
 			pl.counted = true
@@ -61,7 +61,7 @@ func (f *FS) dirLinksOp(ctx context.Context, ino uint64, delta int, t int64) (st
 		}
 	}
 	f.cache.InvalidateInode(ino)
-	return f.st.OpTouchInode(ino, t, t), pl, nil
+	return store.TouchInode(ino, t, t), pl, nil
 }
 
 // settleDirLinks finishes what dirLinksOp began, given the bulk item's

@@ -52,8 +52,8 @@ func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, 
 				return syscall.ENOTEMPTY
 			}
 		}
-		opPath, err := f.st.OpDeleteDentry(path, sn.Ver)
-		if err != nil {
+		opPath := store.DeleteDentry(path, sn.Ver)
+		if err := opPath.Err(); err != nil {
 			return err
 		}
 		subdirs := 0

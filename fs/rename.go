@@ -231,9 +231,9 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef
 	defer f.noteWrite() // the finish phase writes too
 	// The times ride with the bulk that ends the rename (best effort).
 	t := now()
-	times := []store.BulkOp{f.st.OpTouchInode(from.ino(), t, t), f.st.OpSetCtime(s.Ino, t)}
+	times := []store.BulkOp{store.TouchInode(from.ino(), t, t), store.SetCtime(s.Ino, t)}
 	if to != from {
-		times = append(times, f.st.OpTouchInode(to.ino(), t, t))
+		times = append(times, store.TouchInode(to.ino(), t, t))
 	}
 	defer func() {
 		f.cache.InvalidateInode(from.ino())

@@ -236,7 +236,7 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 			// stray document of the operation learn it is garbage; after
 			// that, a missing record reads as aborted anyway.
 			if now-first > 20*c.cfg.Lease {
-				if err := c.b.DeleteOp(ctx, rec.ID, rec.Ver); err == nil {
+				if _, err := c.b.Write(ctx, store.DeleteOp(rec.ID, rec.Ver)); err == nil {
 					delete(doneSeen, rec.ID)
 				}
 			}
@@ -306,7 +306,7 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 		}
 		nd := d
 		nd.Holders, nd.Waiters = keep, waiters
-		if _, err := c.b.WriteLocks(ctx, []store.LockWrite{{Doc: nd, Delete: len(keep) == 0 && len(waiters) == 0}}); err != nil {
+		if _, err := c.b.Bulk(ctx, store.WriteLocks([]store.LockWrite{{Doc: nd, Delete: len(keep) == 0 && len(waiters) == 0}})); err != nil {
 			c.log.Debug("dropping leftover lock entries", "lock", d.Path, "err", err)
 		}
 	}

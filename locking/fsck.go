@@ -16,14 +16,10 @@ type FsckBackend interface {
 	RefreshAll(ctx context.Context) error
 	ScanInodes() *store.InodeScanner
 	GetInodes(ctx context.Context, inos []uint64) ([]store.InodeResult, error)
-	PutInode(ctx context.Context, n store.Inode, ifVer store.Version) (store.Version, error)
-	DeleteInode(ctx context.Context, ino uint64, ifVer store.Version) (store.Version, error)
-	DeleteDentry(ctx context.Context, path string, ifVer store.Version) (store.Version, error)
 	DeleteChunks(ctx context.Context, ino uint64, first, last int64, version int64) (int64, error)
 	ChunkSize() int64
 	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
 	ScanChunks() *store.ChunkScanner
-	DeleteChunkRefs(ctx context.Context, refs []store.ChunkRef) ([]error, error)
 }
 
 var _ FsckBackend = (*store.Store)(nil)
@@ -155,7 +151,7 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 		if changed {
 			nd := d
 			nd.Holders, nd.Waiters = keep, waiters
-			if _, err := fb.WriteLocks(ctx, []store.LockWrite{{Doc: nd, Delete: len(keep) == 0 && len(waiters) == 0}}); err != nil {
+			if _, err := fb.Bulk(ctx, store.WriteLocks([]store.LockWrite{{Doc: nd, Delete: len(keep) == 0 && len(waiters) == 0}})); err != nil {
 				return rep, err
 			}
 		}
@@ -217,7 +213,7 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 		if !ok || parent.typ != store.TypeDir {
 			p := Problem{Kind: "orphan path", Subject: d.Path, Detail: "its parent is missing or not a directory"}
 			if repair {
-				_, err := fb.DeleteDentry(ctx, d.Path, d.Ver)
+				_, err := fb.Write(ctx, store.DeleteDentry(d.Path, d.Ver))
 				p.Repaired = err == nil
 			}
 			rep.Problems = append(rep.Problems, p)
@@ -267,7 +263,7 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 			if repair && int(n.Nlink) > len(ps) {
 				fixed := n
 				fixed.Nlink = uint32(len(ps))
-				_, err := fb.PutInode(ctx, fixed, n.Ver)
+				_, err := fb.Write(ctx, store.PutInode(fixed, n.Ver))
 				p.Repaired = err == nil
 			}
 			rep.Problems = append(rep.Problems, p)
@@ -314,7 +310,7 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 			// mkdir or rmdir that lands meanwhile makes the write fail
 			// rather than be undone by it.
 			n.Nlink = uint32(2 + subs)
-			_, werr := fb.PutInode(ctx, n, n.Ver)
+			_, werr := fb.Write(ctx, store.PutInode(n, n.Ver))
 			p.Repaired = werr == nil
 			if werr != nil {
 				p.Detail += ": changed while being counted (run fsck again): " + werr.Error()
@@ -328,7 +324,7 @@ func (c *Coordinator) Fsck(ctx context.Context, fb FsckBackend, repair bool, wai
 		}
 		p := Problem{Kind: "unreachable inode", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("%s of %d bytes, no path names it", n.Type, n.Size)}
 		if repair {
-			_, err := fb.DeleteInode(ctx, ino, n.Ver)
+			_, err := fb.Write(ctx, store.DeleteInode(ino, n.Ver))
 			if err == nil && n.Type == store.TypeFile && n.Size > 0 {
 				_, err = fb.DeleteChunks(ctx, ino, 0, (n.Size-1)/fb.ChunkSize(), store.DataVersion(n.Dgen+1, 0))
 			}

@@ -179,15 +179,20 @@ func (c *Coordinator) removeChunks(ctx context.Context, fb FsckBackend, refs []s
 	if len(del) == 0 {
 		return nil
 	}
-	errs, err := fb.DeleteChunkRefs(ctx, del)
+	ops := make([]store.BulkOp, len(del))
+	for i, r := range del {
+		ops[i] = store.DeleteChunkRef(r)
+	}
+	res, err := fb.Bulk(ctx, ops)
 	if err != nil {
 		return err
 	}
 	for i, r := range del {
-		if errors.Is(errs[i], store.ErrNotFound) {
-			errs[i] = nil // gone already
+		err := res[i].Err
+		if errors.Is(err, store.ErrNotFound) {
+			err = nil // gone already
 		}
-		done(r, errs[i])
+		done(r, err)
 	}
 	return nil
 }

@@ -213,7 +213,7 @@ func (r *renameRun) undo(ctx context.Context, rec store.OpRecord, err error) (bo
 // op_type=create: a record that already exists means recovery fenced the
 // operation off). err is nil only when it was created.
 func (r *renameRun) record(ctx context.Context, rec store.OpRecord) (store.OpRecord, bool, error) {
-	v, err := r.j.b.CreateOp(ctx, rec)
+	v, err := r.j.b.Write(ctx, store.CreateOp(rec))
 	if errors.Is(err, store.ErrExists) {
 		return rec, false, fmt.Errorf("rename %s was fenced off by recovery: %w", r.spec.Op, ErrLeaseLost)
 	}
@@ -242,7 +242,7 @@ func (r *renameRun) commit(ctx context.Context, rec store.OpRecord) (store.OpRec
 	}
 	committed := rec
 	committed.State = store.OpCommitted
-	v, err := j.b.PutOp(ctx, committed, rec.Ver)
+	v, err := j.b.Write(ctx, store.PutOp(committed, rec.Ver))
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return rec, false, fmt.Errorf("rename %s was taken over before its commit: %w", spec.Op, ErrLeaseLost)
@@ -294,8 +294,8 @@ func (r *renameRun) conclude(ctx context.Context, fin store.OpRecord) (bool, err
 	j, spec := r.j, r.spec
 	done := fin
 	done.State, done.Aborted = store.OpDone, false
-	o, err := j.b.OpPutOp(done, fin.Ver)
-	if err != nil {
+	o := store.PutOp(done, fin.Ver)
+	if err := o.Err(); err != nil {
 		return false, err
 	}
 	res, err := j.m.ReleaseWith(ctx, spec.Held, append([]store.BulkOp{o}, spec.After...))

@@ -14,13 +14,13 @@ func rollbackFix(b Backend) func(store.Dentry) (store.BulkOp, bool, error) {
 	return func(d store.Dentry) (store.BulkOp, bool, error) {
 		switch d.Intent.Role {
 		case store.RoleDst:
-			o, err := b.OpDeleteDentry(d.Path, d.Ver)
-			return o, true, err
+			o := store.DeleteDentry(d.Path, d.Ver)
+			return o, true, o.Err()
 		case store.RoleSrc, store.RoleOvr:
 			c := d
 			c.Intent = store.Intent{}
-			o, err := b.OpPutDentry(c, d.Ver)
-			return o, true, err
+			o := store.PutDentry(c, d.Ver)
+			return o, true, o.Err()
 		}
 		return store.BulkOp{}, false, nil
 	}
@@ -33,7 +33,7 @@ func (j *Journal) abort(ctx context.Context, rec store.OpRecord) error {
 	if rec.State == store.OpPrepared {
 		a := rec
 		a.State = store.OpAborted
-		v, err := j.b.PutOp(ctx, a, rec.Ver)
+		v, err := j.b.Write(ctx, store.PutOp(a, rec.Ver))
 		if err != nil {
 			return err
 		}

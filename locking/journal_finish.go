@@ -41,18 +41,18 @@ func finishFix(b Backend) func(store.Dentry) (store.BulkOp, bool, error) {
 	return func(d store.Dentry) (store.BulkOp, bool, error) {
 		switch d.Intent.Role {
 		case store.RoleSrc:
-			o, err := b.OpDeleteDentry(d.Path, d.Ver)
-			return o, true, err
+			o := store.DeleteDentry(d.Path, d.Ver)
+			return o, true, o.Err()
 		case store.RoleDst:
 			c := d
 			c.Intent = store.Intent{}
-			o, err := b.OpPutDentry(c, d.Ver)
-			return o, true, err
+			o := store.PutDentry(c, d.Ver)
+			return o, true, o.Err()
 		case store.RoleOvr:
 			c := d
 			c.Ino, c.Type, c.Intent = d.Intent.NewIno, d.Intent.NewType, store.Intent{}
-			o, err := b.OpPutDentry(c, d.Ver)
-			return o, true, err
+			o := store.PutDentry(c, d.Ver)
+			return o, true, o.Err()
 		}
 		return store.BulkOp{}, false, nil
 	}
@@ -108,7 +108,7 @@ func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []st
 		marked := rec
 		marked.LinkDropped = rec.LinkDropped || drop
 		marked.DirLinksMoved = rec.DirLinksMoved || move
-		v, err := j.b.PutOp(ctx, marked, rec.Ver)
+		v, err := j.b.Write(ctx, store.PutOp(marked, rec.Ver))
 		if err != nil {
 			return rec, fmt.Errorf("marking the replaced inode's link as dropped and the directories' links as moved: %w", err)
 		}
@@ -136,7 +136,7 @@ func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []st
 func (j *Journal) setDone(ctx context.Context, rec store.OpRecord, aborted bool) (store.OpRecord, error) {
 	d := rec
 	d.State, d.Aborted = store.OpDone, aborted
-	v, err := j.b.PutOp(ctx, d, rec.Ver)
+	v, err := j.b.Write(ctx, store.PutOp(d, rec.Ver))
 	if err != nil {
 		return rec, fmt.Errorf("setting operation %s done: %w", rec.ID, err)
 	}

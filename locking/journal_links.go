@@ -56,8 +56,7 @@ func (j *Journal) moveDirLinks(ctx context.Context, deltas map[uint64]int) {
 // InodeBackend is what dropping a link needs of the store.
 type InodeBackend interface {
 	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
-	PutInode(ctx context.Context, n store.Inode, ifVer store.Version) (store.Version, error)
-	DeleteInode(ctx context.Context, ino uint64, ifVer store.Version) (store.Version, error)
+	Write(ctx context.Context, o store.BulkOp) (store.Version, error)
 	DeleteChunks(ctx context.Context, ino uint64, first, last int64, version int64) (int64, error)
 	ChunkSize() int64
 }
@@ -87,7 +86,7 @@ func DropLink(ctx context.Context, b InodeBackend, ino uint64, keep func(store.I
 			a.Nlink--
 		}
 		a.Ctime = t
-		v, err := b.PutInode(ctx, a, a.Ver)
+		v, err := b.Write(ctx, store.PutInode(a, a.Ver))
 		if errors.Is(err, store.ErrConflict) && attempt < 50 {
 			store.Backoff(ctx, attempt, store.InodeBackoff)
 			continue
@@ -116,7 +115,7 @@ func DropLink(ctx context.Context, b InodeBackend, ino uint64, keep func(store.I
 // inode is gone), so that no writer's late request brings a chunk back.
 func DeleteUnlinked(ctx context.Context, b InodeBackend, a store.Inode) error {
 	for attempt := 0; ; attempt++ {
-		_, err := b.DeleteInode(ctx, a.Ino, a.Ver)
+		_, err := b.Write(ctx, store.DeleteInode(a.Ino, a.Ver))
 		if errors.Is(err, store.ErrNotFound) {
 			return nil // someone else deleted it, and its chunks
 		}

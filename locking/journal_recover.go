@@ -69,7 +69,7 @@ func (j *Journal) retry(ctx context.Context, u *unfinished) (finished bool, err 
 		// after the record). Fence it so a late create cannot start it.
 		cur = u.rec
 		cur.State, cur.Aborted = store.OpDone, true
-		if _, err := j.b.CreateOp(ctx, cur); err != nil && !errors.Is(err, store.ErrExists) {
+		if _, err := j.b.Write(ctx, store.CreateOp(cur)); err != nil && !errors.Is(err, store.ErrExists) {
 			return false, err
 		}
 		return false, nil // read it again next time
@@ -114,7 +114,7 @@ func (j *Journal) Recover(ctx context.Context, rec store.OpRecord) error {
 		took.State = store.OpAborted
 	}
 	if rec.State != store.OpDone {
-		v, err := j.b.PutOp(ctx, took, rec.Ver)
+		v, err := j.b.Write(ctx, store.PutOp(took, rec.Ver))
 		if errors.Is(err, store.ErrConflict) {
 			return nil // someone else moved it on: the caller looks again
 		}

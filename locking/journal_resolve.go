@@ -84,13 +84,13 @@ func (j *Journal) resolveStray(ctx context.Context, d store.Dentry) error {
 	}
 	var o store.BulkOp
 	if !ok {
-		o, err = j.b.OpDeleteDentry(d.Path, d.Ver)
+		o = store.DeleteDentry(d.Path, d.Ver)
 	} else {
 		fixed := vis
 		fixed.Intent = store.Intent{}
-		o, err = j.b.OpPutDentry(fixed, d.Ver)
+		o = store.PutDentry(fixed, d.Ver)
 	}
-	if err != nil {
+	if err := o.Err(); err != nil {
 		return err
 	}
 	res, err := j.b.Bulk(ctx, []store.BulkOp{o})
@@ -142,7 +142,7 @@ func (j *Journal) record(ctx context.Context, op string) (store.OpRecord, error)
 		sess := j.Session()
 		aborted := store.OpRecord{ID: op, State: store.OpDone, Aborted: true, Owner: sess.ID(), Epoch: 1,
 			SrcType: store.TypeFile, Created: time.Now().UnixNano()}
-		if _, cerr := j.b.CreateOp(ctx, aborted); cerr != nil && !errors.Is(cerr, store.ErrExists) {
+		if _, cerr := j.b.Write(ctx, store.CreateOp(aborted)); cerr != nil && !errors.Is(cerr, store.ErrExists) {
 			return rec, cerr
 		}
 		rec, err = j.b.GetOp(ctx, op)

@@ -30,23 +30,23 @@ func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]
 	if spec.Target != nil {
 		t := *spec.Target
 		t.Intent = store.Intent{Op: spec.Op, Role: store.RoleOvr, NewIno: src.Ino, NewType: src.Type}
-		o, err := j.b.OpPutDentry(t, spec.Target.Ver)
-		if err != nil {
+		o := store.PutDentry(t, spec.Target.Ver)
+		if err := o.Err(); err != nil {
 			return nil, err
 		}
 		top, topDocs = append(top, o), append(topDocs, t)
 	} else {
 		d := store.Dentry{Path: spec.Dst, Ino: src.Ino, Type: src.Type, Intent: store.Intent{Op: spec.Op, Role: store.RoleDst}}
-		o, err := j.b.OpCreateDentry(d)
-		if err != nil {
+		o := store.CreateDentry(d)
+		if err := o.Err(); err != nil {
 			return nil, err
 		}
 		top, topDocs = append(top, o), append(topDocs, d)
 	}
 	s := src
 	s.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
-	o, err := j.b.OpPutDentry(s, src.Ver)
-	if err != nil {
+	o := store.PutDentry(s, src.Ver)
+	if err := o.Err(); err != nil {
 		return nil, err
 	}
 	top, topDocs = append(top, o), append(topDocs, s)
@@ -145,14 +145,14 @@ func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]
 			}
 			nd := store.Dentry{Path: spec.Dst + d.Path[len(src.Path):], Ino: d.Ino, Type: d.Type,
 				Intent: store.Intent{Op: spec.Op, Role: store.RoleDst}}
-			c, err := j.b.OpCreateDentry(nd)
-			if err != nil {
+			c := store.CreateDentry(nd)
+			if err := c.Err(); err != nil {
 				return finish(err)
 			}
 			marked := d
 			marked.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
-			mk, err := j.b.OpPutDentry(marked, d.Ver)
-			if err != nil {
+			mk := store.PutDentry(marked, d.Ver)
+			if err := mk.Err(); err != nil {
 				return finish(err)
 			}
 			ops, docs = append(ops, c, mk), append(docs, nd, marked)

@@ -24,10 +24,12 @@ type failingAfterCommit struct {
 
 var errInjected = errors.New("injected: connection reset")
 
-func (f *failingAfterCommit) PutOp(ctx context.Context, r store.OpRecord, ifVer store.Version) (store.Version, error) {
-	v, err := f.Store.PutOp(ctx, r, ifVer)
-	if err == nil && r.State == store.OpCommitted {
-		f.committed.Store(true)
+func (f *failingAfterCommit) Write(ctx context.Context, o store.BulkOp) (store.Version, error) {
+	v, err := f.Store.Write(ctx, o)
+	if err == nil && !f.committed.Load() {
+		if recs, _ := f.Store.SearchOps(ctx, store.OpCommitted); len(recs) > 0 {
+			f.committed.Store(true)
+		}
 	}
 	return v, err
 }
@@ -51,8 +53,8 @@ func putDentries(t *testing.T, st *store.Store, ds ...store.Dentry) []store.Dent
 	t.Helper()
 	ops := make([]store.BulkOp, len(ds))
 	for i, d := range ds {
-		o, err := st.OpCreateDentry(d)
-		if err != nil {
+		o := store.CreateDentry(d)
+		if err := o.Err(); err != nil {
 			t.Fatal(err)
 		}
 		ops[i] = o
@@ -157,7 +159,7 @@ func TestSweeperCollectsStrays(t *testing.T) {
 	ctx := ctxT(t)
 	co := coordinator(t, st, "tree", 2*time.Second)
 	op := "late-1"
-	if _, err := st.CreateOp(ctx, store.OpRecord{ID: op, State: store.OpDone, Aborted: true, Owner: "gone", Epoch: 1, SrcType: store.TypeFile}); err != nil {
+	if _, err := st.Write(ctx, store.CreateOp(store.OpRecord{ID: op, State: store.OpDone, Aborted: true, Owner: "gone", Epoch: 1, SrcType: store.TypeFile})); err != nil {
 		t.Fatal(err)
 	}
 	putDentries(t, st,
@@ -167,8 +169,8 @@ func TestSweeperCollectsStrays(t *testing.T) {
 	sess := co.Session()
 	wop, n := sess.BeginOp()
 	sess.EndOp(n)
-	if _, err := st.WriteLocks(ctx, []store.LockWrite{{Doc: store.LockDoc{ID: store.LockID("/w"), Path: "/w",
-		Waiters: []store.Waiter{{Session: sess.ID(), Op: wop, Ticket: "1", Since: time.Now().UnixNano()}}}}}); err != nil {
+	if _, err := st.Bulk(ctx, store.WriteLocks([]store.LockWrite{{Doc: store.LockDoc{ID: store.LockID("/w"), Path: "/w",
+		Waiters: []store.Waiter{{Session: sess.ID(), Op: wop, Ticket: "1", Since: time.Now().UnixNano()}}}}})); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Refresh(ctx); err != nil {
@@ -208,21 +210,13 @@ func (r *requests) GetLocks(ctx context.Context, ids []string) ([]store.LockDoc,
 	r.n.Add(1)
 	return r.Store.GetLocks(ctx, ids)
 }
-func (r *requests) WriteLocks(ctx context.Context, ws []store.LockWrite) ([]store.BulkResult, error) {
-	r.n.Add(1)
-	return r.Store.WriteLocks(ctx, ws)
-}
 func (r *requests) Bulk(ctx context.Context, ops []store.BulkOp) ([]store.BulkResult, error) {
 	r.n.Add(1)
 	return r.Store.Bulk(ctx, ops)
 }
-func (r *requests) CreateOp(ctx context.Context, rec store.OpRecord) (store.Version, error) {
+func (r *requests) Write(ctx context.Context, o store.BulkOp) (store.Version, error) {
 	r.n.Add(1)
-	return r.Store.CreateOp(ctx, rec)
-}
-func (r *requests) PutOp(ctx context.Context, rec store.OpRecord, v store.Version) (store.Version, error) {
-	r.n.Add(1)
-	return r.Store.PutOp(ctx, rec, v)
+	return r.Store.Write(ctx, o)
 }
 func (r *requests) GetOp(ctx context.Context, id string) (store.OpRecord, error) {
 	r.n.Add(1)
@@ -279,14 +273,14 @@ func TestTakeoverResumed(t *testing.T) {
 	co := coordinator(t, st, "tree", 2*time.Second)
 	const op = "deadbeefdeadbeef-7"
 	lock := locking.PathLock("/p", store.Exclusive)
-	if _, err := st.CreateOp(ctx, store.OpRecord{ID: op, State: store.OpAborted, Owner: co.Session().ID(), Epoch: 2,
+	if _, err := st.Write(ctx, store.CreateOp(store.OpRecord{ID: op, State: store.OpAborted, Owner: co.Session().ID(), Epoch: 2,
 		Src: "/q", Dst: "/p/x", SrcIno: 99, SrcType: store.TypeFile,
-		Locks: []store.LockRef{{ID: lock.ID, Path: lock.Path, Mode: lock.Mode}}}); err != nil {
+		Locks: []store.LockRef{{ID: lock.ID, Path: lock.Path, Mode: lock.Mode}}})); err != nil {
 		t.Fatal(err)
 	}
 	putDentries(t, st, store.Dentry{Path: "/p/x", Ino: 99, Type: store.TypeFile, Intent: store.Intent{Op: op, Role: store.RoleDst}})
-	if _, err := st.WriteLocks(ctx, []store.LockWrite{{Doc: store.LockDoc{ID: lock.ID, Path: lock.Path,
-		Holders: []store.Holder{{Session: "deadbeefdeadbeef", Op: op, Mode: store.Exclusive}}}}}); err != nil {
+	if _, err := st.Bulk(ctx, store.WriteLocks([]store.LockWrite{{Doc: store.LockDoc{ID: lock.ID, Path: lock.Path,
+		Holders: []store.Holder{{Session: "deadbeefdeadbeef", Op: op, Mode: store.Exclusive}}}}})); err != nil {
 		t.Fatal(err)
 	}
 	if err := co.Sweep(ctx, map[string]time.Duration{}); err != nil {
@@ -325,7 +319,7 @@ func TestRenameOverDropsReplacedLink(t *testing.T) {
 		nlink uint32
 	}{{"last", 1}, {"linked", 2}} {
 		replaced := uint64(7100 + i)
-		if _, err := st.CreateInode(ctx, store.Inode{Ino: replaced, Type: store.TypeFile, Nlink: c.nlink, Mode: 0o644}); err != nil {
+		if _, err := st.Write(ctx, store.CreateInode(store.Inode{Ino: replaced, Type: store.TypeFile, Nlink: c.nlink, Mode: 0o644})); err != nil {
 			t.Fatal(err)
 		}
 		src, dst := "/"+c.name+"-src", "/"+c.name+"-dst"

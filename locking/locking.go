@@ -35,33 +35,22 @@ var (
 )
 
 // Backend is what locking needs from the store. *store.Store implements it.
+// Writes are built with store's builders (store.WriteLocks, store.PutOp,
+// store.PutDentry, ...) and sent with Write, one alone, or Bulk.
 type Backend interface {
+	Write(ctx context.Context, o store.BulkOp) (store.Version, error)
+	Bulk(ctx context.Context, ops []store.BulkOp) ([]store.BulkResult, error)
+
 	GetLocks(ctx context.Context, ids []string) ([]store.LockDoc, error)
-	WriteLocks(ctx context.Context, ws []store.LockWrite) ([]store.BulkResult, error)
-	OpsWriteLocks(ws []store.LockWrite) ([]store.BulkOp, error)
 	SearchLocks(ctx context.Context) ([]store.LockDoc, error)
-
 	GetOp(ctx context.Context, id string) (store.OpRecord, error)
-	CreateOp(ctx context.Context, r store.OpRecord) (store.Version, error)
-	PutOp(ctx context.Context, r store.OpRecord, ifVer store.Version) (store.Version, error)
-	OpPutOp(r store.OpRecord, ifVer store.Version) (store.BulkOp, error)
-	DeleteOp(ctx context.Context, id string, ifVer store.Version) error
 	SearchOps(ctx context.Context, states ...store.OpState) ([]store.OpRecord, error)
-
 	GetSession(ctx context.Context, id string) (store.SessionDoc, error)
-	GetSessions(ctx context.Context, ids []string) (map[string]store.SessionDoc, error)
-	CreateSession(ctx context.Context, d store.SessionDoc) (store.Version, error)
-	PutSession(ctx context.Context, d store.SessionDoc, ifVer store.Version) (store.Version, error)
-	DeleteSession(ctx context.Context, id string, ifVer store.Version) error
 	ListSessions(ctx context.Context) ([]store.SessionDoc, error)
 
 	// Path documents, for the rename journal, recovery and the view.
 	GetDentry(ctx context.Context, path string) (store.Dentry, error)
 	GetDentries(ctx context.Context, paths []string) ([]store.DentryResult, error)
-	Bulk(ctx context.Context, ops []store.BulkOp) ([]store.BulkResult, error)
-	OpCreateDentry(d store.Dentry) (store.BulkOp, error)
-	OpPutDentry(d store.Dentry, ifVer store.Version) (store.BulkOp, error)
-	OpDeleteDentry(path string, ifVer store.Version) (store.BulkOp, error)
 	Refresh(ctx context.Context) error
 	ScanTree(root string, pageSize int) *store.Scanner
 	ScanOp(op string, pageSize int) *store.Scanner

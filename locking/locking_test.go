@@ -30,9 +30,9 @@ func (c *counting) GetLocks(ctx context.Context, ids []string) ([]store.LockDoc,
 	return c.Store.GetLocks(ctx, ids)
 }
 
-func (c *counting) WriteLocks(ctx context.Context, ws []store.LockWrite) ([]store.BulkResult, error) {
+func (c *counting) Bulk(ctx context.Context, ops []store.BulkOp) ([]store.BulkResult, error) {
 	c.writes.Add(1)
-	return c.Store.WriteLocks(ctx, ws)
+	return c.Store.Bulk(ctx, ops)
 }
 
 func ctxT(t *testing.T) context.Context {

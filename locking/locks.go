@@ -178,7 +178,7 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 		}
 		if len(writes) > 0 {
 			// Best effort: a marker that loses a race is rewritten next time.
-			if _, err := m.b.WriteLocks(ctx, writes); err != nil {
+			if _, err := m.b.Bulk(ctx, store.WriteLocks(writes)); err != nil {
 				m.log.Debug("writing waiting markers", "op", op, "err", err)
 			}
 		}
@@ -189,7 +189,7 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 		d.Holders = append(d.Holders, store.Holder{Session: sess.ID(), Op: op, Mode: r.Mode, Since: time.Now().UnixNano()})
 		writes = append(writes, store.LockWrite{Doc: d})
 	}
-	res, err := m.b.WriteLocks(ctx, writes)
+	res, err := m.b.Bulk(ctx, store.WriteLocks(writes))
 	if err != nil {
 		// Outcome unknown: find out what landed, and give it back.
 		m.releaseUnknown(sess, op, reqs)
@@ -268,7 +268,7 @@ func (m *Manager) retryItems(ctx context.Context, sess *Session, op string, reqs
 		if len(todo) == 0 {
 			return true, nil
 		}
-		res, err := m.b.WriteLocks(ctx, todo)
+		res, err := m.b.Bulk(ctx, store.WriteLocks(todo))
 		if err != nil {
 			return false, err
 		}
@@ -358,8 +358,8 @@ func (m *Manager) holderGone(ctx context.Context, h store.Holder) (bool, error) 
 	if errors.Is(err, store.ErrNotFound) {
 		// No record: fence the operation by creating it as aborted, so
 		// that a paused owner that wakes up cannot start journaling it.
-		_, err = m.b.CreateOp(ctx, store.OpRecord{ID: h.Op, State: store.OpAborted, Owner: h.Session, Epoch: 1,
-			SrcType: store.TypeFile, Created: time.Now().UnixNano()})
+		_, err = m.b.Write(ctx, store.CreateOp(store.OpRecord{ID: h.Op, State: store.OpAborted, Owner: h.Session, Epoch: 1,
+			SrcType: store.TypeFile, Created: time.Now().UnixNano()}))
 		if err == nil || errors.Is(err, store.ErrExists) {
 			if err == nil {
 				return true, nil

@@ -52,16 +52,12 @@ func (m *Manager) release(ctx context.Context, h *Held, partial bool, pre []stor
 		var res []store.BulkResult
 		var err error
 		if pre != nil {
-			ops, oerr := m.b.OpsWriteLocks(writes)
-			if oerr != nil {
-				return nil, oerr
-			}
-			all, berr := m.b.Bulk(ctx, append(append([]store.BulkOp{}, pre...), ops...))
+			all, berr := m.b.Bulk(ctx, append(append([]store.BulkOp{}, pre...), store.WriteLocks(writes)...))
 			if berr != nil {
 				return nil, berr
 			}
 			preRes, res, pre = all[:len(pre)], all[len(pre):], nil
-		} else if res, err = m.b.WriteLocks(ctx, writes); err != nil {
+		} else if res, err = m.b.Bulk(ctx, store.WriteLocks(writes)); err != nil {
 			if round < 5 {
 				store.Backoff(ctx, round, lockBackoff)
 				continue

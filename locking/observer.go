@@ -97,7 +97,7 @@ func (o *Observer) judge(ctx context.Context, d store.SessionDoc) (bool, error) 
 	}
 	verdict := d
 	verdict.Dead, verdict.DeadBy = true, o.self
-	if _, err := o.b.PutSession(ctx, verdict, d.Ver); err != nil {
+	if _, err := o.b.Write(ctx, store.PutSession(verdict, d.Ver)); err != nil {
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 			return false, nil // it moved (or left) meanwhile: not dead by us
 		}

@@ -79,7 +79,7 @@ func StartSession(ctx context.Context, b Backend, cfg SessionConfig) (*Session, 
 	s.doc = store.SessionDoc{ID: s.id, Host: host, Pid: os.Getpid(), Mount: cfg.Mount,
 		Started: time.Now().UnixNano(), LeaseMs: cfg.Lease.Milliseconds(), DoneBelow: 1}
 	sent := bootNow()
-	v, err := b.CreateSession(ctx, s.doc)
+	v, err := b.Write(ctx, store.CreateSession(s.doc))
 	if err != nil {
 		return nil, fmt.Errorf("registering the mount's session: %w", err)
 	}
@@ -171,7 +171,7 @@ func (s *Session) renew() bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Lease/2)
 	defer cancel()
 	sent := bootNow()
-	v, err := s.b.PutSession(ctx, next, next.Ver)
+	v, err := s.b.Write(ctx, store.PutSession(next, next.Ver))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -208,5 +208,6 @@ func (s *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	s.lost = fmt.Errorf("session %s closed: %w", s.id, ErrLeaseLost)
-	return s.b.DeleteSession(ctx, s.id, s.doc.Ver)
+	_, err := s.b.Write(ctx, store.DeleteSession(s.id, s.doc.Ver))
+	return err
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 	"golang.org/x/sys/unix"
 )
@@ -223,7 +224,7 @@ func TestFsckDirLinkCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Nlink = 1
-	if _, err := f.Store.PutInode(ctx, old, old.Ver); err != nil {
+	if _, err := f.Store.Write(ctx, store.PutInode(old, old.Ver)); err != nil {
 		t.Fatal(err)
 	}
 	if n := statLinks(t, b.Path("old", "x")); n != 1 {

@@ -499,10 +499,10 @@ func writeOrphanPath(t *testing.T, f *mounttest.FS, path string) {
 	t.Helper()
 	ctx := context.Background()
 	a := store.Inode{Ino: store.NewIno(), Type: store.TypeFile, Mode: 0o644, Nlink: 1}
-	if _, err := f.Store.CreateInode(ctx, a); err != nil {
+	if _, err := f.Store.Write(ctx, store.CreateInode(a)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Store.CreateDentry(ctx, store.Dentry{Path: path, Ino: a.Ino, Type: store.TypeFile}); err != nil {
+	if _, err := f.Store.Write(ctx, store.CreateDentry(store.Dentry{Path: path, Ino: a.Ino, Type: store.TypeFile})); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -80,12 +80,12 @@ func Populate(t testing.TB, f *FS, root string, names []string, content func(nam
 		if a.Type == store.TypeDir {
 			a.Nlink = 2 + subdirs[paths[i]]
 		}
-		oi, err := f.Store.OpCreateInode(a)
-		if err != nil {
+		oi := store.CreateInode(a)
+		if err := oi.Err(); err != nil {
 			t.Fatal(err)
 		}
-		od, err := f.Store.OpCreateDentry(store.Dentry{Path: paths[i], Ino: a.Ino, Type: a.Type})
-		if err != nil {
+		od := store.CreateDentry(store.Dentry{Path: paths[i], Ino: a.Ino, Type: a.Type})
+		if err := od.Err(); err != nil {
 			t.Fatal(err)
 		}
 		ops = append(ops, oi, od)
