@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/esfs/esfs/fs/fsck"
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	"github.com/urfave/cli/v2"
@@ -62,7 +63,7 @@ func cmdFsck() *cli.Command {
 			defer done()
 			ctx, cancel := context.WithTimeout(c.Context, 30*time.Minute)
 			defer cancel()
-			rep, err := co.Fsck(ctx, st, c.Bool("repair"), !c.Bool("no-wait"))
+			rep, err := fsck.Run(ctx, co, st, c.Bool("repair"), !c.Bool("no-wait"))
 			if err != nil {
 				return explain(err, c.String("es-url"))
 			}

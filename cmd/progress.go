@@ -32,10 +32,10 @@ func newProgress(verb string, quiet bool) *progress {
 	return &progress{verb: verb, quiet: quiet, tty: err == nil, w: os.Stderr, stopCh: make(chan struct{}), finished: make(chan struct{})}
 }
 
-// total sets what 100% is (unknown when never called).
-func (p *progress) total(entries, bytes int64) { p.totalE, p.totalB = entries, bytes }
+// Total sets what 100% is (unknown when never called).
+func (p *progress) Total(entries, bytes int64) { p.totalE, p.totalB = entries, bytes }
 
-func (p *progress) add(entries, bytes int64) {
+func (p *progress) Add(entries, bytes int64) {
 	p.entries.Add(entries)
 	p.bytes.Add(bytes)
 }
@@ -43,7 +43,7 @@ func (p *progress) add(entries, bytes int64) {
 func (p *progress) bytesDone() int64       { return p.bytes.Load() }
 func (p *progress) elapsed() time.Duration { return time.Since(p.began) }
 
-func (p *progress) start() {
+func (p *progress) Start() {
 	p.began = time.Now()
 	if p.quiet {
 		close(p.finished)
@@ -72,7 +72,7 @@ func (p *progress) start() {
 	}()
 }
 
-func (p *progress) stop() {
+func (p *progress) Stop() {
 	p.once.Do(func() { close(p.stopCh) })
 	<-p.finished
 }

@@ -13,11 +13,11 @@ func TestProgress(t *testing.T) {
 		var buf bytes.Buffer
 		p := newProgress("import", false)
 		p.tty, p.w = tty, &buf
-		p.total(10, 4<<20)
-		p.start()
-		p.add(5, 2<<20)
+		p.Total(10, 4<<20)
+		p.Start()
+		p.Add(5, 2<<20)
 		p.draw()
-		p.stop()
+		p.Stop()
 		out := buf.String()
 		if !strings.Contains(out, "import: 5/10 entries, 2.0 MiB/4.0 MiB") {
 			t.Errorf("tty %v: %q lacks the counts", tty, out)
@@ -30,9 +30,9 @@ func TestProgress(t *testing.T) {
 	var buf bytes.Buffer
 	p := newProgress("export", true)
 	p.w = &buf
-	p.start()
-	p.add(1, 1)
-	p.stop()
+	p.Start()
+	p.Add(1, 1)
+	p.Stop()
 	if buf.Len() != 0 {
 		t.Errorf("--quiet printed %q", buf.String())
 	}

@@ -22,6 +22,39 @@ type Entry struct {
 	Rdev     uint32 // a device's number
 }
 
+// NewInode is the inode document of a new entry made as e asks, at time
+// t, with a fresh inode number: a file's creator owns its first data
+// generation, a directory has the links of "." and of its name
+// (DirLinks), a symlink's size is its target's length and its mode 0777,
+// a device keeps its number. A create writes it with the entry's path
+// document (NewDentry); import writes many of them in bulk, with the
+// local file's times, size and link count in place of a new file's.
+func NewInode(e Entry, t int64) store.Inode {
+	a := store.Inode{Ino: store.NewIno(), Type: e.Type, Mode: e.Mode & 0o7777, Uid: e.Uid, Gid: e.Gid, Nlink: 1,
+		Atime: t, Mtime: t, Ctime: t, Btime: t, Target: e.Target}
+	switch {
+	case e.Type == store.TypeFile:
+		a.Dgen = 1
+	case e.Type == store.TypeDir:
+		a.Nlink = DirLinks(0)
+	case e.Type == store.TypeSymlink:
+		a.Size = int64(len(e.Target))
+		a.Mode = 0o777
+	case e.Type.IsDevice():
+		a.Rdev = e.Rdev
+	}
+	return a
+}
+
+// NewDentry is the path document that names inode a at path.
+func NewDentry(path string, a store.Inode) store.Dentry {
+	return store.Dentry{Path: path, Ino: a.Ino, Type: a.Type}
+}
+
+// DirLinks is the link count of a directory with subdirs subdirectories:
+// "." and its name in its parent, plus each subdirectory's "..".
+func DirLinks(subdirs uint32) uint32 { return 2 + subdirs }
+
 // check refuses what no create can make.
 func (e Entry) check() error {
 	switch e.Type {
@@ -187,21 +220,12 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 		}
 	}
 	t := now()
-	a := store.Inode{Ino: store.NewIno(), Type: typ, Mode: mode & 0o7777, Uid: uid, Gid: gid, Nlink: 1,
-		Atime: t, Mtime: t, Ctime: t, Btime: t, Target: e.Target}
+	a := NewInode(Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid, Target: e.Target, Rdev: e.Rdev}, t)
 	subdirs := 0 // what the new entry adds to the parent's link count
-	switch {
-	case typ == store.TypeFile:
-		a.Dgen = 1 // the creator's writer owns the first data generation
-	case typ == store.TypeDir:
-		a.Nlink, subdirs = 2, 1
-	case typ == store.TypeSymlink:
-		a.Size = int64(len(e.Target))
-		a.Mode = 0o777
-	case typ.IsDevice():
-		a.Rdev = e.Rdev
+	if typ == store.TypeDir {
+		subdirs = 1
 	}
-	d := store.Dentry{Path: path, Ino: a.Ino, Type: typ}
+	d := NewDentry(path, a)
 	opInode := store.CreateInode(a)
 	if err := opInode.Err(); err != nil {
 		return store.Node{}, err

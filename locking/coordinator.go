@@ -277,7 +277,7 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 		var keep []store.Holder
 		changed := false
 		for _, h := range d.Holders {
-			gone, err := c.Locks.holderGone(ctx, h)
+			gone, err := c.Locks.HolderGone(ctx, h)
 			if err != nil {
 				return err
 			}

@@ -302,7 +302,7 @@ func (m *Manager) plan(ctx context.Context, sess *Session, op string, r Request,
 			continue // ours from an earlier attempt: rewritten below
 		}
 		if !compatible(h.Mode, r.Mode) {
-			gone, err := m.holderGone(ctx, h)
+			gone, err := m.HolderGone(ctx, h)
 			if err != nil {
 				return doc, "", err
 			}
@@ -340,11 +340,11 @@ func displayPath(r Request) string {
 	return r.Path
 }
 
-// holderGone reports whether a conflicting holder's entry may be dropped:
+// HolderGone reports whether a conflicting holder's entry may be dropped:
 // its session is dead and its operation was taken over or aborted first:
 // an entry is never freed on its own, only once its operation is settled,
 // so that nobody works on paths a half-done operation still covers.
-func (m *Manager) holderGone(ctx context.Context, h store.Holder) (bool, error) {
+func (m *Manager) HolderGone(ctx context.Context, h store.Holder) (bool, error) {
 	dead, err := m.obs.Dead(ctx, h.Session)
 	if err != nil {
 		return false, err

@@ -1,4 +1,4 @@
-package locking
+package fsck
 
 import (
 	"context"
@@ -10,16 +10,17 @@ import (
 	"github.com/esfs/esfs/store"
 )
 
-// fsckData checks that every data chunk belongs to an existing file and
+// data checks that every data chunk belongs to an existing file and
 // lies within its size. Elsewhere are leftovers: of a writer that died
 // between its chunks and its inode (a mount's flush, an import), of a
 // request that landed after the file was removed or cut. A live writer
 // also has chunks there for a while (a mount sends chunks before the
 // flush that sets the size; an import writes inodes and chunks in
 // parallel): each chunk names its writer's session, and only those of
-// sessions judged dead (or ended, or unrecorded) are problems. inodes is
-// the inode scan fsck made.
-func (c *Coordinator) fsckData(ctx context.Context, fb FsckBackend, repair bool, inodes map[uint64]store.Inode, rep *Report) error {
+// sessions judged dead (or ended, or unrecorded) are problems. The inodes
+// are those of the inode scan.
+func (c *checker) data(ctx context.Context) error {
+	fb, inodes, rep := c.fb, c.inodes, &c.rep
 	cs := fb.ChunkSize()
 	deadSess := map[string]bool{}
 	dead := func(sess string) (bool, error) {
@@ -29,7 +30,7 @@ func (c *Coordinator) fsckData(ctx context.Context, fb FsckBackend, repair bool,
 		if d, ok := deadSess[sess]; ok {
 			return d, nil
 		}
-		d, err := c.obs.Dead(ctx, sess)
+		d, err := c.co.Dead(ctx, sess)
 		if err != nil {
 			return false, err
 		}
@@ -94,8 +95,8 @@ func (c *Coordinator) fsckData(ctx context.Context, fb FsckBackend, repair bool,
 				gone = append(gone, r)
 			}
 		}
-		if repair && len(gone) > 0 {
-			if err := c.removeChunks(ctx, fb, gone, within, func(r store.ChunkRef, err error) {
+		if c.repair && len(gone) > 0 {
+			if err := c.removeChunks(ctx, gone, within, func(r store.ChunkRef, err error) {
 				f := found[[2]uint64{r.Ino, 0}]
 				switch {
 				case err == nil:
@@ -127,7 +128,7 @@ func (c *Coordinator) fsckData(ctx context.Context, fb FsckBackend, repair bool,
 		if len(f.sessions) > 0 {
 			p.Detail += ", written by dead or ended mount " + sessionList(f.sessions)
 		}
-		if repair {
+		if c.repair {
 			p.Repaired = f.removed == f.count
 			if !p.Repaired {
 				p.Detail += fmt.Sprintf(": %d removed", f.removed)
@@ -145,7 +146,7 @@ func (c *Coordinator) fsckData(ctx context.Context, fb FsckBackend, repair bool,
 // their inodes again in real time (one that appeared or grew since the
 // scan makes its chunks data again), each only if it is still as listed.
 // done is told each chunk's outcome (nil: gone).
-func (c *Coordinator) removeChunks(ctx context.Context, fb FsckBackend, refs []store.ChunkRef,
+func (c *checker) removeChunks(ctx context.Context, refs []store.ChunkRef,
 	within func(store.Inode, store.ChunkRef) bool, done func(store.ChunkRef, error)) error {
 	var inos []uint64
 	seen := map[uint64]bool{}
@@ -155,7 +156,7 @@ func (c *Coordinator) removeChunks(ctx context.Context, fb FsckBackend, refs []s
 			inos = append(inos, r.Ino)
 		}
 	}
-	now, err := fb.GetInodes(ctx, inos)
+	now, err := c.fb.GetInodes(ctx, inos)
 	if err != nil {
 		return err
 	}
@@ -183,7 +184,7 @@ func (c *Coordinator) removeChunks(ctx context.Context, fb FsckBackend, refs []s
 	for i, r := range del {
 		ops[i] = store.DeleteChunkRef(r)
 	}
-	res, err := fb.Bulk(ctx, ops)
+	res, err := c.fb.Bulk(ctx, ops)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,208 @@
+// Package fsck checks the invariants of a filesystem and repairs what
+// breaks them: the operations and locks dead mounts left, the path and
+// inode documents (parents, types, link counts, reachability) and the
+// data chunks. It reads the tree through the protocol's view and settles
+// what dead mounts left as recovery would; `esfs fsck` runs it in an
+// admin session.
+package fsck
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
+)
+
+// Backend is what fsck reads and repairs, beyond what the protocol uses.
+type Backend interface {
+	locking.Backend
+	RefreshAll(ctx context.Context) error
+	ScanInodes() *store.InodeScanner
+	GetInodes(ctx context.Context, inos []uint64) ([]store.InodeResult, error)
+	DeleteChunks(ctx context.Context, ino uint64, first, last int64, version int64) (int64, error)
+	ChunkSize() int64
+	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
+	ScanChunks() *store.ChunkScanner
+}
+
+var _ Backend = (*store.Store)(nil)
+
+// Problem is one broken invariant.
+type Problem struct {
+	Kind     string // short name of the invariant
+	Subject  string // path, inode or record
+	Detail   string
+	Repaired bool
+}
+
+func (p Problem) String() string {
+	s := fmt.Sprintf("%s: %s: %s", p.Kind, p.Subject, p.Detail)
+	if p.Repaired {
+		s += " (repaired)"
+	}
+	return s
+}
+
+// Report is what fsck found.
+type Report struct {
+	Paths, Inodes, Locks, Ops int
+	InFlight                  []string // operations of live mounts, not problems
+	Problems                  []Problem
+
+	Chunks int // data chunks checked
+}
+
+// Clean reports whether no invariant is broken (repaired ones count).
+func (r Report) Clean() bool { return len(r.Problems) == 0 }
+
+// Unrepaired counts problems left.
+func (r Report) Unrepaired() int {
+	n := 0
+	for _, p := range r.Problems {
+		if !p.Repaired {
+			n++
+		}
+	}
+	return n
+}
+
+// checker is one run of fsck: what it was asked, and the snapshots its
+// steps compare.
+type checker struct {
+	co     *locking.Coordinator
+	fb     Backend
+	repair bool
+	rep    Report
+
+	paths  map[string]pathInfo    // visible paths
+	docs   []store.Dentry         // the same, as read
+	links  map[uint64][]string    // inode -> the paths that name it
+	inodes map[uint64]store.Inode // the inode scan, read again where suspect
+}
+
+type pathInfo struct {
+	typ store.FileType
+	ino uint64
+}
+
+// Run checks the invariants of the filesystem: every path document's
+// parent exists and is a directory, its inode exists and agrees on the
+// type, no path and no inode appears twice (unless hard-linked, and then
+// the link count matches), no document carries the intent of a finished
+// operation or of a dead mount's, no operation of a dead mount is
+// unfinished, no lock entry of a dead mount is left, every inode is
+// reachable, every directory's link count is 2 plus its subdirectories,
+// every data chunk belongs to a file and lies within its size (see
+// checker.data). Sessions are judged dead as the sweeper does: declared,
+// or silent for their lease plus grace, which fsck waits for when it
+// must. With repair, it does what recovery would: finishes or undoes dead
+// mounts' operations, removes leftovers, orphans and strays. co is the
+// session fsck runs in.
+func Run(ctx context.Context, co *locking.Coordinator, fb Backend, repair bool, wait bool) (Report, error) {
+	c := &checker{co: co, fb: fb, repair: repair, paths: map[string]pathInfo{}, links: map[uint64][]string{}, inodes: map[uint64]store.Inode{}}
+	if err := co.JudgeSessions(ctx, wait); err != nil {
+		return c.rep, err
+	}
+	// Operations first: recovery changes paths and locks.
+	for _, step := range []func(context.Context) error{c.ops, c.locks, c.scanPaths, c.scanInodes, c.dirLinks, c.unreachable, c.data} {
+		if err := step(ctx); err != nil {
+			return c.rep, err
+		}
+	}
+	return c.rep, nil
+}
+
+func (c *checker) dead(ctx context.Context, sess string) bool {
+	d, err := c.co.Dead(ctx, sess)
+	return err == nil && d
+}
+
+// ops reports the unfinished operations of dead mounts, and recovers
+// them when repairing.
+func (c *checker) ops(ctx context.Context) error {
+	recs, err := c.fb.SearchOps(ctx)
+	if err != nil {
+		return err
+	}
+	c.rep.Ops = len(recs)
+	for _, rec := range recs {
+		if rec.State == store.OpDone {
+			continue
+		}
+		if !c.dead(ctx, rec.Owner) {
+			c.rep.InFlight = append(c.rep.InFlight, fmt.Sprintf("%s %s %q -> %q (owner %s)", rec.ID, rec.State, rec.Src, rec.Dst, rec.Owner))
+			continue
+		}
+		p := Problem{Kind: "unfinished operation", Subject: rec.ID,
+			Detail: fmt.Sprintf("%s rename %q -> %q of dead mount %s", rec.State, rec.Src, rec.Dst, rec.Owner)}
+		if c.repair {
+			if err := c.co.Journal.Recover(ctx, rec); err != nil {
+				p.Detail += ": recovery failed: " + err.Error()
+			} else {
+				p.Repaired = true
+			}
+		}
+		c.rep.Problems = append(c.rep.Problems, p)
+	}
+	return nil
+}
+
+// locks reports the lock entries and waiters of dead mounts and empty
+// lock documents, and drops them when repairing.
+func (c *checker) locks(ctx context.Context) error {
+	locks, err := c.fb.SearchLocks(ctx)
+	if err != nil {
+		return err
+	}
+	c.rep.Locks = len(locks)
+	for _, d := range locks {
+		var keep []store.Holder
+		changed := false
+		for _, h := range d.Holders {
+			if !c.dead(ctx, h.Session) {
+				keep = append(keep, h)
+				continue
+			}
+			p := Problem{Kind: "leftover lock", Subject: lockName(d), Detail: fmt.Sprintf("%s entry of dead mount %s, operation %s", h.Mode, h.Session, h.Op)}
+			if c.repair {
+				if gone, err := c.co.Locks.HolderGone(ctx, h); err == nil && gone {
+					p.Repaired, changed = true, true
+				} else {
+					keep = append(keep, h)
+				}
+			} else {
+				keep = append(keep, h)
+			}
+			c.rep.Problems = append(c.rep.Problems, p)
+		}
+		var waiters []store.Waiter
+		for _, w := range d.Waiters {
+			if c.dead(ctx, w.Session) {
+				c.rep.Problems = append(c.rep.Problems, Problem{Kind: "leftover waiter", Subject: lockName(d), Detail: "of dead mount " + w.Session, Repaired: c.repair})
+				changed = changed || c.repair
+				continue
+			}
+			waiters = append(waiters, w)
+		}
+		if len(d.Holders) == 0 && len(d.Waiters) == 0 {
+			c.rep.Problems = append(c.rep.Problems, Problem{Kind: "empty lock document", Subject: lockName(d), Detail: "no holder", Repaired: c.repair})
+			changed = changed || c.repair
+		}
+		if changed {
+			nd := d
+			nd.Holders, nd.Waiters = keep, waiters
+			if _, err := c.fb.Bulk(ctx, store.WriteLocks([]store.LockWrite{{Doc: nd, Delete: len(keep) == 0 && len(waiters) == 0}})); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func lockName(d store.LockDoc) string {
+	if d.ID == store.GlobalLockID {
+		return "(global lock)"
+	}
+	return d.Path
+}

@@ -1,0 +1,309 @@
+package fsck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
+)
+
+// scanPaths reads every path document after a refresh, settles the
+// intents of finished operations and dead mounts (when repairing), and
+// reports paths whose parent is missing or no directory (removing them
+// when repairing). It keeps what readers see for the inode checks.
+func (c *checker) scanPaths(ctx context.Context) error {
+	if err := c.fb.RefreshAll(ctx); err != nil {
+		return err
+	}
+	sc := c.fb.ScanTree("/", store.DefaultPageSize)
+	for {
+		page, bad, err := sc.Next(ctx)
+		if err != nil {
+			sc.Close()
+			return err
+		}
+		for _, b := range bad {
+			c.rep.Problems = append(c.rep.Problems, Problem{Kind: "corrupt path document", Subject: "?", Detail: b.Error()})
+		}
+		if page == nil {
+			break
+		}
+		for _, d := range page {
+			c.rep.Paths++
+			if d.Intent.Op != "" {
+				vis, ok, err := c.co.View.Resolve(ctx, d)
+				if err != nil {
+					sc.Close()
+					return err
+				}
+				rec, _ := c.fb.GetOp(ctx, d.Intent.Op)
+				if rec.State != store.OpDone && !c.dead(ctx, rec.Owner) {
+					// In flight: judged when it finishes.
+				} else {
+					p := Problem{Kind: "stray intent", Subject: d.Path, Detail: fmt.Sprintf("%s of operation %s (%s)", d.Intent.Role, d.Intent.Op, rec.State)}
+					if c.repair {
+						p.Repaired = c.co.Journal.ResolveStray(ctx, d) == nil
+					}
+					c.rep.Problems = append(c.rep.Problems, p)
+				}
+				if !ok {
+					continue
+				}
+				d = vis
+			}
+			c.docs = append(c.docs, d)
+			c.paths[d.Path] = pathInfo{d.Type, d.Ino}
+		}
+	}
+	sc.Close()
+	for _, d := range c.docs {
+		c.links[d.Ino] = append(c.links[d.Ino], d.Path)
+		if d.Path == "/" {
+			continue
+		}
+		parent, ok := c.paths[d.Parent]
+		if !ok || parent.typ != store.TypeDir {
+			p := Problem{Kind: "orphan path", Subject: d.Path, Detail: "its parent is missing or not a directory"}
+			if c.repair {
+				_, err := c.fb.Write(ctx, store.DeleteDentry(d.Path, d.Ver))
+				p.Repaired = err == nil
+			}
+			c.rep.Problems = append(c.rep.Problems, p)
+		}
+	}
+	return nil
+}
+
+// scanInodes reads every inode document and checks the inodes the paths
+// name: each exists, agrees on the type, and a file's link count is its
+// paths (lowered to them when repairing); a directory has one path.
+func (c *checker) scanInodes(ctx context.Context) error {
+	isc := c.fb.ScanInodes()
+	for {
+		page, bad, err := isc.Next(ctx)
+		if err != nil {
+			return err
+		}
+		for _, b := range bad {
+			c.rep.Problems = append(c.rep.Problems, Problem{Kind: "corrupt inode document", Subject: "?", Detail: b.Error()})
+		}
+		if page == nil {
+			break
+		}
+		for _, n := range page {
+			c.inodes[n.Ino] = n
+		}
+	}
+	c.rep.Inodes = len(c.inodes)
+	if err := c.lookAgain(ctx); err != nil {
+		return err
+	}
+	inos := make([]uint64, 0, len(c.links))
+	for ino := range c.links {
+		inos = append(inos, ino)
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	for _, ino := range inos {
+		ps := c.links[ino]
+		n, ok := c.inodes[ino]
+		if !ok {
+			for _, p := range ps {
+				pr := Problem{Kind: "missing inode", Subject: p, Detail: fmt.Sprintf("inode %d does not exist", ino)}
+				c.rep.Problems = append(c.rep.Problems, pr)
+			}
+			continue
+		}
+		if n.Type == store.TypeDir && len(ps) > 1 {
+			c.rep.Problems = append(c.rep.Problems, Problem{Kind: "duplicate directory", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("at %q", ps)})
+		} else if n.Type != store.TypeDir && int(n.Nlink) != len(ps) {
+			p := Problem{Kind: "link count", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("nlink %d but %d paths %q", n.Nlink, len(ps), ps)}
+			if c.repair && int(n.Nlink) > len(ps) {
+				fixed := n
+				fixed.Nlink = uint32(len(ps))
+				_, err := c.fb.Write(ctx, store.PutInode(fixed, n.Ver))
+				p.Repaired = err == nil
+			}
+			c.rep.Problems = append(c.rep.Problems, p)
+		}
+		for _, p := range ps {
+			if info := c.paths[p]; info.typ != n.Type {
+				c.rep.Problems = append(c.rep.Problems, Problem{Kind: "type mismatch", Subject: p, Detail: fmt.Sprintf("path says %s, inode %d says %s", info.typ, ino, n.Type)})
+			}
+		}
+	}
+	return nil
+}
+
+// dirLinks checks that every directory's link count is 2 plus its
+// subdirectories, and sets it so when repairing.
+func (c *checker) dirLinks(ctx context.Context) error {
+	subdirs := map[string]uint32{}
+	for _, d := range c.docs {
+		if d.Type == store.TypeDir && d.Path != "/" {
+			subdirs[d.Parent]++
+		}
+	}
+	for _, d := range c.docs {
+		n, ok := c.inodes[d.Ino]
+		if d.Type != store.TypeDir || !ok || n.Type != store.TypeDir || n.Nlink == fs.DirLinks(subdirs[d.Path]) {
+			continue
+		}
+		// The snapshots are older than now: a mkdir or rmdir since moved
+		// the count, so it is judged again on a fresh read and count.
+		n, subs, err := c.countDirLinks(ctx, d.Path, d.Ino)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // removed meanwhile
+		}
+		if err == nil && n.Type == store.TypeDir && n.Nlink == fs.DirLinks(subs) {
+			continue
+		}
+		if err != nil {
+			n, subs = c.inodes[d.Ino], subdirs[d.Path]
+		}
+		p := Problem{Kind: "directory link count", Subject: d.Path,
+			Detail: fmt.Sprintf("nlink %d, want %d (2 + %d subdirectories)", n.Nlink, fs.DirLinks(subs), subs)}
+		if !n.DirLinksCounted() {
+			p.Detail = fmt.Sprintf("not counted (made by an esfs that did not count; reported as 1), want %d (2 + %d subdirectories)", fs.DirLinks(subs), subs)
+		}
+		if err != nil {
+			p.Detail += ": cannot count again: " + err.Error()
+		} else if c.repair {
+			// Written at the version read before the count, so that a
+			// mkdir or rmdir that lands meanwhile makes the write fail
+			// rather than be undone by it.
+			n.Nlink = fs.DirLinks(subs)
+			_, werr := c.fb.Write(ctx, store.PutInode(n, n.Ver))
+			p.Repaired = werr == nil
+			if werr != nil {
+				p.Detail += ": changed while being counted (run fsck again): " + werr.Error()
+			}
+		}
+		c.rep.Problems = append(c.rep.Problems, p)
+	}
+	return nil
+}
+
+// unreachable reports the inodes no path names (but the root's), and
+// deletes them with their data when repairing.
+func (c *checker) unreachable(ctx context.Context) error {
+	for ino, n := range c.inodes {
+		if _, ok := c.links[ino]; ok || ino == store.RootIno {
+			continue
+		}
+		p := Problem{Kind: "unreachable inode", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("%s of %d bytes, no path names it", n.Type, n.Size)}
+		if c.repair {
+			p.Repaired = locking.DeleteUnlinked(ctx, c.fb, n) == nil
+		}
+		c.rep.Problems = append(c.rep.Problems, p)
+	}
+	return nil
+}
+
+// lookAgain reads again, now, the inodes on which the two snapshots fsck
+// compares disagree: an inode without a path, a path without its inode, a
+// link count that differs from the paths. The snapshots are taken one after
+// the other (paths, then inodes), so a file created between them has an
+// inode but no path, one removed between them a path but no inode, a link
+// made between them one link too many; and repairing those as damage would
+// delete a live file or lower its link count below its paths. For each
+// such inode the paths that name it are searched again after a refresh
+// (which shows every path written before it) and the inode is read in real
+// time; the checks then judge what was read last.
+func (c *checker) lookAgain(ctx context.Context) error {
+	var suspects []uint64
+	for ino, ps := range c.links {
+		if n, ok := c.inodes[ino]; !ok || (n.Type != store.TypeDir && int(n.Nlink) != len(ps)) {
+			suspects = append(suspects, ino)
+		}
+	}
+	for ino := range c.inodes {
+		if _, ok := c.links[ino]; !ok && ino != store.RootIno {
+			suspects = append(suspects, ino)
+		}
+	}
+	if len(suspects) == 0 {
+		return nil
+	}
+	if err := c.fb.Refresh(ctx); err != nil {
+		return err
+	}
+	sort.Slice(suspects, func(i, j int) bool { return suspects[i] < suspects[j] })
+	named := map[uint64][]string{}
+	const batch = 10000 // below index.max_terms_count
+	for start := 0; start < len(suspects); start += batch {
+		sc, err := c.co.View.Search("", suspects[start:min(start+batch, len(suspects))], store.SearchFilter{}, store.DefaultPageSize)
+		if err != nil {
+			return err
+		}
+		for {
+			page, _, err := sc.Next(ctx)
+			if err != nil {
+				sc.Close()
+				return err
+			}
+			if page == nil {
+				break
+			}
+			for _, vis := range page {
+				named[vis.Ino] = append(named[vis.Ino], vis.Path)
+				c.paths[vis.Path] = pathInfo{vis.Type, vis.Ino}
+			}
+		}
+		sc.Close()
+	}
+	for _, ino := range suspects {
+		if ps := named[ino]; len(ps) > 0 {
+			c.links[ino] = ps
+		} else {
+			delete(c.links, ino)
+		}
+		n, err := c.fb.GetInode(ctx, ino)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			delete(c.inodes, ino)
+		case err == nil:
+			c.inodes[ino] = n
+		} // else unreadable (a corrupt document, reported already): as the scan saw it
+	}
+	return nil
+}
+
+// countDirLinks reads a directory's inode, then counts its visible
+// subdirectories in a listing taken after a refresh.
+func (c *checker) countDirLinks(ctx context.Context, path string, ino uint64) (store.Inode, uint32, error) {
+	res, err := c.fb.GetInodes(ctx, []uint64{ino})
+	if err != nil {
+		return store.Inode{}, 0, err
+	}
+	if res[0].Err != nil {
+		return store.Inode{}, 0, res[0].Err
+	}
+	n := res[0].Inode
+	if err := c.fb.Refresh(ctx); err != nil {
+		return store.Inode{}, 0, err
+	}
+	sc := c.co.View.List(path, store.DefaultPageSize)
+	defer sc.Close()
+	var count uint32
+	for {
+		page, bad, err := sc.Next(ctx)
+		if err != nil {
+			return store.Inode{}, 0, err
+		}
+		if len(bad) > 0 {
+			return store.Inode{}, 0, fmt.Errorf("cannot count the subdirectories of %s: %w", path, bad[0])
+		}
+		if page == nil {
+			return n, count, nil
+		}
+		for _, vis := range page {
+			if vis.Type == store.TypeDir {
+				count++
+			}
+		}
+	}
+}

@@ -1,0 +1,224 @@
+package transfer
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/store"
+	"golang.org/x/sys/unix"
+)
+
+// entry writes the documents of one local entry: its inode (once per
+// hard-linked file), its data chunks and its path document.
+func (imp *Import) entry(p string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return err
+	}
+	rel, err := filepath.Rel(imp.src, p)
+	if err != nil {
+		return err
+	}
+	path := imp.dest
+	if rel != "." {
+		path = imp.dest + "/" + filepath.ToSlash(rel)
+	}
+	if err := store.CheckPath(path); err != nil {
+		return fmt.Errorf("%s: %v", p, err)
+	}
+	// The inode a create would make of it, with the local file's times,
+	// size and link counts.
+	e := fs.Entry{Mode: st.Mode, Uid: st.Uid, Gid: st.Gid}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		e.Type = store.TypeDir
+		imp.stats.Dirs++
+	case unix.S_IFLNK:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return err
+		}
+		if len(target) > store.MaxPath {
+			return fmt.Errorf("%s: symlink target of %d bytes is longer than %d", p, len(target), store.MaxPath)
+		}
+		e.Type, e.Target = store.TypeSymlink, target
+		imp.stats.Symlinks++
+	case unix.S_IFREG:
+		if st.Size > store.MaxFileSize {
+			return fmt.Errorf("%s: %d bytes, more than the largest file esfs stores (%d bytes)", p, st.Size, store.MaxFileSize)
+		}
+		e.Type = store.TypeFile
+		imp.stats.Regular++
+	case unix.S_IFIFO:
+		e.Type = store.TypeFifo
+		imp.stats.Special++
+	case unix.S_IFSOCK:
+		e.Type = store.TypeSocket
+		imp.stats.Special++
+	case unix.S_IFCHR, unix.S_IFBLK:
+		e.Type = store.TypeCharDev
+		if st.Mode&unix.S_IFMT == unix.S_IFBLK {
+			e.Type = store.TypeBlockDev
+		}
+		// FUSE carries device numbers in 32 bits (majors below 4096).
+		if st.Rdev > 0xffffffff {
+			fmt.Fprintf(imp.o.warn(), "esfs import: skipping %s: device %d:%d has a number FUSE cannot carry\n", p, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+			imp.stats.Skipped++
+			imp.files++
+			return nil
+		}
+		e.Rdev = uint32(st.Rdev)
+		imp.stats.Special++
+	default:
+		return fmt.Errorf("%s: a file of unknown type %o", p, st.Mode&unix.S_IFMT)
+	}
+	a := fs.NewInode(e, unix.TimespecToNsec(st.Ctim))
+	a.Atime, a.Mtime = unix.TimespecToNsec(st.Atim), unix.TimespecToNsec(st.Mtim)
+	switch a.Type {
+	case store.TypeDir:
+		a.Nlink = fs.DirLinks(imp.subdirs[p])
+	case store.TypeFile:
+		a.Size = st.Size
+	}
+	xattrs, err := readXattrs(p)
+	if err != nil {
+		return fmt.Errorf("%s: extended attributes: %v", p, err)
+	}
+	a.Xattrs = xattrs
+	writeInode := true
+	if a.Type != store.TypeDir && st.Nlink > 1 {
+		l := imp.links[devIno{uint64(st.Dev), st.Ino}]
+		if l == nil {
+			return fmt.Errorf("%s: a hard link that appeared during the import", p)
+		}
+		a.Ino, a.Nlink = l.ino, l.count
+		writeInode, l.done = !l.done, true
+	}
+	if writeInode {
+		if a.Type == store.TypeFile {
+			if a.Chunks, err = imp.data(p, a.Ino, st.Size); err != nil {
+				return err
+			}
+		}
+		o := store.CreateInode(a)
+		if err := o.Err(); err != nil {
+			return err
+		}
+		imp.add(o, 512+len(a.Target))
+	}
+	imp.files++
+	if path == imp.dest {
+		imp.root = a.Ino // its path document is written last
+		return nil
+	}
+	o := store.CreateDentry(fs.NewDentry(path, a))
+	if err := o.Err(); err != nil {
+		return err
+	}
+	imp.add(o, 256+2*len(path))
+	return nil
+}
+
+// data queues the chunks of a file, reading it a chunk at a time. Holes
+// the local filesystem knows of (SEEK_DATA) are skipped without reading
+// them, so a sparse file costs what it holds, not its size.
+// It returns how many chunks it queued.
+func (imp *Import) data(p string, ino uint64, size int64) (chunks int64, err error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	for n := int64(0); n*imp.chunk < size; n++ {
+		if next, ok := nextData(f, n*imp.chunk); ok {
+			if next >= size {
+				break
+			}
+			n = max(n, next/imp.chunk)
+		}
+		buf := make([]byte, min(imp.chunk, size-n*imp.chunk)) // the op keeps it until the batch is sent
+		k, err := f.ReadAt(buf, n*imp.chunk)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return 0, fmt.Errorf("%s: %v", p, err)
+		}
+		if k == 0 {
+			break // the file shrank while we read it
+		}
+		if isZero(buf[:k]) {
+			continue // a hole: absent chunks read as zeros
+		}
+		o := store.WriteChunk(ino, n, buf[:k], imp.stamp)
+		if err := o.Err(); err != nil {
+			return 0, err
+		}
+		chunks++
+		imp.bytes += int64(k)
+		imp.add(o, k*4/3+128)
+	}
+	return chunks, nil
+}
+
+// nextData returns the offset of the first data at or after off in f
+// (past its end when there is none), and false when the filesystem cannot
+// tell (then every chunk is read).
+func nextData(f *os.File, off int64) (int64, bool) {
+	next, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
+	switch {
+	case err == nil:
+		return next, true
+	case errors.Is(err, unix.ENXIO):
+		return math.MaxInt64, true
+	}
+	return 0, false
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// readXattrs returns the extended attributes of p (not following a
+// symlink); none where the local filesystem has no xattr support.
+func readXattrs(p string) (map[string][]byte, error) {
+	sz, err := unix.Llistxattr(p, nil)
+	if errors.Is(err, unix.ENOTSUP) || sz == 0 {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, sz)
+	sz, err = unix.Llistxattr(p, buf)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00") {
+		if name == "" {
+			continue
+		}
+		n, err := unix.Lgetxattr(p, name, nil)
+		if errors.Is(err, unix.ENODATA) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		v := make([]byte, n)
+		if n, err = unix.Lgetxattr(p, name, v); err != nil {
+			return nil, err
+		}
+		out[name] = v[:n]
+	}
+	return out, nil
+}
