@@ -114,35 +114,43 @@ func DropLink(ctx context.Context, b InodeBackend, ino uint64, keep func(store.I
 // generation the inode handed out (its Dgen can no longer move once the
 // inode is gone), so that no writer's late request brings a chunk back.
 func DeleteUnlinked(ctx context.Context, b InodeBackend, a store.Inode) error {
+	_, err := RemoveUnlinked(ctx, b, a)
+	return err
+}
+
+// RemoveUnlinked is DeleteUnlinked for a caller that must know the
+// outcome (fsck reporting a repair): kept is true when the inode was found
+// linked again meanwhile and left in place.
+func RemoveUnlinked(ctx context.Context, b InodeBackend, a store.Inode) (kept bool, err error) {
 	for attempt := 0; ; attempt++ {
 		_, err := b.Write(ctx, store.DeleteInode(a.Ino, a.Ver))
 		if errors.Is(err, store.ErrNotFound) {
-			return nil // someone else deleted it, and its chunks
+			return false, nil // someone else deleted it, and its chunks
 		}
 		if errors.Is(err, store.ErrConflict) && attempt < 10 {
 			// Changed meanwhile: a writer elsewhere took a data generation,
 			// or a link was made. Without links it still goes.
 			a, err = b.GetInode(ctx, a.Ino)
 			if errors.Is(err, store.ErrNotFound) {
-				return nil
+				return false, nil
 			}
 			if err != nil {
-				return err
+				return false, err
 			}
 			if a.Nlink > 0 && a.Type != store.TypeDir {
-				return nil // re-linked: it lives on
+				return true, nil // re-linked: it lives on
 			}
 			continue
 		}
 		if err != nil {
-			return err
+			return false, err
 		}
 		break
 	}
 	if a.Type == store.TypeFile && a.Size > 0 {
 		cs := b.ChunkSize()
 		_, err := b.DeleteChunks(ctx, a.Ino, 0, (a.Size-1)/cs, store.DataVersion(a.Dgen+1, 0))
-		return err
+		return false, err
 	}
-	return nil
+	return false, nil
 }

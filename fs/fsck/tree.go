@@ -196,7 +196,8 @@ func (c *checker) unreachable(ctx context.Context) error {
 		}
 		p := Problem{Kind: "unreachable inode", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("%s of %d bytes, no path names it", n.Type, n.Size)}
 		if c.repair {
-			p.Repaired = locking.DeleteUnlinked(ctx, c.fb, n) == nil
+			kept, err := locking.RemoveUnlinked(ctx, c.fb, n)
+			p.Repaired = err == nil && !kept
 		}
 		c.rep.Problems = append(c.rep.Problems, p)
 	}
