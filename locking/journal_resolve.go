@@ -78,7 +78,7 @@ func (j *Journal) resolveDocs(ctx context.Context, op string, fix func(store.Den
 // operation as the operation's outcome says: deleted if readers do not see
 // it, else stripped of the intent. Conditional on the version read.
 func (j *Journal) resolveStray(ctx context.Context, d store.Dentry) error {
-	vis, ok, err := j.Visible(ctx, d)
+	vis, ok, err := j.visible(ctx, d)
 	if err != nil {
 		return err
 	}
@@ -100,10 +100,10 @@ func (j *Journal) resolveStray(ctx context.Context, d store.Dentry) error {
 	return err
 }
 
-// Visible resolves a path document's intent through its operation record:
+// visible resolves a path document's intent through its operation record:
 // it returns the document as readers must see it, or ok=false when it is
-// not part of the tree.
-func (j *Journal) Visible(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
+// not part of the tree. Readers outside the journal go through the View.
+func (j *Journal) visible(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
 	if d.Intent.Op == "" {
 		return d, true, nil
 	}
@@ -111,12 +111,20 @@ func (j *Journal) Visible(ctx context.Context, d store.Dentry) (store.Dentry, bo
 	if err != nil {
 		return d, false, err
 	}
+	return visibleAs(d, rec)
+}
+
+// visibleAs is the rule by which an intent is resolved, for a record already
+// read: before the commit point readers see the old names and the replaced
+// target, after it the new names and the target's new inode. After DONE no
+// legitimate document carries the operation: a new name still carrying it
+// is a stray.
+func visibleAs(d store.Dentry, rec store.OpRecord) (store.Dentry, bool, error) {
 	committed := rec.State == store.OpCommitted || (rec.State == store.OpDone && !rec.Aborted)
 	switch d.Intent.Role {
 	case store.RoleSrc:
 		return d, !committed, nil
 	case store.RoleDst:
-		// After DONE no legitimate document carries the op: a stray.
 		return d, rec.State == store.OpCommitted, nil
 	case store.RoleOvr:
 		if committed {

@@ -134,7 +134,7 @@ func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]
 				continue
 			}
 			if d.Intent.Op != "" {
-				vis, ok, err := j.Visible(ctx, d)
+				vis, ok, err := j.visible(ctx, d)
 				if err != nil {
 					return finish(err)
 				}

@@ -256,7 +256,7 @@ func (v *View) visiblePage(ctx context.Context, page []store.Dentry, pinned map[
 // see it) or is a stray, a late write after the rename ended: it is read
 // once more, now that the record is known final, to tell which.
 func (v *View) resolve(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
-	vis, ok, err := v.j.Visible(ctx, d)
+	vis, ok, err := v.j.visible(ctx, d)
 	if err != nil || ok || d.Intent.Role != store.RoleDst {
 		return vis, ok, err
 	}
@@ -273,27 +273,7 @@ func (v *View) resolve(ctx context.Context, d store.Dentry) (store.Dentry, bool,
 	if now.Intent.Op == d.Intent.Op {
 		return now, false, nil // a stray, which the sweepers remove
 	}
-	return v.j.Visible(ctx, now)
-}
-
-// visibleAs is the rule by which Journal.Visible resolves an intent, for a
-// record already read: before the commit point readers see the old names
-// and the replaced target, after it the new names and the target's new
-// inode. After DONE no legitimate document carries the operation.
-func visibleAs(d store.Dentry, rec store.OpRecord) (store.Dentry, bool, error) {
-	committed := rec.State == store.OpCommitted || (rec.State == store.OpDone && !rec.Aborted)
-	switch d.Intent.Role {
-	case store.RoleSrc:
-		return d, !committed, nil
-	case store.RoleDst:
-		return d, rec.State == store.OpCommitted, nil
-	case store.RoleOvr:
-		if committed {
-			d.Ino, d.Type = d.Intent.NewIno, d.Intent.NewType
-		}
-		return d, true, nil
-	}
-	return d, false, fmt.Errorf("path %q has role %q: %w", d.Path, d.Intent.Role, store.ErrCorrupt)
+	return v.j.visible(ctx, now)
 }
 
 // final returns the record of op if this journal knows it final (DONE),

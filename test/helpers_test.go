@@ -73,11 +73,21 @@ func quickExit(t *testing.T) { t.Setenv("GORACE", "atexit_sleep_ms=0") }
 const (
 	// crLease is the --lease of every mount here.
 	crLease = 2 * time.Second
-	// crBound: a survivor must have finished recovering a dead mount's
-	// work this long after the death: lease + grace (lease/2) is when the
-	// death can be declared; 3s covers the sweeper's period (lease/3), the
-	// recovery itself and scheduling on a loaded 2-core machine.
-	crBound = crLease*3/2 + 3*time.Second
+	// crDeclare: the latest moment after a mount's death at which a correct
+	// survivor declares it dead. The dead mount fell silent up to one
+	// heartbeat (lease/3) before it died, the survivor's sweeper first sees
+	// its last counter up to one sweeper period (lease/3) after that, must
+	// see it unchanged for lease + grace (lease/2), and checks again only at
+	// its next tick (another lease/3).
+	crDeclare = crLease + crLease/2 + 3*(crLease/3)
+	// crBound: a survivor must have finished recovering a dead mount's work
+	// this long after the death: crDeclare, then one sweeper round that
+	// recovers, which on a loaded 2-core machine (load 10 and more, -race)
+	// has been seen to need more than a second more than on an idle one;
+	// two leases leave room for that. A survivor that waits for a lock's
+	// timeout (30s) or for someone to trip over the leftovers still fails
+	// the bound.
+	crBound = crDeclare + 2*crLease
 	// crPerDoc: on top of crBound, the survivor's own work of finishing or
 	// undoing a rename grows with the documents it moved (a scan and two
 	// bulk items each); under -race on a loaded 2-core machine about 1 ms.
@@ -322,12 +332,19 @@ func fenceRead(t *testing.T, p string) []byte {
 	return b
 }
 
+// lateTimeout is the --es-timeout of a mount whose request the fault
+// proxy holds: every other request of that mount must finish within it
+// too, and under load (load 10 and more on 2 cores) a refresh has taken
+// more than a second; 4s leaves room for that.
+//
 // lateDelay: how long the fault proxy holds the chosen request. Past the
-// mount's --es-timeout (1s here), so the sender has given up when the
-// request lands.
+// mount's deadline, so the sender has given up when the request lands, and
+// far enough past it that what the test does after the failure (the
+// mount's rollback, newer writes of the same bytes) comes first even on a
+// loaded machine.
 const (
-	lateTimeout = time.Second
-	lateDelay   = 4 * time.Second
+	lateTimeout = 4 * time.Second
+	lateDelay   = lateTimeout + 8*time.Second
 )
 
 func lateWaitFired(t *testing.T, fault *mounttest.Fault) {
