@@ -8,7 +8,8 @@ import (
 )
 
 // The filesystem's entry operations by path, for callers without a kernel
-// mount: import, fsck --repair, tests. Each takes the locks and makes the
+// mount (in-process tests; tools that need single entries changed under
+// the protocol). Each takes the locks and makes the
 // writes of the kernel request it corresponds to, and returns Go errors:
 // store's sentinels (store.ErrExists for a name taken, store.ErrNotFound
 // for a missing one) or syscall.Errno values (ENOTEMPTY, ENOTDIR, ...),
