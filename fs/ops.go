@@ -9,14 +9,13 @@ import (
 
 // The filesystem's entry operations by path, for callers without a kernel
 // mount (in-process tests; tools that need single entries changed under
-// the protocol). Each takes the locks and makes the
-// writes of the kernel request it corresponds to, and returns Go errors:
-// store's sentinels (store.ErrExists for a name taken, store.ErrNotFound
-// for a missing one) or syscall.Errno values (ENOTEMPTY, ENOTDIR, ...),
-// which a mount answers as toErrno maps them. Paths are absolute and
-// clean. The parent directory is looked up first, in real time: a
-// directory replaced by another one at its path before the locks are
-// taken fails the operation with ESTALE.
+// the protocol). Each takes the locks and makes the writes of the kernel
+// request it corresponds to, and returns Go errors: store's sentinels
+// (store.ErrExists for a name taken, store.ErrNotFound for a missing one)
+// or syscall.Errno values (ENOTEMPTY, ENOTDIR, ...), which a mount answers
+// as toErrno maps them. Paths are absolute and clean. The parent directory
+// is looked up first, in real time: a directory replaced by another one at
+// its path before the locks are taken fails the operation with ESTALE.
 
 // Create makes a new entry at path, of the type, mode and owner e asks
 // for (a directory, a file, a symlink, a FIFO, a socket, a device). The
