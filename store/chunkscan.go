@@ -1,11 +1,9 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strconv"
 )
 
@@ -32,15 +30,7 @@ func (s *Store) storedChunks(ctx context.Context, ino uint64, from int64, limit 
 		// megabytes of a chunk are never sent back to learn its number.
 		"_source": false, "sort": []any{map[string]any{"chunk": "asc"}}, "track_total_hits": false,
 	}
-	body, _ := json.Marshal(req)
 	what := fmt.Sprintf("listing the stored chunks of inode %d from %d", ino, from)
-	res, err := s.do(ctx, what, request{method: "POST", path: "/" + url.PathEscape(s.idx.Data) + "/_search", body: body})
-	if err != nil {
-		return nil, err
-	}
-	if res.status != 200 {
-		return nil, failure(what, res)
-	}
 	var out struct {
 		Hits struct {
 			Hits []struct {
@@ -48,10 +38,8 @@ func (s *Store) storedChunks(ctx context.Context, ino uint64, from int64, limit 
 			} `json:"hits"`
 		} `json:"hits"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(res.body))
-	dec.UseNumber()
-	if err := dec.Decode(&out); err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+	if err := s.search(ctx, what, s.idx.Data, req, &out); err != nil {
+		return nil, err
 	}
 	nums := make([]int64, 0, len(out.Hits.Hits))
 	for _, h := range out.Hits.Hits {
@@ -103,15 +91,7 @@ func (sc *ChunkScanner) Next(ctx context.Context) ([]ChunkRef, error) {
 	if sc.after != nil {
 		req["search_after"] = sc.after
 	}
-	body, _ := json.Marshal(req)
 	what := "scanning data chunks"
-	res, err := sc.s.do(ctx, what, request{method: "POST", path: "/" + url.PathEscape(sc.s.idx.Data) + "/_search", body: body})
-	if err != nil {
-		return nil, err
-	}
-	if res.status != 200 {
-		return nil, failure(what, res)
-	}
 	var out struct {
 		Hits struct {
 			Hits []struct {
@@ -122,11 +102,8 @@ func (sc *ChunkScanner) Next(ctx context.Context) ([]ChunkRef, error) {
 			} `json:"hits"`
 		} `json:"hits"`
 	}
-	// Numbers stay numbers: inode numbers do not survive float64.
-	dec := json.NewDecoder(bytes.NewReader(res.body))
-	dec.UseNumber()
-	if err := dec.Decode(&out); err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+	if err := sc.s.search(ctx, what, sc.s.idx.Data, req, &out); err != nil {
+		return nil, err
 	}
 	hits := out.Hits.Hits
 	if len(hits) < DefaultPageSize {

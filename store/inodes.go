@@ -1,12 +1,10 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 )
 
 // inodeDoc is the JSON of an inode document.
@@ -192,27 +190,13 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 	if sc.after != nil {
 		req["search_after"] = sc.after
 	}
-	body, _ := json.Marshal(req)
-	what := "scanning inodes"
-	res, err := sc.s.do(ctx, what, request{method: "POST", path: "/" + url.PathEscape(sc.s.idx.Inodes) + "/_search", body: body})
-	if err != nil {
-		return nil, nil, err
-	}
-	if res.status != 200 {
-		return nil, nil, failure(what, res)
-	}
 	var out struct {
 		Hits struct {
 			Hits []searchHit `json:"hits"`
 		} `json:"hits"`
 	}
-	// Sort values as json.Number: inode numbers use 63 bits, and a
-	// float64 search_after would round the last one, skipping or
-	// repeating its neighbours.
-	dec := json.NewDecoder(bytes.NewReader(res.body))
-	dec.UseNumber()
-	if err := dec.Decode(&out); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+	if err := sc.s.search(ctx, "scanning inodes", sc.s.idx.Inodes, req, &out); err != nil {
+		return nil, nil, err
 	}
 	hits := out.Hits.Hits
 	if len(hits) < DefaultPageSize {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -191,6 +192,27 @@ func (s *Store) refresh(ctx context.Context, what string, indices ...string) err
 	}
 	if res.status != 200 {
 		return failure(what, res)
+	}
+	return nil
+}
+
+// search sends one _search request to index and decodes its answer into
+// out, numbers as json.Number: sort values carry inode numbers, which use
+// 63 bits and would be rounded by float64 (a search_after from a rounded
+// value skips or repeats the hits beside it).
+func (s *Store) search(ctx context.Context, what, index string, req map[string]any, out any) error {
+	body, _ := json.Marshal(req)
+	res, err := s.do(ctx, what, request{method: "POST", path: "/" + url.PathEscape(index) + "/_search", body: body})
+	if err != nil {
+		return err
+	}
+	if res.status != 200 {
+		return failure(what, res)
+	}
+	dec := json.NewDecoder(bytes.NewReader(res.body))
+	dec.UseNumber()
+	if err := dec.Decode(out); err != nil {
+		return fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
 	}
 	return nil
 }

@@ -1,11 +1,9 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 )
@@ -44,15 +42,7 @@ func (s *Store) ContentMatches(ctx context.Context, query string, each func(inos
 		if after != nil {
 			req["search_after"] = after
 		}
-		body, _ := json.Marshal(req)
 		what := "searching file contents"
-		res, err := s.do(ctx, what, request{method: "POST", path: "/" + url.PathEscape(s.idx.Data) + "/_search", body: body})
-		if err != nil {
-			return err
-		}
-		if res.status != 200 {
-			return failure(what, res)
-		}
 		var out struct {
 			Hits struct {
 				Hits []struct {
@@ -60,10 +50,8 @@ func (s *Store) ContentMatches(ctx context.Context, query string, each func(inos
 				} `json:"hits"`
 			} `json:"hits"`
 		}
-		dec := json.NewDecoder(bytes.NewReader(res.body))
-		dec.UseNumber()
-		if err := dec.Decode(&out); err != nil {
-			return fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+		if err := s.search(ctx, what, s.idx.Data, req, &out); err != nil {
+			return err
 		}
 		hits := out.Hits.Hits
 		inos := make([]uint64, 0, len(hits))
