@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -298,44 +297,16 @@ func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
 		t.Fatalf("fsck before: status %d\n%s", code, out)
 	}
 
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	holdProxy := mounttest.NewFaultProxy(t, f.URL)
-	holdProxy.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
-		if r.Method == http.MethodPost && r.URL.Path == "/"+f.Index+"-inodes/_search" {
-			once.Do(func() { close(held); <-release })
-		}
-		return false
-	})
-	defer once.Do(func() {})
-	var out bytes.Buffer
-	cmd := exec.Command(f.Bin, "fsck", "--repair", "--no-wait", "--es-url", holdProxy.URL, "--index", f.Index)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case <-held:
-	case err := <-exited:
-		t.Fatalf("fsck ended before scanning inodes: %v\n%s", err, out.String())
-	case <-time.After(60 * time.Second):
-		t.Fatal("fsck did not scan inodes within 60s")
-	}
+	fsck := startHeld(t, f, "scanning inodes", func(r *http.Request, body []byte) bool {
+		return r.Method == http.MethodPost && r.URL.Path == "/"+f.Index+"-inodes/_search"
+	}, "fsck", "--repair", "--no-wait")
 	mounttest.Sh(t, m.Dir, `echo born > born && ln linked link2 && rm doomed && mkdir d0/new`)
 	esDo(t, f.URL, "POST", "/"+f.Index+","+f.Index+"-*/_refresh", "")
-	close(release)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("fsck --repair during changes: %v\n%s", err, out.String())
-		}
-	case <-time.After(2 * time.Minute):
-		_ = cmd.Process.Kill()
-		t.Fatalf("fsck did not end:\n%s", out.String())
+	out, err := fsck.finish()
+	if err != nil {
+		t.Errorf("fsck --repair during changes: %v\n%s", err, out)
 	}
-	t.Logf("fsck: %s", out.String())
+	t.Logf("fsck: %s", out)
 	ctx := context.Background()
 	for name, nlink := range map[string]uint32{"born": 1, "linked": 2} {
 		d, err := f.Store.GetDentry(ctx, "/"+name)

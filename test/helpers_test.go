@@ -6,6 +6,7 @@ package test
 // rename races and the storm.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -833,4 +834,64 @@ func statLinks(t *testing.T, path string) uint64 {
 		t.Fatal(err)
 	}
 	return uint64(st.Nlink)
+}
+
+// heldCommand is an esfs admin command whose first request that hold
+// matches the fault proxy keeps until finish: a test changes the
+// filesystem while the command is known to be in the middle of its work.
+type heldCommand struct {
+	t       *testing.T
+	cmd     *exec.Cmd
+	out     bytes.Buffer
+	exited  chan error
+	release func()
+}
+
+// startHeld runs `esfs args[0] --es-url PROXY --index f.Index args[1:]...`
+// and returns once the request is held (what names that step in failures).
+func startHeld(t *testing.T, f *mounttest.FS, what string, hold func(r *http.Request, body []byte) bool, args ...string) *heldCommand {
+	t.Helper()
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	proxy := mounttest.NewFaultProxy(t, f.URL)
+	proxy.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if hold(r, body) {
+			once.Do(func() { close(held); <-release })
+		}
+		return false
+	})
+	h := &heldCommand{t: t, exited: make(chan error, 1)}
+	var released sync.Once
+	h.release = func() { released.Do(func() { close(release) }) }
+	t.Cleanup(h.release) // nothing left held if the test fails early
+	argv := append([]string{args[0], "--es-url", proxy.URL, "--index", f.Index}, args[1:]...)
+	h.cmd = exec.Command(f.Bin, argv...)
+	h.cmd.Stdout, h.cmd.Stderr = &h.out, &h.out
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { h.exited <- h.cmd.Wait() }()
+	select {
+	case <-held:
+	case err := <-h.exited:
+		t.Fatalf("esfs %s ended before %s: %v\n%s", args[0], what, err, h.out.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("esfs %s did not reach %s within 60s", args[0], what)
+	}
+	return h
+}
+
+// finish releases the held request and waits for the command: its output
+// and its error (nil for status 0).
+func (h *heldCommand) finish() (string, error) {
+	h.t.Helper()
+	h.release()
+	select {
+	case err := <-h.exited:
+		return h.out.String(), err
+	case <-time.After(2 * time.Minute):
+		_ = h.cmd.Process.Kill()
+		h.t.Fatalf("esfs %s did not end:\n%s", h.cmd.Args[1], h.out.String())
+		return "", nil
+	}
 }

@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -646,48 +645,20 @@ func TestExportDuringRenameRecovery(t *testing.T) {
 
 	// The export's first search over its snapshot is held until the rename
 	// has been finished by another mount.
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	holdProxy := mounttest.NewFaultProxy(t, f.URL)
-	holdProxy.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
-		if r.URL.Path == "/_search" && bytes.Contains(body, []byte(`"pit"`)) {
-			once.Do(func() { close(held); <-release })
-		}
-		return false
-	})
-	defer once.Do(func() {}) // nothing left held if the test fails early
 	dst := filepath.Join(t.TempDir(), "out")
-	var out bytes.Buffer
-	cmd := exec.Command(f.Bin, "export", "--es-url", holdProxy.URL, "--index", f.Index, "/r", dst)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case <-held:
-	case err := <-exited:
-		t.Fatalf("export ended before listing: %v\n%s", err, out.String())
-	case <-time.After(60 * time.Second):
-		t.Fatal("export did not list within 60s")
-	}
+	export := startHeld(t, f, "listing", func(r *http.Request, body []byte) bool {
+		return r.URL.Path == "/_search" && bytes.Contains(body, []byte(`"pit"`))
+	}, "export", "/r", dst)
 	recoverer := f.Mount(t, "--lease", "2s")
 	waitFor(t, "the dead mount's rename finished by another mount", 60*time.Second, func() bool {
 		rec, err := f.Store.GetOp(context.Background(), op)
 		return err == nil && rec.State == store.OpDone
 	})
-	close(release)
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("export: %v\n%s", err, out.String())
-		}
-	case <-time.After(2 * time.Minute):
-		_ = cmd.Process.Kill()
-		t.Fatalf("export did not end:\n%s", out.String())
+	out, err := export.finish()
+	if err != nil {
+		t.Fatalf("export: %v\n%s", err, out)
 	}
-	t.Logf("export: %s", strings.TrimSpace(out.String()))
+	t.Logf("export: %s", strings.TrimSpace(out))
 	got := mounttest.Sh(t, dst, `find . -type f | sort | xargs cat | sort -n | tr '\n' ' '`)
 	want := "keep "
 	for i := 1; i <= 20; i++ {
