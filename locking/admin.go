@@ -7,8 +7,6 @@ package locking
 import (
 	"context"
 	"time"
-
-	"github.com/esfs/esfs/store"
 )
 
 // Dead reports whether session id is dead, declaring it so when it has
@@ -75,18 +73,4 @@ func (c *Coordinator) JudgeSessions(ctx context.Context, wait bool) error {
 		}
 	}
 	return nil
-}
-
-// Resolve returns path document d, which carries an intent, as readers
-// see it, and false if they do not see it at all (see View.Get).
-func (v *View) Resolve(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
-	return v.resolve(ctx, d)
-}
-
-// ResolveStray settles a path document that carries the intent of a
-// finished operation as the operation's outcome says: deleted if readers
-// do not see it, else stripped of the intent; conditional on the version
-// read.
-func (j *Journal) ResolveStray(ctx context.Context, d store.Dentry) error {
-	return j.resolveStray(ctx, d)
 }

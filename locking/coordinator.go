@@ -343,7 +343,7 @@ func (c *Coordinator) collectStrays(ctx context.Context) error {
 			if state != store.OpDone {
 				continue
 			}
-			err = c.Journal.resolveStray(ctx, d)
+			err = c.Journal.ResolveStray(ctx, d)
 			if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 				continue // changed since the search: looked at next time
 			}

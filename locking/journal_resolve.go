@@ -74,10 +74,10 @@ func (j *Journal) resolveDocs(ctx context.Context, op string, fix func(store.Den
 	}
 }
 
-// resolveStray settles a document that carries the intent of a finished
+// ResolveStray settles a document that carries the intent of a finished
 // operation as the operation's outcome says: deleted if readers do not see
 // it, else stripped of the intent. Conditional on the version read.
-func (j *Journal) resolveStray(ctx context.Context, d store.Dentry) error {
+func (j *Journal) ResolveStray(ctx context.Context, d store.Dentry) error {
 	vis, ok, err := j.visible(ctx, d)
 	if err != nil {
 		return err

@@ -55,7 +55,7 @@ func (v *View) Get(ctx context.Context, path string) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	vis, ok, err := v.resolve(ctx, d)
+	vis, ok, err := v.Resolve(ctx, d)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -77,7 +77,7 @@ func (v *View) GetMany(ctx context.Context, paths []string) ([]Entry, error) {
 		if r.Err != nil {
 			return nil, r.Err
 		}
-		vis, ok, err := v.resolve(ctx, r.Dentry)
+		vis, ok, err := v.Resolve(ctx, r.Dentry)
 		if err != nil {
 			return nil, err
 		}
@@ -238,7 +238,7 @@ func (v *View) visiblePage(ctx context.Context, page []store.Dentry, pinned map[
 				}
 				d = r.Dentry
 			}
-			vis, ok, err = v.resolve(ctx, d)
+			vis, ok, err = v.Resolve(ctx, d)
 		}
 		if err != nil {
 			return nil, err
@@ -250,12 +250,13 @@ func (v *View) visiblePage(ctx context.Context, page []store.Dentry, pinned map[
 	return out, nil
 }
 
-// resolve judges a document read in real time by its operation's record,
+// Resolve returns document d, which carries an intent, as readers see it
+// (false if they do not see it at all), judged by its operation's record,
 // read after it. A new name hidden because its rename is DONE was either
 // read before the rename finished (which strips its intent: readers must
 // see it) or is a stray, a late write after the rename ended: it is read
 // once more, now that the record is known final, to tell which.
-func (v *View) resolve(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
+func (v *View) Resolve(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
 	vis, ok, err := v.j.visible(ctx, d)
 	if err != nil || ok || d.Intent.Role != store.RoleDst {
 		return vis, ok, err
