@@ -49,6 +49,10 @@ type Coordinator struct {
 	shares  *shares
 	tending chan struct{} // closed when tendShares has returned
 
+	// Delegations are this mount's delegations on directories.
+	Delegations *Delegations
+	answering   chan struct{} // closed when answerRecalls has returned
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -86,8 +90,11 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 	c.View = NewView(b, c.Journal)
 	c.shares = &shares{c: c, by: map[string]*share{}}
 	c.tending = make(chan struct{})
+	c.Delegations = newDelegations(c)
+	c.answering = make(chan struct{})
 	go c.run()
 	go c.tendShares()
+	go c.answerRecalls()
 	return c, nil
 }
 
@@ -361,7 +368,9 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	close(c.stop)
 	<-c.done
 	<-c.tending
+	<-c.answering
 	c.shares.closeAll()
+	c.Delegations.closeAll(ctx)
 	c.Journal.RetryUnfinished(ctx)
 	if n := c.Journal.Unfinished(); n > 0 {
 		c.log.Warn("closing with unfinished renames; another mount recovers them after the lease", "count", n)

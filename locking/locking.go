@@ -42,6 +42,7 @@ type Backend interface {
 	Bulk(ctx context.Context, ops []store.BulkOp) ([]store.BulkResult, error)
 
 	GetLocks(ctx context.Context, ids []string) ([]store.LockDoc, error)
+	GetRecalls(ctx context.Context, session string) (store.Recalls, error)
 	SearchLocks(ctx context.Context) ([]store.LockDoc, error)
 	GetOp(ctx context.Context, id string) (store.OpRecord, error)
 	SearchOps(ctx context.Context, states ...store.OpState) ([]store.OpRecord, error)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/esfs/esfs/store"
@@ -58,6 +59,10 @@ func (h *Held) Refs() []store.LockRef {
 // waiter polls a held lock a few times a second at most.
 const lockBackoff = 128 * time.Millisecond
 
+// recallBackoff is the limit while waiting for a delegation's holder to
+// answer a recall, which it does within about recallPoll.
+const recallBackoff = 16 * time.Millisecond
+
 // Manager takes and releases locks for one mount.
 type Manager struct {
 	b       Backend
@@ -79,7 +84,22 @@ func NewManager(b Backend, obs *Observer, timeout time.Duration, log *slog.Logge
 	return &Manager{b: b, obs: obs, log: log, Timeout: timeout, metrics: NewMetrics(nil)}
 }
 
-func compatible(a, b store.LockMode) bool { return a == store.Shared && b == store.Shared }
+// compatible: shared with shared, read delegations with read delegations,
+// changes of a directory with changes (they are decided per name by
+// create-if-absent and compare-and-set); nothing else.
+func compatible(a, b store.LockMode) bool {
+	return a == b && (a == store.Shared || a == store.ReadDeleg || a == store.Change)
+}
+
+// ownDelegEntry: a mount's delegation on a directory never conflicts with
+// its own changes there, which keep its cache up to date themselves.
+func ownDelegEntry(r Request, session string, h store.Holder) bool {
+	return h.Session == session && store.IsDelegLock(r.ID)
+}
+
+// leavesMarker: requests that record themselves as waiting when refused,
+// so that younger requests they conflict with yield to them.
+func leavesMarker(m store.LockMode) bool { return m == store.Exclusive || m == store.Change }
 
 // dedupe merges requests for the same document, keeping the stronger mode,
 // and sorts them (the order does not matter for deadlock, since nobody
@@ -124,7 +144,7 @@ func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []
 		deadline = d
 	}
 	ticket := fmt.Sprintf("%020d-%s", time.Now().UnixNano(), op)
-	marked := map[string]bool{} // documents where we left a waiting marker
+	w := &waiting{ticket: ticket, marked: map[string]bool{}, recalled: map[string]int{}}
 	for attempt := 0; ; attempt++ {
 		if err := sess.Check(); err != nil {
 			return nil, err
@@ -133,7 +153,8 @@ func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []
 		if err != nil {
 			return nil, err
 		}
-		held, blocked, err := m.tryGrant(ctx, sess, op, reqs, docs, ticket, attempt, marked)
+		w.attempt = attempt
+		held, blocked, err := m.tryGrant(ctx, sess, op, reqs, docs, w)
 		if err != nil {
 			return nil, err
 		}
@@ -141,21 +162,69 @@ func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []
 			return held, nil
 		}
 		if time.Now().After(deadline) {
-			m.clearMarkers(sess, op, reqs, marked)
+			m.clearMarkers(sess, op, reqs, w.marked)
 			return nil, fmt.Errorf("waiting for %s: %w", blocked, ErrLocked)
+		}
+		if w.recalling {
+			// A holder answers a recall within about recallPoll: look
+			// again soon rather than at the lock backoff's pace.
+			store.Backoff(ctx, attempt, recallBackoff)
+			continue
 		}
 		store.Backoff(ctx, attempt, lockBackoff)
 	}
 }
 
+// TryAcquire takes every lock of reqs, as Acquire does, if nothing
+// conflicts now; otherwise it takes none, leaves no trace and returns
+// ErrLocked at once. For grants that are an optimisation (delegations):
+// nobody waits for them, and they recall nobody.
+func (m *Manager) TryAcquire(ctx context.Context, sess *Session, op string, reqs []Request) (held *Held, err error) {
+	start := time.Now()
+	if err := sess.Check(); err != nil {
+		return nil, err
+	}
+	reqs = dedupe(reqs)
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.ID
+	}
+	docs, err := m.b.GetLocks(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	w := &waiting{ticket: fmt.Sprintf("%020d-%s", time.Now().UnixNano(), op), once: true}
+	held, blocked, err := m.tryGrant(ctx, sess, op, reqs, docs, w)
+	if err != nil {
+		return nil, err
+	}
+	if held == nil {
+		return nil, fmt.Errorf("%s: %w", blocked, ErrLocked)
+	}
+	held.counted = true
+	m.metrics.acquired(start, len(reqs), nil)
+	return held, nil
+}
+
+// waiting is the state of one Acquire across its attempts.
+type waiting struct {
+	ticket    string
+	attempt   int
+	once      bool            // TryAcquire: no markers, no recalls
+	marked    map[string]bool // documents where we left a waiting marker
+	recalled  map[string]int  // recall sent: holder session + lock id -> attempt
+	recalling bool            // the last attempt waits for a recall
+}
+
 // tryGrant evaluates the lock documents just read. It returns the held
 // locks, or the name of what blocks us.
-func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs []Request, docs []store.LockDoc,
-	ticket string, attempt int, marked map[string]bool) (*Held, string, error) {
+func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs []Request, docs []store.LockDoc, w *waiting) (*Held, string, error) {
 	writes := make([]store.LockWrite, 0, len(docs))
 	blocked := ""
+	var recalls []store.BulkOp
+	w.recalling = false
 	for i := range docs {
-		doc, conflict, err := m.plan(ctx, sess, op, reqs[i], docs[i], ticket)
+		doc, conflict, blockers, err := m.plan(ctx, sess, op, reqs[i], docs[i], w.ticket)
 		if err != nil {
 			return nil, "", err
 		}
@@ -163,22 +232,41 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 			blocked = conflict
 		}
 		docs[i] = doc
+		for _, h := range blockers {
+			if !store.IsDelegLock(reqs[i].ID) || w.once {
+				continue
+			}
+			// A delegation holder learns of us through its recall
+			// document; ask again now and then in case it missed it.
+			w.recalling = true
+			key := h.Session + " " + reqs[i].ID
+			if last, ok := w.recalled[key]; !ok || w.attempt-last >= 8 {
+				w.recalled[key] = w.attempt
+				recalls = append(recalls, store.RecallDeleg(h.Session, reqs[i].ID, time.Now().UnixNano()))
+			}
+		}
 	}
 	if blocked != "" {
-		// Take nothing. Exclusive requests leave (or refresh) a waiting
-		// marker; the attempt number shows observers the waiter is alive.
+		if w.once {
+			return nil, blocked, nil
+		}
+		// Take nothing. Exclusive and change requests leave (or refresh) a
+		// waiting marker; the attempt number shows observers the waiter is
+		// alive.
 		for i, r := range reqs {
-			if r.Mode != store.Exclusive {
+			if !leavesMarker(r.Mode) {
 				continue
 			}
 			d := withoutOwn(docs[i], sess.ID(), op)
-			d.Waiters = append(d.Waiters, store.Waiter{Session: sess.ID(), Op: op, Ticket: fmt.Sprintf("%s#%d", ticket, attempt), Since: time.Now().UnixNano()})
+			d.Waiters = append(d.Waiters, store.Waiter{Session: sess.ID(), Op: op, Ticket: fmt.Sprintf("%s#%d", w.ticket, w.attempt), Since: time.Now().UnixNano(), Mode: waiterMode(r.Mode)})
 			writes = append(writes, store.LockWrite{Doc: d})
-			marked[d.ID] = true
+			w.marked[d.ID] = true
 		}
-		if len(writes) > 0 {
-			// Best effort: a marker that loses a race is rewritten next time.
-			if _, err := m.b.Bulk(ctx, store.WriteLocks(writes)); err != nil {
+		m.metrics.recallSent(len(recalls))
+		if ops := append(store.WriteLocks(writes), recalls...); len(ops) > 0 {
+			// Best effort: a marker that loses a race is rewritten next
+			// time, and a recall is sent again.
+			if _, err := m.b.Bulk(ctx, ops); err != nil {
 				m.log.Debug("writing waiting markers", "op", op, "err", err)
 			}
 		}
@@ -214,7 +302,7 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 		// Someone changed these documents between our read and write. A
 		// compatible holder doing the same is no denial: re-read and retry
 		// just those, at once, a few times.
-		ok, err := m.retryItems(ctx, sess, op, reqs, granted, lost, ticket)
+		ok, err := m.retryItems(ctx, sess, op, reqs, granted, lost, w.ticket)
 		if err != nil || !ok {
 			held := &Held{Op: op, Session: sess.ID(), docs: granted, reqs: reqs}
 			if _, rerr := m.release(ctx, held, true, nil); rerr != nil {
@@ -241,7 +329,7 @@ func (m *Manager) retryItems(ctx context.Context, sess *Session, op string, reqs
 		}
 		writes := make([]store.LockWrite, len(items))
 		for k, i := range items {
-			d, conflict, err := m.plan(ctx, sess, op, reqs[i], docs[k], ticket)
+			d, conflict, _, err := m.plan(ctx, sess, op, reqs[i], docs[k], ticket)
 			if err != nil {
 				return false, err
 			}
@@ -292,24 +380,26 @@ func (m *Manager) retryItems(ctx context.Context, sess *Session, op string, reqs
 
 // plan returns the document as it should be written for our request:
 // leftovers of dead sessions removed (after their operations were taken
-// over), and whether a live holder or an older waiter conflicts with us.
-func (m *Manager) plan(ctx context.Context, sess *Session, op string, r Request, doc store.LockDoc, ticket string) (store.LockDoc, string, error) {
+// over), whether a live holder or an older waiter conflicts with us, and
+// the live holders that do.
+func (m *Manager) plan(ctx context.Context, sess *Session, op string, r Request, doc store.LockDoc, ticket string) (store.LockDoc, string, []store.Holder, error) {
 	doc.ID, doc.Path = r.ID, r.Path
-	var keep []store.Holder
+	var keep, blockers []store.Holder
 	conflict := ""
 	for _, h := range doc.Holders {
 		if h.Session == sess.ID() && h.Op == op {
 			continue // ours from an earlier attempt: rewritten below
 		}
-		if !compatible(h.Mode, r.Mode) {
+		if !compatible(h.Mode, r.Mode) && !ownDelegEntry(r, sess.ID(), h) {
 			gone, err := m.HolderGone(ctx, h)
 			if err != nil {
-				return doc, "", err
+				return doc, "", nil, err
 			}
 			if gone {
 				continue
 			}
 			conflict = fmt.Sprintf("%s lock on %q held by operation %s", h.Mode, displayPath(r), h.Op)
+			blockers = append(blockers, h)
 		}
 		keep = append(keep, h)
 	}
@@ -320,22 +410,59 @@ func (m *Manager) plan(ctx context.Context, sess *Session, op string, r Request,
 			continue
 		}
 		if dead, err := m.obs.Dead(ctx, w.Session); err != nil {
-			return doc, "", err
+			return doc, "", nil, err
 		} else if dead {
 			continue
 		}
-		if r.Mode == store.Shared && w.Ticket < ticket && conflict == "" {
-			conflict = fmt.Sprintf("an older exclusive request (%s) waiting on %q", w.Op, displayPath(r))
+		if yields(r, w, sess.ID()) && w.Ticket < ticket && conflict == "" {
+			conflict = fmt.Sprintf("an older %s request (%s) waiting on %q", modeName(w.WaitMode()), w.Op, displayPath(r))
 		}
 		waiters = append(waiters, w)
 	}
 	doc.Waiters = waiters
-	return doc, conflict, nil
+	return doc, conflict, blockers, nil
+}
+
+// yields: request r lets an older waiter w go first (so that a stream of
+// shared requests cannot starve an exclusive one, nor read delegations a
+// change); exclusive requests and changes do not yield, they race.
+func yields(r Request, w store.Waiter, session string) bool {
+	if r.Mode == store.Exclusive || r.Mode == store.Change {
+		return false
+	}
+	if w.Session == session && store.IsDelegLock(r.ID) {
+		return false
+	}
+	return !compatible(w.WaitMode(), r.Mode)
+}
+
+// waiterMode is the mode a waiting marker records: empty for exclusive, so
+// that markers read by older versions mean what they did.
+func waiterMode(m store.LockMode) store.LockMode {
+	if m == store.Exclusive {
+		return ""
+	}
+	return m
+}
+
+func modeName(m store.LockMode) string {
+	switch m {
+	case store.Shared:
+		return "shared"
+	case store.ReadDeleg:
+		return "read delegation"
+	case store.Change:
+		return "change"
+	}
+	return "exclusive"
 }
 
 func displayPath(r Request) string {
-	if r.ID == store.GlobalLockID {
+	switch {
+	case r.ID == store.GlobalLockID:
 		return "(global)"
+	case store.IsDelegLock(r.ID) && r.Path == "":
+		return "(directory " + strings.TrimPrefix(r.ID, "D") + ")"
 	}
 	return r.Path
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/esfs/esfs/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,6 +17,11 @@ type Metrics struct {
 	renamed   prometheus.Counter
 	renames   *prometheus.CounterVec
 	recovered prometheus.Counter
+
+	delegs       *prometheus.GaugeVec
+	grants       *prometheus.CounterVec
+	recallsSent  prometheus.Counter
+	recallAnswer prometheus.Histogram
 }
 
 // NewMetrics makes the protocol's collectors and registers them with reg
@@ -35,9 +41,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Journaled renames of this mount by outcome: done, failed (rolled back or refused), kept (finished later by the sweeper)."}, []string{"result"}),
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{Name: "esfs_recoveries_total",
 			Help: "Operations of dead mounts this mount took over and finished or undid."}),
+		delegs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "esfs_delegations_held",
+			Help: "Directory delegations this mount holds now, by mode (read, write)."}, []string{"mode"}),
+		grants: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "esfs_delegation_grants_total",
+			Help: "Delegation requests by mode and result: granted, refused (another mount conflicts), cooling (recalled too often lately), error."}, []string{"mode", "result"}),
+		recallsSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "esfs_recalls_sent_total",
+			Help: "Recalls this mount sent to another mount's delegation (one per holder; repeated while it waits)."}),
+		recallAnswer: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "esfs_recall_answer_seconds",
+			Help:    "Time this mount took to give a delegation back once it read the recall: its flush, dropping its caches and the release.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.held, m.wait, m.inFlight, m.renamed, m.renames, m.recovered)
+		reg.MustRegister(m.held, m.wait, m.inFlight, m.renamed, m.renames, m.recovered,
+			m.delegs, m.grants, m.recallsSent, m.recallAnswer)
 	}
 	return m
 }
@@ -54,3 +70,32 @@ func (m *Metrics) acquired(start time.Time, n int, err error) {
 	}
 	m.wait.WithLabelValues(result).Observe(time.Since(start).Seconds())
 }
+
+func delegModeName(mode store.LockMode) string {
+	if mode == store.Exclusive {
+		return "write"
+	}
+	return "read"
+}
+
+func (m *Metrics) granted(mode store.LockMode, err error) {
+	result := "granted"
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrCooling):
+		result = "cooling"
+	case errors.Is(err, ErrLocked):
+		result = "refused"
+	default:
+		result = "error"
+	}
+	m.grants.WithLabelValues(delegModeName(mode), result).Inc()
+}
+
+func (m *Metrics) delegHeld(mode store.LockMode, delta float64) {
+	m.delegs.WithLabelValues(delegModeName(mode)).Add(delta)
+}
+
+func (m *Metrics) recallAnswered(d time.Duration) { m.recallAnswer.Observe(d.Seconds()) }
+
+func (m *Metrics) recallSent(n int) { m.recallsSent.Add(float64(n)) }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // The lock index holds two kinds of documents, told apart by "kind": lock
@@ -12,12 +14,18 @@ import (
 // records (the rename journal). Their meaning belongs to locking/; this file
 // only stores and reads them, always with sequence numbers.
 
-// LockMode is shared or exclusive.
+// LockMode is how a lock is held. Path locks are shared or exclusive.
+// A directory's delegation lock (DelegLockID) is held exclusive by a write
+// delegation, ReadDeleg by read delegations and Change by every change of
+// the directory's entries or of their attributes: changes and read
+// delegations exclude each other, and each is compatible with its own kind.
 type LockMode string
 
 const (
 	Shared    LockMode = "S"
 	Exclusive LockMode = "X"
+	ReadDeleg LockMode = "R"
+	Change    LockMode = "C"
 )
 
 // Holder is one entry of a lock document: who holds it, for which
@@ -37,6 +45,17 @@ type Waiter struct {
 	Op      string `json:"o"`
 	Ticket  string `json:"k"` // totally ordered: older tickets sort first
 	Since   int64  `json:"t"`
+	// Mode is the mode waited for; empty (documents written before there
+	// were other modes) means Exclusive.
+	Mode LockMode `json:"m,omitempty"`
+}
+
+// WaitMode is the mode w waits for.
+func (w Waiter) WaitMode() LockMode {
+	if w.Mode == "" {
+		return Exclusive
+	}
+	return w.Mode
 }
 
 // LockDoc is one lock document. Found is false for a lock nobody holds
@@ -55,6 +74,14 @@ const GlobalLockID = "G"
 
 // LockID is the id of the lock document of path.
 func LockID(path string) string { return "L" + DocID(path) }
+
+// DelegLockID is the id of the delegation lock of directory ino. It is
+// keyed by inode, not path: a delegation covers the directory's entries,
+// which a rename of the directory or of an ancestor does not change.
+func DelegLockID(ino uint64) string { return "D" + strconv.FormatUint(ino, 10) }
+
+// IsDelegLock reports whether id is a delegation lock's.
+func IsDelegLock(id string) bool { return strings.HasPrefix(id, "D") }
 
 type lockJSON struct {
 	Kind    string   `json:"kind"`

@@ -1,0 +1,329 @@
+package locking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/esfs/esfs/store"
+)
+
+// Delegations are a mount's revocable rights over whole directories, kept
+// in the directory's delegation lock (store.DelegLockID, keyed by inode):
+//
+//   - a read delegation (mode store.ReadDeleg, shared among mounts) lets
+//     the mount serve the directory's entries and their attributes from
+//     memory, beyond every cache TTL, for as long as it holds it;
+//   - a write delegation (store.Exclusive) also lets it change them in
+//     memory and flush them later.
+//
+// Every change of a directory's entries or of their attributes, from any
+// mount, takes the directory's delegation lock in mode store.Change along
+// with its other locks (in the same two round trips). A change conflicts
+// with other mounts' delegations, so before it is made every other holder
+// is recalled: the changer writes its waiting marker and adds the lock to
+// each holder's recall document (store.RecallDeleg); the holder, which
+// reads only that one document every recallPoll, flushes what it owes,
+// drops its caches (the Recall callback), and releases; the changer's next
+// attempt is granted. A change is therefore visible to every mount as soon
+// as the call that made it returns. A mount's delegation never conflicts
+// with its own changes, which keep its cache current themselves.
+//
+// A grant is one attempt (TryAcquire): it never waits, never recalls, and
+// yields to changes already waiting, so reading never slows writing. A
+// holder that does not answer is a dead holder like any other: once its
+// session is declared dead its entries are dropped, and its session is
+// fenced. A directory recalled again and again stops being granted for a
+// while (coolAfter recalls within coolWindow: coolFor), so that two mounts
+// working in one directory fall back to the synchronous protocol instead
+// of passing a delegation back and forth.
+
+const (
+	// recallPoll is how often a holder reads its recall document.
+	recallPoll = 25 * time.Millisecond
+	coolWindow = 10 * time.Second
+	coolAfter  = 3
+	coolFor    = 10 * time.Second
+)
+
+// ErrCooling refuses a grant on a directory recalled too often lately.
+var ErrCooling = errors.New("directory recalled too often lately")
+
+// Delegation is one held delegation. Data cached under it is valid while
+// Valid returns true.
+type Delegation struct {
+	Ino  uint64
+	Path string // the directory's path when granted, for display
+	Mode store.LockMode
+	// Seq numbers the grants of this mount: a cache entry tagged with the
+	// Seq of the delegation it was read under is valid as long as that
+	// delegation is (see Delegations.Valid).
+	Seq  uint64
+	sess *Session
+	op   string
+	n    int64
+	held *Held
+	// recalled is closed when the delegation stops covering anything: a
+	// recall began, the session changed, or the mount is ending.
+	recalled chan struct{}
+	once     sync.Once
+	given    sync.Once
+}
+
+// Revoked reports whether d no longer covers anything.
+func (d *Delegation) Revoked() bool {
+	select {
+	case <-d.recalled:
+		return true
+	default:
+		return d.sess.Check() != nil
+	}
+}
+
+func (d *Delegation) revoke() { d.once.Do(func() { close(d.recalled) }) }
+
+// Delegations are the delegations of one mount.
+type Delegations struct {
+	c *Coordinator
+	// Recall is called before a delegation is given back: it must make
+	// everything the mount did under it visible to every mount and drop
+	// whatever it cached under it (the daemon's and the kernel's). It is
+	// called once per delegation, outside any lock of this type; the
+	// delegation is already revoked, so nothing new is cached under it.
+	Recall func(ctx context.Context, d *Delegation)
+
+	mu      sync.Mutex
+	held    map[uint64]*Delegation
+	pending map[uint64]chan struct{} // grants under way
+	recalls map[uint64][]time.Time   // recent recalls, by directory
+	cool    map[uint64]time.Time     // no grant until
+	seq     uint64
+}
+
+func newDelegations(c *Coordinator) *Delegations {
+	return &Delegations{c: c, held: map[uint64]*Delegation{}, pending: map[uint64]chan struct{}{},
+		recalls: map[uint64][]time.Time{}, cool: map[uint64]time.Time{}}
+}
+
+// Held returns this mount's valid delegation on directory ino, or nil.
+func (ds *Delegations) Held(ino uint64) *Delegation {
+	ds.mu.Lock()
+	d := ds.held[ino]
+	ds.mu.Unlock()
+	if d == nil || d.Revoked() {
+		return nil
+	}
+	return d
+}
+
+// Valid reports whether a delegation on ino granted as seq still holds.
+func (ds *Delegations) Valid(ino, seq uint64) bool {
+	d := ds.Held(ino)
+	return d != nil && d.Seq == seq
+}
+
+// Grant returns a delegation of mode (store.ReadDeleg or store.Exclusive)
+// on directory ino, at path now: the one held if it is at least as
+// strong, else a new one if nobody conflicts. It never waits for other
+// mounts: a conflict is ErrLocked, a directory recalled too often lately
+// ErrCooling. A read delegation held when a write one is asked for is kept
+// (upgrades are not made in place).
+func (ds *Delegations) Grant(ctx context.Context, ino uint64, path string, mode store.LockMode) (*Delegation, error) {
+	for {
+		ds.mu.Lock()
+		if d := ds.held[ino]; d != nil && !d.Revoked() {
+			ds.mu.Unlock()
+			if d.Mode == mode || d.Mode == store.Exclusive {
+				return d, nil
+			}
+			return nil, fmt.Errorf("directory %d is held for reading: %w", ino, ErrLocked)
+		}
+		if until, ok := ds.cool[ino]; ok {
+			if time.Now().Before(until) {
+				ds.mu.Unlock()
+				return nil, ErrCooling
+			}
+			delete(ds.cool, ino)
+		}
+		if wait, ok := ds.pending[ino]; ok {
+			ds.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if old := ds.held[ino]; old != nil {
+			// Revoked, and not yet given back: no new grant beside it.
+			ds.mu.Unlock()
+			return nil, fmt.Errorf("directory %d is being recalled: %w", ino, ErrLocked)
+		}
+		done := make(chan struct{})
+		ds.pending[ino] = done
+		ds.mu.Unlock()
+		d, err := ds.grant(ctx, ino, path, mode)
+		ds.mu.Lock()
+		delete(ds.pending, ino)
+		if d != nil {
+			ds.held[ino] = d
+			ds.c.Locks.metrics.delegHeld(mode, 1)
+		}
+		ds.mu.Unlock()
+		close(done)
+		ds.c.Locks.metrics.granted(mode, err)
+		return d, err
+	}
+}
+
+func (ds *Delegations) grant(ctx context.Context, ino uint64, path string, mode store.LockMode) (*Delegation, error) {
+	sess := ds.c.Session()
+	op, n := sess.BeginOp()
+	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: mode}
+	held, err := ds.c.Locks.TryAcquire(ctx, sess, op, []Request{req})
+	if err != nil {
+		sess.EndOp(n)
+		return nil, err
+	}
+	ds.mu.Lock()
+	ds.seq++
+	seq := ds.seq
+	ds.mu.Unlock()
+	return &Delegation{Ino: ino, Path: path, Mode: mode, Seq: seq, sess: sess, op: op, n: n, held: held,
+		recalled: make(chan struct{})}, nil
+}
+
+// Change is the request every change of directory ino's entries, or of
+// their attributes, adds to its locks.
+func Change(ino uint64) Request {
+	return Request{ID: store.DelegLockID(ino), Mode: store.Change}
+}
+
+// List returns the delegations held now (for status and tests).
+func (ds *Delegations) List() []*Delegation {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	out := make([]*Delegation, 0, len(ds.held))
+	for _, d := range ds.held {
+		if !d.Revoked() {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Give returns delegation d: the Recall callback first, then the lock.
+func (ds *Delegations) Give(ctx context.Context, d *Delegation) {
+	d.given.Do(func() { ds.give(ctx, d) })
+}
+
+func (ds *Delegations) give(ctx context.Context, d *Delegation) {
+	d.revoke()
+	if ds.Recall != nil {
+		ds.Recall(ctx, d)
+	}
+	ctx = context.WithoutCancel(ctx)
+	if err := ds.c.Locks.Release(ctx, d.held); err != nil {
+		ds.c.log.Debug("giving back a delegation", "dir", d.Ino, "err", err)
+	}
+	d.sess.EndOp(d.n)
+	ds.mu.Lock()
+	if ds.held[d.Ino] == d {
+		delete(ds.held, d.Ino)
+	}
+	ds.mu.Unlock()
+	ds.c.Locks.metrics.delegHeld(d.Mode, -1)
+}
+
+// answer reads this mount's recall document and gives back every
+// delegation asked for.
+func (ds *Delegations) answer(ctx context.Context) {
+	ds.mu.Lock()
+	var any bool
+	var stale []*Delegation
+	sess := ds.c.Session()
+	for _, d := range ds.held {
+		any = true
+		if d.sess != sess {
+			stale = append(stale, d)
+		}
+	}
+	ds.mu.Unlock()
+	for _, d := range stale {
+		ds.Give(ctx, d) // the session changed: its entries are not ours now
+	}
+	if !any {
+		return
+	}
+	r, err := ds.c.b.GetRecalls(ctx, sess.ID())
+	if err != nil || len(r.Wanted) == 0 {
+		return
+	}
+	seen := time.Now()
+	var give []*Delegation
+	ds.mu.Lock()
+	for id := range r.Wanted {
+		for ino, d := range ds.held {
+			if store.DelegLockID(ino) == id {
+				give = append(give, d)
+				ds.noteRecallLocked(ino, seen)
+			}
+		}
+	}
+	ds.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, d := range give {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds.Give(ctx, d)
+			ds.c.Locks.metrics.recallAnswered(time.Since(seen))
+		}()
+	}
+	wg.Wait()
+	// Recalls added since our read survive: the delete is conditional.
+	if _, err := ds.c.b.Write(ctx, store.ClearRecalls(r)); err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
+		ds.c.log.Debug("clearing recalls", "err", err)
+	}
+}
+
+func (ds *Delegations) noteRecallLocked(ino uint64, t time.Time) {
+	recent := ds.recalls[ino][:0]
+	for _, at := range ds.recalls[ino] {
+		if t.Sub(at) < coolWindow {
+			recent = append(recent, at)
+		}
+	}
+	recent = append(recent, t)
+	ds.recalls[ino] = recent
+	if len(recent) >= coolAfter {
+		ds.cool[ino] = t.Add(coolFor)
+		delete(ds.recalls, ino)
+	}
+}
+
+// closeAll gives every delegation back (the mount is ending).
+func (ds *Delegations) closeAll(ctx context.Context) {
+	for _, d := range ds.List() {
+		ds.Give(ctx, d)
+	}
+}
+
+// answerRecalls runs until the coordinator stops.
+func (c *Coordinator) answerRecalls() {
+	defer close(c.answering)
+	t := time.NewTicker(recallPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Lease)
+		c.Delegations.answer(ctx)
+		cancel()
+	}
+}
