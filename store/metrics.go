@@ -1,6 +1,7 @@
 package store
 
 import (
+	"net/url"
 	"strings"
 	"time"
 
@@ -21,9 +22,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "esfs_es_request_duration_seconds",
-			Help:    "Requests to Elasticsearch by endpoint, including failed ones.",
+			Help:    "Requests to Elasticsearch by endpoint and index (path, inode, data, lock, session; empty for requests to several indices or the cluster), including failed ones.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. 16 s
-		}, []string{"endpoint"}),
+		}, []string{"endpoint", "index"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "esfs_es_errors_total",
 			Help: "Failed requests to Elasticsearch by endpoint and kind: unreachable (no answer, timeout), 4xx or 5xx (HTTP status of the whole request; item conflicts inside a bulk are not errors).",
@@ -39,10 +40,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// observe records one request. status 0 means no answer.
-func (m *Metrics) observe(path string, took time.Duration, status int) {
+// observe records one request to index (a role name, or "") at path.
+// status 0 means no answer.
+func (m *Metrics) observe(path, index string, took time.Duration, status int) {
 	ep := endpoint(path)
-	m.duration.WithLabelValues(ep).Observe(took.Seconds())
+	m.duration.WithLabelValues(ep, index).Observe(took.Seconds())
 	switch {
 	case status == 0:
 		m.errors.WithLabelValues(ep, "unreachable").Inc()
@@ -73,6 +75,22 @@ func endpoint(path string) string {
 		return "_scroll"
 	}
 	return ep
+}
+
+// roleName names the index a request path starts with by its role.
+func (i indices) roleName(path string) string {
+	first, _, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if first == "" || strings.ContainsAny(first, ",*") {
+		return ""
+	}
+	if first, err := url.PathUnescape(first); err == nil {
+		for r, role := range [...]string{pathsIndex: "path", inodesIndex: "inode", dataIndex: "data", locksIndex: "lock", sessionsIndex: "session"} {
+			if r != 0 && i.name(indexRole(r)) == first {
+				return role
+			}
+		}
+	}
+	return ""
 }
 
 // countItems counts the documents of one bulk request by index role.

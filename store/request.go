@@ -60,13 +60,13 @@ func (s *Store) do(ctx context.Context, what string, r request) (response, error
 	start := time.Now()
 	res, err := s.es.Perform(req)
 	if err != nil {
-		s.metrics.observe(r.path, time.Since(start), 0)
+		s.metrics.observe(r.path, s.idx.roleName(r.path), time.Since(start), 0)
 		return response{}, s.transportError(ctx, what, err)
 	}
 	defer res.Body.Close()
 	s.answered.Store(true)
 	data, err := io.ReadAll(res.Body)
-	s.metrics.observe(r.path, time.Since(start), res.StatusCode)
+	s.metrics.observe(r.path, s.idx.roleName(r.path), time.Since(start), res.StatusCode)
 	if err != nil {
 		return response{}, s.transportError(ctx, what, err)
 	}
