@@ -87,6 +87,12 @@ func (f *FS) create(ctx context.Context, parent dirRef, name string, e Entry) (s
 	if err := store.CheckName(name); err != nil {
 		return store.Node{}, err
 	}
+	sn, err := f.createEntry(ctx, parent, name, e)
+	f.delegs.changedHere(parent.ino(), name, dirEntry{ino: sn.Ino, typ: sn.Type}, err == nil)
+	return sn, err
+}
+
+func (f *FS) createEntry(ctx context.Context, parent dirRef, name string, e Entry) (store.Node, error) {
 	if sn, handled, err := f.createShared(ctx, parent, name, e); handled {
 		return sn, err
 	}
@@ -166,6 +172,9 @@ func (f *FS) createShared(ctx context.Context, parent dirRef, name string, e Ent
 	if !ok {
 		return store.Node{}, false, nil
 	}
+	// Changes of one directory are compatible with each other, so the
+	// change joins the lease too.
+	reqs = append(reqs, locking.Change(parent.ino(), dir))
 	h, err := f.co.Share(ctx, reqs)
 	if err != nil {
 		return store.Node{}, true, err
@@ -238,13 +247,29 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 	if err != nil {
 		return store.Node{}, err
 	}
+	ops := []store.BulkOp{opInode, opPath, opParent}
+	var born func(store.BulkResult, bool) *locking.Delegation
+	if typ == store.TypeDir && f.delegs != nil {
+		// A directory made here is delegated here from birth, and known
+		// empty: what is made in it needs no lookup of the store.
+		var op store.BulkOp
+		op, born = f.co.Delegations.Born(a.Ino, path)
+		ops = append(ops, op)
+	}
 	f.cache.InvalidatePath(path)
 	f.noteWrite()
-	res, err := f.st.Bulk(ctx, []store.BulkOp{opInode, opPath, opParent})
+	res, err := f.st.Bulk(ctx, ops)
 	if err != nil {
+		if born != nil {
+			born(store.BulkResult{Err: err}, false)
+		}
 		return store.Node{}, err
 	}
-	f.settleDirLinks(ctx, pl, res[2], res[0].Err == nil && res[1].Err == nil)
+	made := res[0].Err == nil && res[1].Err == nil
+	f.settleDirLinks(ctx, pl, res[2], made)
+	if born != nil {
+		f.delegs.born(born(res[3], made))
+	}
 	if res[1].Err != nil {
 		// The name is taken (or the path write failed): undo the inode.
 		if res[0].Err == nil {

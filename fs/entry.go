@@ -103,7 +103,7 @@ func (f *FS) lockEntry(ctx context.Context, parent dirRef, name string) (dir, pa
 		if err := store.CheckPath(path); err != nil {
 			return "", "", nil, err
 		}
-		txn, err = f.begin(ctx, dir, path)
+		txn, err = f.begin(ctx, parent.ino(), dir, path)
 		if err != nil {
 			return "", "", nil, err
 		}

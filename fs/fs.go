@@ -50,6 +50,9 @@ type Options struct {
 	FsName     string
 	// Metrics times FUSE requests; nil makes a private set.
 	Metrics *Metrics
+	// Delegations: hold read delegations on directories, and answer
+	// lookups and listings of those from memory (see deleg.go).
+	Delegations bool
 }
 
 // FS is one mounted filesystem.
@@ -60,6 +63,8 @@ type FS struct {
 	opts    Options
 	log     *slog.Logger
 	metrics *Metrics
+	// delegs is nil when delegations are off.
+	delegs *delegs
 
 	// writes counts path-index writes of this mount and refreshed the value
 	// of writes when the last refresh started: a listing refreshes first
@@ -100,6 +105,10 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 	// A rename that replaced a file, finished by this mount, drops the
 	// replaced inode's link as unlink does: kept while open here.
 	co.Journal.SetDropLink(f.dropLink)
+	if o.Delegations {
+		f.delegs = newDelegs(f)
+		co.Delegations.Recall = f.delegs.recall
+	}
 	return f
 }
 
@@ -223,9 +232,10 @@ func (f *FS) resolveFresh(ctx context.Context, path string) (store.Node, error) 
 }
 
 // begin takes the locks of an entry change (create, remove, link) of path
-// in directory dir.
-func (f *FS) begin(ctx context.Context, dir, path string) (*locking.Txn, error) {
-	return f.co.Begin(ctx, f.co.Strategy.Entry(dir, path))
+// in directory dir, inode dirIno: the strategy's, and the change of the
+// directory, which recalls other mounts' delegations on it.
+func (f *FS) begin(ctx context.Context, dirIno uint64, dir, path string) (*locking.Txn, error) {
+	return f.co.Begin(ctx, append(f.co.Strategy.Entry(dir, path), locking.Change(dirIno, dir)))
 }
 
 // end releases a transaction's locks; a failed release turns success into

@@ -24,6 +24,7 @@ func (f *FS) link(ctx context.Context, parent dirRef, name string, ino uint64) (
 	}
 	sn, err := f.linkLocked(ctx, parent, ino, dir, path)
 	f.end(ctx, txn, &err)
+	f.delegs.changedHere(parent.ino(), name, dirEntry{ino: sn.Ino, typ: sn.Type}, err == nil)
 	return sn, err
 }
 

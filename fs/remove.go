@@ -25,6 +25,7 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 	}
 	err = f.removeLocked(ctx, parent, dir, path, wantDir)
 	f.end(ctx, txn, &err)
+	f.delegs.changedHere(parent.ino(), name, dirEntry{absent: true}, err == nil)
 	return err
 }
 

@@ -66,7 +66,8 @@ func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, ne
 				return err
 			}
 		}
-		txn, err := f.co.Begin(ctx, f.co.Strategy.Rename(src, dst, subtree))
+		reqs := append(f.co.Strategy.Rename(src, dst, subtree), locking.Change(from.ino(), srcDir), locking.Change(to.ino(), dstDir))
+		txn, err := f.co.Begin(ctx, reqs)
 		if err != nil {
 			return err
 		}
@@ -241,7 +242,12 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef
 		f.cache.InvalidateInode(s.Ino)
 	}()
 	spec := locking.RenameSpec{Src: s, Dst: dst, Target: target, After: times, SrcParent: from.ino(), DstParent: to.ino()}
-	if err := txn.Rename(ctx, spec); err != nil {
+	err = txn.Rename(ctx, spec)
+	_, srcName := store.Split(src)
+	_, dstName := store.Split(dst)
+	f.delegs.changedHere(from.ino(), srcName, dirEntry{absent: true}, err == nil)
+	f.delegs.changedHere(to.ino(), dstName, dirEntry{ino: s.Ino, typ: s.Type}, err == nil)
+	if err != nil {
 		if target == nil && errors.Is(err, store.ErrExists) && !errors.Is(err, locking.ErrLeaseLost) {
 			// The name appeared after our check: a create under shared
 			// locks (locking.Share) does not take the name's lock, and

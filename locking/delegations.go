@@ -36,7 +36,7 @@ import (
 // holder that does not answer is a dead holder like any other: once its
 // session is declared dead its entries are dropped, and its session is
 // fenced. A directory recalled again and again stops being granted for a
-// while (coolAfter recalls within coolWindow: coolFor), so that two mounts
+// while (coolAfter recalls within coolWindow: for coolFor), so that two mounts
 // working in one directory fall back to the synchronous protocol instead
 // of passing a delegation back and forth.
 
@@ -44,8 +44,8 @@ const (
 	// recallPoll is how often a holder reads its recall document.
 	recallPoll = 25 * time.Millisecond
 	coolWindow = 10 * time.Second
-	coolAfter  = 3
-	coolFor    = 10 * time.Second
+	coolAfter  = 8
+	coolFor    = 5 * time.Second
 )
 
 // ErrCooling refuses a grant on a directory recalled too often lately.
@@ -195,10 +195,11 @@ func (ds *Delegations) grant(ctx context.Context, ino uint64, path string, mode 
 		recalled: make(chan struct{})}, nil
 }
 
-// Change is the request every change of directory ino's entries, or of
-// their attributes, adds to its locks.
-func Change(ino uint64) Request {
-	return Request{ID: store.DelegLockID(ino), Mode: store.Change}
+// Change is the request every change of the entries of directory ino (at
+// path, for display) adds to its locks: it recalls other mounts'
+// delegations on the directory before the change is made.
+func Change(ino uint64, path string) Request {
+	return Request{ID: store.DelegLockID(ino), Path: path, Mode: store.Change}
 }
 
 // List returns the delegations held now (for status and tests).
@@ -246,13 +247,16 @@ func (ds *Delegations) answer(ctx context.Context) {
 	sess := ds.c.Session()
 	for _, d := range ds.held {
 		any = true
-		if d.sess != sess {
+		if d.sess != sess || d.Revoked() {
 			stale = append(stale, d)
 		}
 	}
 	ds.mu.Unlock()
 	for _, d := range stale {
-		ds.Give(ctx, d) // the session changed: its entries are not ours now
+		// The session changed, or could not be renewed for a lease
+		// (others may declare it dead and change the directory without
+		// reaching us): what was cached under it must go now.
+		ds.Give(ctx, d)
 	}
 	if !any {
 		return
@@ -325,5 +329,51 @@ func (c *Coordinator) answerRecalls() {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Lease)
 		c.Delegations.answer(ctx)
 		cancel()
+	}
+}
+
+// Born returns the write that grants this mount a read delegation on
+// directory ino as it is made: sent in the same bulk as the directory's
+// documents, it costs no round trip, and since nobody else can know the
+// directory yet it cannot conflict. made turns the write's result into the
+// delegation; pass whether the directory itself was made (if not, the
+// delegation is given back at once). It returns nil when nothing is held.
+func (ds *Delegations) Born(ino uint64, path string) (store.BulkOp, func(res store.BulkResult, made bool) *Delegation) {
+	sess := ds.c.Session()
+	op, n := sess.BeginOp()
+	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: store.ReadDeleg}
+	doc := store.LockDoc{ID: req.ID, Path: path, Holders: []store.Holder{{Session: sess.ID(), Op: op, Mode: req.Mode, Since: time.Now().UnixNano()}}}
+	write := store.WriteLock(store.LockWrite{Doc: doc})
+	return write, func(res store.BulkResult, made bool) *Delegation {
+		if res.Err != nil {
+			sess.EndOp(n)
+			return nil
+		}
+		doc.Found, doc.Ver = true, res.Ver
+		d := &Delegation{Ino: ino, Path: path, Mode: req.Mode, sess: sess, op: op, n: n,
+			held: &Held{Op: op, Session: sess.ID(), docs: []store.LockDoc{doc}, reqs: []Request{req}}, recalled: make(chan struct{})}
+		ds.mu.Lock()
+		ds.seq++
+		d.Seq = ds.seq
+		old := ds.held[ino]
+		if made && old == nil {
+			ds.held[ino] = d
+		}
+		ds.mu.Unlock()
+		if !made || old != nil {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), ds.c.cfg.Lease)
+				defer cancel()
+				if err := ds.c.Locks.Release(ctx, d.held); err != nil {
+					ds.c.log.Debug("giving back the delegation of a directory not made", "dir", ino, "err", err)
+				}
+				sess.EndOp(n)
+			}()
+			return nil
+		}
+		d.held.counted = true
+		ds.c.Locks.metrics.held.Inc()
+		ds.c.Locks.metrics.delegHeld(req.Mode, 1)
+		return d
 	}
 }

@@ -66,7 +66,7 @@ func TestChangeRecallsReadDelegations(t *testing.T) {
 		t.Fatal("a's delegation is not valid after its grant")
 	}
 	start := time.Now()
-	txn, err := c.Begin(ctx, []locking.Request{locking.Change(dir), locking.PathLock("/d/x", store.Exclusive)})
+	txn, err := c.Begin(ctx, []locking.Request{locking.Change(dir, ""), locking.PathLock("/d/x", store.Exclusive)})
 	if err != nil {
 		t.Fatalf("a change with two read delegations out: %v", err)
 	}
@@ -94,7 +94,7 @@ func TestChangeRecallsReadDelegations(t *testing.T) {
 	if _, err := b.Delegations.Grant(ctx, dir, "/d", store.ReadDeleg); err != nil {
 		t.Fatal(err)
 	}
-	txn, err = a.Begin(ctx, []locking.Request{locking.Change(dir)})
+	txn, err = a.Begin(ctx, []locking.Request{locking.Change(dir, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestWriteDelegationExcludes(t *testing.T) {
 	if _, err := b.Delegations.Grant(ctx, dir, "/w", store.ReadDeleg); !errors.Is(err, locking.ErrLocked) {
 		t.Fatalf("a read delegation beside another mount's write delegation: %v", err)
 	}
-	txn, err := b.Begin(ctx, []locking.Request{locking.Change(dir)})
+	txn, err := b.Begin(ctx, []locking.Request{locking.Change(dir, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestRecalledDirectoryCools(t *testing.T) {
 		if i == 10 {
 			t.Fatalf("still granted after %d recalls", recalls.Load())
 		}
-		txn, err := b.Begin(ctx, []locking.Request{locking.Change(dir)})
+		txn, err := b.Begin(ctx, []locking.Request{locking.Change(dir, "")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func TestRecalledDirectoryCools(t *testing.T) {
 	// Changes go ahead at once: nothing is held.
 	c := &counting{Store: st}
 	co := coordinator(t, c, "tree", 10*time.Second)
-	txn, err := co.Begin(ctx, []locking.Request{locking.Change(dir)})
+	txn, err := co.Begin(ctx, []locking.Request{locking.Change(dir, "")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestUnansweredRecallWaitsForDeath(t *testing.T) {
 	a.Session().Freeze()
 	defer close(release)
 	start := time.Now()
-	txn, err := b.Begin(ctx, []locking.Request{locking.Change(dir)})
+	txn, err := b.Begin(ctx, []locking.Request{locking.Change(dir, "")})
 	if err != nil {
 		t.Fatalf("a change behind a frozen holder: %v", err)
 	}

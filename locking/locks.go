@@ -462,7 +462,9 @@ func displayPath(r Request) string {
 	case r.ID == store.GlobalLockID:
 		return "(global)"
 	case store.IsDelegLock(r.ID) && r.Path == "":
-		return "(directory " + strings.TrimPrefix(r.ID, "D") + ")"
+		return "(directory inode " + strings.TrimPrefix(r.ID, "D") + ")"
+	case store.IsDelegLock(r.ID):
+		return r.Path + " (directory)"
 	}
 	return r.Path
 }
