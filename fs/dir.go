@@ -27,6 +27,16 @@ type dirHandle struct {
 	byName map[string]int
 	inodes map[uint64]store.Inode // attributes of the page, loaded on demand
 	eof    bool
+
+	// mem: the listing, served from a delegated directory's state (the
+	// pages not returned yet), instead of sc.
+	mem     []store.Dentry
+	fromMem bool
+	// collect: a listing read under a delegation that did not know every
+	// name yet; read to its end, it makes the state complete.
+	collect map[string]dirEntry
+	st      *dirState
+	since   uint64
 }
 
 var (
@@ -37,6 +47,13 @@ var (
 )
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if n.f.delegs.state(n.ino()) != nil {
+		// Delegated: the listing comes from what this mount knows of the
+		// inode, whatever its path is now.
+		if p, ok := n.path(); ok {
+			return &dirHandle{n: n, path: p}, 0, 0
+		}
+	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	p, err := n.dirPath(ctx, false)
@@ -47,13 +64,79 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 }
 
 func (d *dirHandle) start(ctx context.Context) error {
-	// Read-your-writes: this mount's own creates must be listed, and search
-	// is near-realtime. Refresh only if this mount wrote since the last one.
-	if err := d.n.f.refreshIfDirty(ctx); err != nil {
-		return err
+	f := d.n.f
+	st := f.delegs.state(d.n.ino())
+	switch {
+	case st == nil && f.delegs != nil:
+		// With delegations, a change is seen by every mount once the call
+		// that made it returns: the listing must see every change that
+		// completed before it began, which search shows after a refresh.
+		f.delegs.want(d.n.ino(), d.path, d.n.EmbeddedInode())
+		start := f.writes.Load()
+		if err := f.st.Refresh(ctx); err != nil {
+			return err
+		}
+		f.refreshed.Store(start)
+	case st == nil:
+		// Read-your-writes: this mount's own creates must be listed, and
+		// search is near-realtime. Refresh only if this mount wrote since
+		// the last one.
+		if err := f.refreshIfDirty(ctx); err != nil {
+			return err
+		}
+	default:
+		d.st = st
+		if names, known, ok := st.listing(); ok {
+			d.fromMem = true
+			d.mem = make([]store.Dentry, len(names))
+			for i, name := range names {
+				e := known[name]
+				d.mem[i] = store.Dentry{Path: store.Join(d.path, name), Parent: d.path, Name: name, Ino: e.ino, Type: e.typ}
+			}
+			return nil
+		}
+		// Every change made before the grant is in the index; a refresh
+		// makes it searchable, and a listing after it is then complete.
+		d.since, d.collect = st.changeCount(), map[string]dirEntry{}
+		start := f.writes.Load()
+		if err := f.st.Refresh(ctx); err != nil {
+			return err
+		}
+		f.refreshed.Store(start)
 	}
-	d.sc = d.n.f.co.View.List(d.path, store.DefaultPageSize)
+	d.sc = f.co.View.List(d.path, store.DefaultPageSize)
 	return nil
+}
+
+// next returns the listing's next page, nil at its end.
+func (d *dirHandle) next(ctx context.Context) ([]store.Dentry, error) {
+	if d.fromMem {
+		n := min(len(d.mem), store.DefaultPageSize)
+		if n == 0 {
+			return nil, nil
+		}
+		page := d.mem[:n]
+		d.mem = d.mem[n:]
+		return page, nil
+	}
+	page, bad, err := d.sc.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range bad {
+		d.n.f.log.Error("corrupt document skipped in listing", "dir", d.path, "err", b)
+		d.collect = nil // the listing is not the directory's whole truth
+	}
+	if d.collect != nil {
+		for _, e := range page {
+			d.collect[e.Name] = dirEntry{ino: e.Ino, typ: e.Type}
+		}
+		if page == nil {
+			d.st.listed(d.since, d.collect)
+			d.collect = nil
+		}
+	}
+	return page, nil
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
@@ -78,17 +161,14 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		if d.eof {
 			return nil, 0
 		}
-		if d.sc == nil {
+		if d.sc == nil && !d.fromMem {
 			if err := d.start(ctx); err != nil {
 				return nil, f.toErrno("readdir", err)
 			}
 		}
-		page, bad, err := d.sc.Next(ctx)
+		page, err := d.next(ctx)
 		if err != nil {
 			return nil, f.toErrno("readdir", err)
-		}
-		for _, b := range bad {
-			f.log.Error("corrupt document skipped in listing", "dir", d.path, "err", b)
 		}
 		if page == nil {
 			d.eof = true
@@ -132,7 +212,13 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		for k, r := range res {
 			if r.Err == nil {
 				d.inodes[inos[k]] = r.Inode
-				f.cache.PutNode(store.Node{Dentry: d.page[k], Attr: r.Inode}, gen)
+				if d.fromMem {
+					// The paths of a listing from memory were not read
+					// now: only the attributes are fresh.
+					f.cache.PutInode(r.Inode, gen)
+				} else {
+					f.cache.PutNode(store.Node{Dentry: d.page[k], Attr: r.Inode}, gen)
+				}
 			}
 		}
 	}
@@ -140,6 +226,18 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if !ok || a.Type != e.Type {
 		// Missing or inconsistent inode: let the ordinary lookup report it.
 		return d.n.Lookup(ctx, name, out)
+	}
+	switch {
+	case d.st != nil:
+		// A listing made under a delegation: the kernel's entry is
+		// invalidated on recall, or, if the recall came first, not kept.
+		if d.st.told(name, d.n.EmbeddedInode()) {
+			defer d.st.done()
+		} else {
+			uncached(out)
+		}
+	case f.delegs != nil:
+		uncached(out) // see node.Lookup
 	}
 	// newChild needs no deadline: it only registers the kernel's node.
 	return d.n.newChild(ctx, store.Node{Dentry: e, Attr: a}, out), 0

@@ -87,8 +87,15 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if child, errno, ok := n.lookupCached(ctx, name, out); ok {
-		return child, errno
+	st := n.f.delegs.state(n.ino())
+	if st != nil {
+		if child, errno, ok := n.lookupDelegated(ctx, st, name, out); ok {
+			return child, errno
+		}
+	} else if n.f.delegs == nil {
+		if child, errno, ok := n.lookupCached(ctx, name, out); ok {
+			return child, errno
+		}
 	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
@@ -103,11 +110,72 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if len(path) > store.MaxPath {
 		return nil, syscall.ENAMETOOLONG
 	}
-	sn, err := n.f.resolve(ctx, path)
+	if st == nil && n.f.delegs == nil {
+		sn, err := n.f.resolve(ctx, path)
+		if err != nil {
+			return nil, n.f.toErrno("lookup", err)
+		}
+		return n.newChild(ctx, sn, out), 0
+	}
+	if st == nil {
+		// With delegations, what no delegation covers is read in real
+		// time and not kept: nothing would tell us when it changes.
+		n.f.delegs.want(n.ino(), dir, n.EmbeddedInode())
+		uncached(out)
+		sn, err := n.f.resolveFresh(ctx, path)
+		if err != nil {
+			return nil, n.f.toErrno("lookup", err)
+		}
+		return n.newChild(ctx, sn, out), 0
+	}
+	// Under the delegation, and read in real time after its grant: what
+	// this read finds stays true until a recall.
+	sn, err := n.f.resolveFresh(ctx, path)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		st.learn(name, dirEntry{absent: true})
+	case err == nil:
+		st.learn(name, dirEntry{ino: sn.Ino, typ: sn.Type})
+	}
+	if st.told(name, n.EmbeddedInode()) {
+		defer st.done()
+	} else {
+		// Recalled while we read: the answer may be overtaken by the
+		// change that recalled us, so the kernel must not keep it.
+		uncached(out)
+	}
 	if err != nil {
 		return nil, n.f.toErrno("lookup", err)
 	}
 	return n.newChild(ctx, sn, out), 0
+}
+
+// lookupDelegated answers a lookup from what the directory's delegation
+// knows (ok false: it knows nothing of name). Attributes still come from
+// the cache or the store.
+func (n *node) lookupDelegated(ctx context.Context, st *dirState, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno, bool) {
+	e, ok := st.lookup(name)
+	if !ok || !st.told(name, n.EmbeddedInode()) {
+		return nil, 0, false
+	}
+	defer st.done()
+	if e.absent {
+		return nil, syscall.ENOENT, true
+	}
+	a, ok := n.f.cache.Inode(e.ino)
+	if !ok {
+		ctx, cancel := n.f.ctxOf(ctx)
+		defer cancel()
+		var err error
+		a, err = n.f.inode(ctx, e.ino, n.f.cache.Gen())
+		if err != nil {
+			return nil, 0, false // let the ordinary lookup find out
+		}
+	}
+	if a.Type != e.typ {
+		return nil, 0, false
+	}
+	return n.newChild(ctx, store.Node{Dentry: store.Dentry{Ino: e.ino, Type: e.typ, Name: name}, Attr: a}, out), 0, true
 }
 
 // lookupCached answers a lookup from the daemon's cache alone, when both
@@ -311,4 +379,11 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	}
 	*out = f.statfsLast
 	return 0
+}
+
+// uncached makes the kernel keep an answer (positive or negative) no
+// longer than it takes to use it.
+func uncached(out *fuse.EntryOut) {
+	out.SetEntryTimeout(time.Nanosecond)
+	out.SetAttrTimeout(time.Nanosecond)
 }

@@ -1,0 +1,295 @@
+package fs
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
+	gofs "github.com/hanwen/go-fuse/v2/fs"
+)
+
+// Read delegations (see locking.Delegations): while this mount holds one
+// on a directory, no other mount can change the directory's entries
+// without recalling it first, so what this mount learned of them since the
+// grant stays true: a name's inode and type, or its absence, and, once a
+// whole listing was read after the grant (or the directory was made here,
+// empty), every name. Lookups, negative lookups and listings are then
+// answered from memory. Attributes are not covered: they keep the cache's
+// TTL. On recall the state is dropped, and every name the kernel was told
+// about under the delegation is invalidated in the kernel before the
+// delegation is given back, so a change made after the recall is seen at
+// once by this mount too.
+//
+// A directory is asked for in the background, at the first lookup or
+// listing that finds none held: a grant costs two round trips, which the
+// request that prompted it does not wait for.
+
+const (
+	// maxDelegDirs bounds the delegations a mount holds at once (each is
+	// an entry in a lock document and a few hundred bytes here).
+	maxDelegDirs = 4096
+	// maxDelegNames bounds the names known of one directory; past it, the
+	// directory is no longer known complete and new names are not kept.
+	maxDelegNames = 100000
+)
+
+// dirEntry is what is known of one name of a delegated directory.
+type dirEntry struct {
+	ino    uint64
+	typ    store.FileType
+	absent bool
+}
+
+// dirState is what this mount knows of a directory it holds a read
+// delegation on.
+type dirState struct {
+	d   *locking.Delegation
+	ino uint64
+
+	mu       sync.Mutex
+	complete bool // names lists every entry
+	names    map[string]dirEntry
+	// changed counts this mount's own changes, so that a listing that
+	// ran across one is not taken as complete.
+	changed uint64
+	// kernel: names the kernel has an entry for (positive or negative)
+	// from an answer given under the delegation, and the kernel node of
+	// the directory to invalidate them through.
+	kernel map[string]bool
+	node   *gofs.Inode
+	// answering counts lookups between their check of the delegation and
+	// their reply to the kernel; a recall waits for them before it
+	// invalidates, so that no reply lands after the invalidation.
+	answering atomic.Int64
+}
+
+// delegs is the mount's side of read delegations.
+type delegs struct {
+	f  *FS
+	mu sync.Mutex
+	by map[uint64]*dirState
+	// asking: grants under way.
+	asking map[uint64]bool
+}
+
+func newDelegs(f *FS) *delegs {
+	return &delegs{f: f, by: map[uint64]*dirState{}, asking: map[uint64]bool{}}
+}
+
+// state returns the valid state of directory ino, or nil.
+func (ds *delegs) state(ino uint64) *dirState {
+	if ds == nil {
+		return nil
+	}
+	ds.mu.Lock()
+	st := ds.by[ino]
+	ds.mu.Unlock()
+	if st == nil || st.d.Revoked() {
+		return nil
+	}
+	return st
+}
+
+// want asks, in the background, for a read delegation on directory ino at
+// path, unless one is held or asked for. node is its kernel node, if any.
+func (ds *delegs) want(ino uint64, path string, node *gofs.Inode) {
+	if ds == nil {
+		return
+	}
+	ds.mu.Lock()
+	if st := ds.by[ino]; st != nil && !st.d.Revoked() || ds.asking[ino] || len(ds.by)+len(ds.asking) >= maxDelegDirs {
+		ds.mu.Unlock()
+		return
+	}
+	ds.asking[ino] = true
+	ds.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), ds.f.st.Timeout())
+		defer cancel()
+		d, err := ds.f.co.Delegations.Grant(ctx, ino, path, store.ReadDeleg)
+		ds.mu.Lock()
+		delete(ds.asking, ino)
+		if err == nil && !d.Revoked() {
+			if old := ds.by[ino]; old == nil || old.d != d {
+				ds.by[ino] = &dirState{d: d, ino: ino, names: map[string]dirEntry{}, kernel: map[string]bool{}, node: node}
+			}
+		}
+		ds.mu.Unlock()
+	}()
+}
+
+// lookup answers name from the state: ok false when nothing is known. A
+// positive answer is the name's inode and type; absent means the name does
+// not exist. answered must be called once the kernel has its reply.
+func (st *dirState) lookup(name string) (e dirEntry, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e, ok = st.names[name]
+	if !ok && st.complete {
+		return dirEntry{absent: true}, true
+	}
+	return e, ok
+}
+
+// told notes that the kernel is being told about name under the
+// delegation. It returns false (tell nothing) if the delegation was
+// revoked meanwhile; otherwise the caller must call done after replying.
+func (st *dirState) told(name string, node *gofs.Inode) bool {
+	st.answering.Add(1)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.d.Revoked() {
+		st.answering.Add(-1)
+		return false
+	}
+	if st.node == nil {
+		st.node = node
+	}
+	if len(st.kernel) < maxDelegNames {
+		st.kernel[name] = true
+	}
+	return true
+}
+
+func (st *dirState) done() { st.answering.Add(-1) }
+
+// learn records what a read started after the grant found of name.
+func (st *dirState) learn(name string, e dirEntry) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if _, had := st.names[name]; had || len(st.names) < maxDelegNames {
+		st.names[name] = e
+	}
+}
+
+// changedHere records this mount's own change of name: its outcome e if
+// known (ok), else the name is forgotten, and the directory is no longer
+// known complete.
+func (st *dirState) changedHere(name string, e dirEntry, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.changed++
+	if !ok {
+		delete(st.names, name)
+		st.complete = false
+		return
+	}
+	st.names[name] = e
+}
+
+// listing returns the names of a complete state, sorted.
+func (st *dirState) listing() ([]string, map[string]dirEntry, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.complete {
+		return nil, nil, false
+	}
+	names := make([]string, 0, len(st.names))
+	for n, e := range st.names {
+		if !e.absent {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names, st.names, true
+}
+
+// listed makes the state complete with a listing that started (after a
+// refresh) at own-change count since and read to its end.
+func (st *dirState) listed(since uint64, entries map[string]dirEntry) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.changed != since || len(entries) > maxDelegNames || st.d.Revoked() {
+		return
+	}
+	st.names = entries
+	st.complete = true
+}
+
+// changeCount is the own-change count, read before a listing.
+func (st *dirState) changeCount() uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.changed
+}
+
+// changedHere records an own change of name in directory dir, if this
+// mount holds a delegation on it.
+func (ds *delegs) changedHere(dir uint64, name string, e dirEntry, ok bool) {
+	if st := ds.state(dir); st != nil {
+		st.changedHere(name, e, ok)
+	}
+}
+
+// born records that directory ino was just made here, empty, under a
+// delegation granted with it.
+func (ds *delegs) born(d *locking.Delegation) {
+	if ds == nil || d == nil {
+		return
+	}
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	ds.by[d.Ino] = &dirState{d: d, ino: d.Ino, complete: true, names: map[string]dirEntry{}, kernel: map[string]bool{}}
+}
+
+// recall is the delegation's Recall callback: the state goes, and so do
+// the kernel's entries of the names it was told about.
+func (ds *delegs) recall(ctx context.Context, d *locking.Delegation) {
+	ds.mu.Lock()
+	st := ds.by[d.Ino]
+	if st != nil && st.d == d {
+		delete(ds.by, d.Ino)
+	} else {
+		st = nil
+	}
+	ds.mu.Unlock()
+	if st == nil {
+		return
+	}
+	// Lookups that checked the delegation before it was revoked may still
+	// be replying: wait for them (they do not wait for anything of ours),
+	// and a moment more for go-fuse to write the reply of the last one.
+	for i := 0; st.answering.Load() > 0 && i < 1000; i++ {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(time.Millisecond)
+	st.mu.Lock()
+	names := make([]string, 0, len(st.kernel))
+	for n := range st.kernel {
+		names = append(names, n)
+	}
+	kn := st.node
+	st.mu.Unlock()
+	// What was read under the delegation went to the path cache too,
+	// where it would outlive the delegation by the cache's TTL; so did
+	// what this mount's own operations read of the directory. The cache
+	// cannot enumerate a directory's paths, and recalls are rare where
+	// the cache helps: forget every path.
+	ds.f.cache.InvalidateAllPaths()
+	if kn == nil || ds.f.closed.Load() {
+		return
+	}
+	// The kernel may make a notification wait for the directory's lock,
+	// held by a request of this very mount that could be waiting for
+	// another mount: never wait for it long. The kernel's entries were
+	// given with the ordinary entry timeout, which bounds what is missed.
+	notified := make(chan struct{})
+	go func() {
+		defer close(notified)
+		for _, n := range names {
+			// ENOENT: the kernel had already dropped it. Other errors
+			// (ENOTCONN: unmounted) leave nothing to invalidate either.
+			_ = kn.NotifyEntry(n)
+		}
+	}()
+	select {
+	case <-notified:
+	case <-time.After(time.Second):
+		ds.f.log.Warn("the kernel did not take a recalled directory's invalidations within 1s; its entries expire with --entry-timeout", "dir", d.Path)
+	case <-ctx.Done():
+	}
+}

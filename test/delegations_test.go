@@ -1,0 +1,291 @@
+package test
+
+// Read delegations (mount flag --delegations): a mount answers lookups and
+// listings of a directory it holds a delegation on from memory, for as long
+// as it holds it, and another mount's change of the directory recalls it
+// first, so that the change is seen at once, whatever the cache timeouts.
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/esfs/esfs/test/mounttest"
+)
+
+// delegMount mounts with delegations, long daemon and kernel caches (what
+// the test sees at once, no TTL explains) and metrics.
+func delegMount(t *testing.T, f *mounttest.FS) (*mounttest.Mount, string) {
+	addr := freeAddr(t)
+	m := f.Mount(t, "--delegations", "--cache-ttl=1h", "--negative-timeout=1h", "--entry-timeout=1h", "--attr-timeout=1h",
+		"--metrics-addr", addr, "--lease", "2s")
+	return m, "http://" + addr + "/metrics"
+}
+
+// waitDelegated waits until the mount behind metrics holds at least n read
+// delegations, running touch (a listing or lookup that asks for them).
+func waitDelegated(t *testing.T, metrics string, n float64, touch func()) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%v read delegations", n), 20*time.Second, func() bool {
+		touch()
+		return sample(scrape(t, metrics), "esfs_delegations_held", "mode", "read") >= n
+	})
+}
+
+func esRequests(t *testing.T, metrics, endpoint string) float64 {
+	return sample(scrape(t, metrics), "esfs_es_request_duration_seconds", "endpoint", endpoint)
+}
+
+// requestCounts are a mount's requests to the cluster by endpoint and index.
+func requestCounts(t *testing.T, metrics string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range scrape(t, metrics)["esfs_es_request_duration_seconds"].GetMetric() {
+		var key []string
+		for _, l := range m.GetLabel() {
+			key = append(key, l.GetName()+"="+l.GetValue())
+		}
+		out[strings.Join(key, ",")] = float64(m.GetHistogram().GetSampleCount())
+	}
+	return out
+}
+
+// logRequests logs the requests a mount made since counts.
+func logRequests(t *testing.T, metrics string, counts map[string]float64) {
+	for k, v := range requestCounts(t, metrics) {
+		if v != counts[k] {
+			t.Logf("%s: %v requests", k, v-counts[k])
+		}
+	}
+}
+
+// nameReads counts a mount's requests that read names for lookups and
+// listings: reads and refreshes of the path index, and searches through a
+// point in time (listings), which name no index. Not the inode index
+// (attributes are not delegated), the lock index (a holder of delegations
+// polls it for recalls), nor the background sweep's searches.
+func nameReads(t *testing.T, metrics string) float64 {
+	fams := scrape(t, metrics)
+	n := 0.0
+	for _, q := range [][]string{{"endpoint", "_doc", "index", "path"}, {"endpoint", "_mget", "index", "path"},
+		{"endpoint", "_refresh", "index", "path"}, {"endpoint", "_search", "index", ""}} {
+		if v := sample(fams, "esfs_es_request_duration_seconds", q...); v > 0 {
+			n += v
+		}
+	}
+	return n
+}
+
+func names(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestDelegationsSeeOtherMountsAtOnce: mount B holds a read delegation on a
+// directory and caches its names and listing for an hour; every change mount
+// A makes there (create, remove, rename in and out, mkdir, rmdir) is seen by
+// B as soon as A's call returns, round after round, and B's repeated
+// listings and lookups of an unchanged directory cost no request.
+func TestDelegationsSeeOtherMountsAtOnce(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, _ := delegMount(t, f)
+	b, bm := delegMount(t, f)
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(a.Path("other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Both the root (where "d" is looked up) and d itself.
+	waitDelegated(t, bm, 2, func() { names(t, b.Path("d")) })
+
+	// Unchanged: listings and lookups, positive and negative, from memory.
+	names(t, b.Path("d"))
+	_, _ = os.Lstat(b.Path("d", "nothing"))
+	before, counts := nameReads(t, bm), requestCounts(t, bm)
+	for i := 0; i < 20; i++ {
+		if got := names(t, b.Path("d")); len(got) != 0 {
+			t.Fatalf("listing of an empty directory: %q", got)
+		}
+		if _, err := os.Lstat(b.Path("d", "nothing")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("lookup of a missing name: %v", err)
+		}
+	}
+	if after := nameReads(t, bm); after != before {
+		t.Errorf("20 listings and lookups of a delegated directory made %v reads of the cluster, want 0", after-before)
+		logRequests(t, bm, counts)
+	}
+
+	want := map[string]bool{}
+	check := func(round int, what string) {
+		t.Helper()
+		got := names(t, b.Path("d"))
+		var exp []string
+		for n := range want {
+			exp = append(exp, n)
+		}
+		slices.Sort(exp)
+		if !slices.Equal(got, exp) {
+			t.Fatalf("round %d, after %s: B lists %q, A made %q", round, what, got, exp)
+		}
+		for n := range want {
+			if _, err := os.Lstat(b.Path("d", n)); err != nil {
+				t.Fatalf("round %d, after %s: B cannot stat %s: %v", round, what, n, err)
+			}
+		}
+	}
+	for round := 0; round < 8; round++ {
+		x := fmt.Sprintf("x%d", round)
+		// B knows x is missing (its kernel for an hour) and has listed d.
+		if _, err := os.Lstat(b.Path("d", x)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("round %d: %s exists before it was made: %v", round, x, err)
+		}
+		check(round, "nothing")
+		if err := os.WriteFile(a.Path("d", x), []byte(x), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want[x] = true
+		if b, err := os.ReadFile(b.Path("d", x)); err != nil || string(b) != x {
+			t.Fatalf("round %d: B reads %q, %v right after A made %s", round, b, err, x)
+		}
+		check(round, "create")
+		y := x + "-moved"
+		if err := os.Rename(a.Path("d", x), a.Path("d", y)); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, x)
+		want[y] = true
+		if _, err := os.Lstat(b.Path("d", x)); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("round %d: B still sees %s after A renamed it: %v", round, x, err)
+		}
+		check(round, "rename within")
+		if err := os.Rename(a.Path("d", y), a.Path("other", y)); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, y)
+		check(round, "rename out")
+		if err := os.Rename(a.Path("other", y), a.Path("d", y)); err != nil {
+			t.Fatal(err)
+		}
+		want[y] = true
+		check(round, "rename in")
+		sub := fmt.Sprintf("sub%d", round)
+		if err := os.Mkdir(a.Path("d", sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		want[sub] = true
+		check(round, "mkdir")
+		if round%2 == 0 {
+			if err := os.Remove(a.Path("d", sub)); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, sub)
+			check(round, "rmdir")
+			if err := os.Remove(a.Path("d", y)); err != nil {
+				t.Fatal(err)
+			}
+			delete(want, y)
+			if _, err := os.Lstat(b.Path("d", y)); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("round %d: B still sees %s after A removed it: %v", round, y, err)
+			}
+			check(round, "unlink")
+		}
+		// B takes its delegation back before the next round (a recalled
+		// directory is granted again once the changes stop).
+		waitDelegated(t, bm, 1, func() { names(t, b.Path("d")) })
+	}
+	fams := scrape(t, bm)
+	t.Logf("B: %v recall answers, %v grants refused, %v cooling",
+		sample(fams, "esfs_recall_answer_seconds"),
+		sample(fams, "esfs_delegation_grants_total", "result", "refused"),
+		sample(fams, "esfs_delegation_grants_total", "result", "cooling"))
+	tlFsck(t, f)
+}
+
+// TestDelegationsCopyThenDiffOnOtherMount: a tree copied in on mount A is
+// identical on mount B as soon as cp returns, though B had listed and
+// looked up the destination's parent before (its caches last an hour).
+func TestDelegationsCopyThenDiffOnOtherMount(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, am := delegMount(t, f)
+	b, bm := delegMount(t, f)
+	src := t.TempDir()
+	for i := 0; i < 6; i++ {
+		dir := filepath.Join(src, fmt.Sprintf("dir%d", i), "inner")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 5; j++ {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d.txt", j)), []byte(strings.Repeat(fmt.Sprintf("%d.%d\n", i, j), 100)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.Mkdir(a.Path("top"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitDelegated(t, bm, 1, func() { names(t, b.Path("top")) })
+	_, _ = os.Lstat(b.Path("top", "copy"))
+	mkdirs := esRequests(t, am, "_bulk")
+	out, err := exec.Command("cp", "-a", src, a.Path("top", "copy")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cp -a: %v\n%s", err, out)
+	}
+	if out, err := exec.Command("diff", "-r", src, b.Path("top", "copy")).CombinedOutput(); err != nil {
+		t.Fatalf("diff -r on the other mount right after cp returned: %v\n%s", err, out)
+	}
+	t.Logf("cp -a of 6 directories of 5 files: %v bulks on A", esRequests(t, am, "_bulk")-mkdirs)
+	tlFsck(t, f)
+}
+
+// TestDelegationsBornDirectoryNeedsNoLookups: a directory made on a mount is
+// delegated to it from birth and known empty, so the lookups that creating
+// files in it makes (the kernel asks for each name first) read nothing.
+func TestDelegationsBornDirectoryNeedsNoLookups(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, am := delegMount(t, f)
+	if err := os.Mkdir(a.Path("new"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if sample(scrape(t, am), "esfs_delegations_held", "mode", "read") < 1 {
+		t.Fatal("a directory made here is not delegated here")
+	}
+	before := nameReads(t, am)
+	for i := 0; i < 30; i++ {
+		if _, err := os.Lstat(a.Path("new", fmt.Sprintf("f%d", i))); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("f%d: %v", i, err)
+		}
+	}
+	if got := nameReads(t, am) - before; got != 0 {
+		t.Errorf("30 lookups of missing names in a directory made here read %v documents, want 0", got)
+	}
+	// And a listing of it after creates comes from memory too.
+	for i := 0; i < 3; i++ {
+		if err := os.WriteFile(a.Path("new", fmt.Sprintf("f%d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	searches := nameReads(t, am)
+	counts := requestCounts(t, am)
+	if got := names(t, a.Path("new")); !slices.Equal(got, []string{"f0", "f1", "f2"}) {
+		t.Fatalf("listing: %q", got)
+	}
+	if got := nameReads(t, am) - searches; got != 0 {
+		t.Errorf("listing a directory made here searched %v times, want 0", got)
+		logRequests(t, am, counts)
+	}
+}
