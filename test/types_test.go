@@ -232,11 +232,11 @@ func TestTypesModesAsAsked(t *testing.T) {
 	mounttest.Sh(t, filepath.Join(there, "d0000"), `touch inside && ls -la . >/dev/null && cat inside`)
 
 	// What the index holds, through a fresh mount without caches.
-	fresh := f.Mount(t, lkNoCache...)
+	fresh := f.Mount(t, mounttest.NoCache...)
 	if diffs := diffTrees(lsTree(t, there), lsTree(t, fresh.Path("modes"))); len(diffs) > 0 {
 		t.Errorf("a fresh mount shows other modes:\n  %s", strings.Join(diffs, "\n  "))
 	}
-	alive(t, m)
+	mounttest.Alive(t, m)
 }
 
 // specialScript makes every file type and puts the special ones through
@@ -308,7 +308,7 @@ print(cli.recv(100).decode())
 	}
 
 	// What the index holds, through a fresh mount without caches.
-	fresh := f.Mount(t, lkNoCache...)
+	fresh := f.Mount(t, mounttest.NoCache...)
 	mine := lsTree(t, there)
 	if diffs := diffTrees(mine, lsTree(t, fresh.Path("special"))); len(diffs) > 0 {
 		t.Errorf("a fresh mount shows the special files otherwise:\n  %s", strings.Join(diffs, "\n  "))
@@ -316,8 +316,8 @@ print(cli.recv(100).decode())
 	if out, err := f.Run("fsck", "--no-wait"); err != nil {
 		t.Errorf("fsck: %v\n%s", err, out)
 	}
-	alive(t, m)
-	alive(t, fresh)
+	mounttest.Alive(t, m)
+	mounttest.Alive(t, fresh)
 }
 
 // linksScript changes the subdirectories of directories in every way:
@@ -347,10 +347,10 @@ func TestTypesDirLinkCounts(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	there := sameAsLocal(t, m, "links", linksScript)
-	dirLinksAgree(t, m.Dir)
+	mounttest.DirLinksAgree(t, m.Dir)
 
 	// Another mount, without caches, reads the same counts from the index.
-	other := f.Mount(t, lkNoCache...)
+	other := f.Mount(t, mounttest.NoCache...)
 	if diffs := diffTrees(lsTree(t, there), lsTree(t, other.Path("links"))); len(diffs) > 0 {
 		t.Errorf("another mount shows other counts:\n  %s", strings.Join(diffs, "\n  "))
 	}
@@ -365,7 +365,7 @@ func TestTypesDirLinkCounts(t *testing.T) {
 	if err := os.Mkdir(m.Path("links", "d", "new"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the count of a mkdir on another mount", 10*time.Second, func() bool {
+	mounttest.WaitFor(t, "the count of a mkdir on another mount", 10*time.Second, func() bool {
 		return unix.Stat(cached.Path("links", "d"), &st) == nil && st.Nlink == before+1
 	})
 
@@ -386,11 +386,11 @@ def work(k):
 ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
 [t.start() for t in ts]; [t.join() for t in ts]
 ' `
-	a := crGo(func() crResult { return crRun(5*time.Minute, m.Dir, "bash", "-c", storm+"a 8 12") })
-	b := crGo(func() crResult { return crRun(5*time.Minute, other.Dir, "bash", "-c", storm+"b 4 12") })
-	for _, r := range []crResult{crWaitResult(t, "mount A's mkdirs", a, 6*time.Minute), crWaitResult(t, "mount B's mkdirs", b, 6*time.Minute)} {
-		if r.err != nil {
-			t.Fatalf("mkdir storm: %v\n%s", r.err, r.out)
+	a := mounttest.Background(func() mounttest.Result { return mounttest.Exec(5*time.Minute, m.Dir, "bash", "-c", storm+"a 8 12") })
+	b := mounttest.Background(func() mounttest.Result { return mounttest.Exec(5*time.Minute, other.Dir, "bash", "-c", storm+"b 4 12") })
+	for _, r := range []mounttest.Result{mounttest.WaitResult(t, "mount A's mkdirs", a, 6*time.Minute), mounttest.WaitResult(t, "mount B's mkdirs", b, 6*time.Minute)} {
+		if r.Err != nil {
+			t.Fatalf("mkdir storm: %v\n%s", r.Err, r.Out)
 		}
 	}
 	entries, err := os.ReadDir(other.Path("busy"))
@@ -412,8 +412,8 @@ ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
 	if out, err := f.Run("fsck", "--no-wait"); err != nil {
 		t.Errorf("fsck: %v\n%s", err, out)
 	}
-	alive(t, m)
-	alive(t, other)
+	mounttest.Alive(t, m)
+	mounttest.Alive(t, other)
 }
 
 // rmtEntry is what stat, readlink, a read and the xattr calls say about one path.
@@ -539,13 +539,13 @@ func TestTypesAllKeptAcrossRemount(t *testing.T) {
 	content := map[string][]byte{} // expected contents of regular files
 	put := func(rel string, b []byte, mode os.FileMode) {
 		t.Helper()
-		tlWriteFile(t, p(rel), b, mode)
+		mounttest.WriteFileMode(t, p(rel), b, mode)
 		content[rel] = b
 	}
 	put("files/small.txt", []byte("hello\n"), 0o644)
 	put("files/empty", nil, 0o644)
-	put("files/multi.bin", tlRandom(1, 6<<20+333), 0o644)
-	put("files/one-chunk.bin", tlRandom(2, 1<<20), 0o644)
+	put("files/multi.bin", mounttest.RandomBytes(1, 6<<20+333), 0o644)
+	put("files/one-chunk.bin", mounttest.RandomBytes(2, 1<<20), 0o644)
 	put("files/exec.sh", []byte("#!/bin/sh\necho hi\n"), 0o755)
 	put("files/setuid", []byte("setuid program\n"), 0o4755)
 	put("files/private", []byte("secret\n"), 0o600)
@@ -558,7 +558,7 @@ func TestTypesAllKeptAcrossRemount(t *testing.T) {
 	put("files/before-rename", []byte("renamed\n"), 0o644)
 
 	// Rewritten in place: a write across a chunk boundary and an append.
-	rmw := tlRandom(3, 3<<20)
+	rmw := mounttest.RandomBytes(3, 3<<20)
 	put("files/rmw.bin", rmw, 0o644)
 	patch := bytes.Repeat([]byte{'P'}, 100)
 	func() {
@@ -589,7 +589,7 @@ func TestTypesAllKeptAcrossRemount(t *testing.T) {
 	content["files/rmw.bin"] = rmw
 
 	// Shrunk mid-chunk, then grown: the grown part reads as zeros.
-	tr := tlRandom(4, 3<<20)
+	tr := mounttest.RandomBytes(4, 3<<20)
 	put("files/truncated.bin", tr, 0o644)
 	if err := os.Truncate(p("files/truncated.bin"), 3<<19+3); err != nil {
 		t.Fatal(err)
@@ -831,5 +831,5 @@ touch -d '2006-06-06 06:06:06.6' files links dirs .
 			t.Errorf("%s changed by being read:\nbefore: %v\nafter:  %v", rel, a, again[rel])
 		}
 	}
-	tlFsck(t, f)
+	mounttest.FsckClean(t, f)
 }
