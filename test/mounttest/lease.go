@@ -16,21 +16,21 @@ import (
 const (
 	// Lease is the --lease of MountUncached's mounts.
 	Lease = 2 * time.Second
-	// DeclaredDeadWithin: the latest moment after a mount's death at which
+	// declaredDeadWithin: the latest moment after a mount's death at which
 	// a correct survivor declares it dead. The dead mount fell silent up to
 	// one heartbeat (lease/3) before it died, the survivor's sweeper first
 	// sees its last counter up to one sweeper period (lease/3) after that,
 	// must see it unchanged for lease + grace (lease/2), and checks again
 	// only at its next tick (another lease/3).
-	DeclaredDeadWithin = Lease + Lease/2 + 3*(Lease/3)
+	declaredDeadWithin = Lease + Lease/2 + 3*(Lease/3)
 	// RecoveredWithin: a survivor must have finished recovering a dead
-	// mount's work this long after the death: DeclaredDeadWithin, then one
+	// mount's work this long after the death: declaredDeadWithin, then one
 	// sweeper round that recovers, which on a loaded 2-core machine (load 10
 	// and more, -race) has been seen to need more than a second more than on
 	// an idle one; two leases leave room for that. A survivor that waits for
 	// a lock's timeout (30s) or for someone to trip over the leftovers still
 	// fails the bound.
-	RecoveredWithin = DeclaredDeadWithin + 2*Lease
+	RecoveredWithin = declaredDeadWithin + 2*Lease
 	// StaleWithin: the README's bound on how stale another mount's listing
 	// may be (3s with default flags), plus slack for a loaded machine.
 	StaleWithin = 5 * time.Second

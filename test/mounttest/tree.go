@@ -97,12 +97,12 @@ func JoinCapped(list []string, n int) string {
 // VerifyMount compares what mount m shows with w: every directory's
 // listing, and with contents, every file's bytes. It returns the problems.
 func VerifyMount(m *Mount, w Tree, contents bool) []string {
-	return VerifyUnder(m, w, "", contents)
+	return verifyUnder(m, w, "", contents)
 }
 
-// VerifyUnder is VerifyMount for the directory under and below it only
+// verifyUnder is VerifyMount for the directory under and below it only
 // ("" is everything).
-func VerifyUnder(m *Mount, w Tree, under string, contents bool) []string {
+func verifyUnder(m *Mount, w Tree, under string, contents bool) []string {
 	within := func(p string) bool { return under == "" || p == under || strings.HasPrefix(p, under+"/") }
 	var probs []string
 	kids := w.children()
@@ -176,13 +176,13 @@ func VerifyUnder(m *Mount, w Tree, under string, contents bool) []string {
 	return probs
 }
 
-// VerifyEventually is VerifyUnder retried for up to StaleWithin: for views of
+// VerifyEventually is verifyUnder retried for up to StaleWithin: for views of
 // another mount's changes, which the README allows to lag (listings follow
 // the index refresh interval).
 func VerifyEventually(m *Mount, w Tree, under string, contents bool) []string {
 	var probs []string
 	for start := time.Now(); time.Since(start) < StaleWithin; time.Sleep(100 * time.Millisecond) {
-		if probs = VerifyUnder(m, w, under, contents); len(probs) == 0 {
+		if probs = verifyUnder(m, w, under, contents); len(probs) == 0 {
 			break
 		}
 	}
