@@ -10,8 +10,9 @@ package test
 // and the files acknowledged to the test exist exactly once where the
 // acknowledged operations put them, read through a mount.
 //
-// The helpers these tests share with the rename and failure tests are
-// prefixed with cr (helpers_test.go, invariants_test.go). Lines starting
+// The helpers these tests share with the rename and failure tests (the
+// model of the expected tree, the bounds of recovery) are in mounttest
+// (tree.go, lease.go). Lines starting
 // "REPORT" in the test log are measurements (recovery times, outcomes) worth
 // reading when a change touches the protocol.
 
@@ -28,6 +29,12 @@ import (
 	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 )
+
+// recoveryPerDoc: on top of mounttest.RecoveredWithin, the survivor's own
+// work of finishing or undoing a rename grows with the documents it moved
+// (a scan and two bulk items each); under -race on a loaded 2-core machine
+// about 1 ms.
+const recoveryPerDoc = 2 * time.Millisecond
 
 // crWaitDeclaredDead waits until session id is declared dead and returns
 // how long after since.
@@ -50,14 +57,14 @@ func crWaitDeclaredDead(t *testing.T, f *mounttest.FS, id string, since time.Tim
 // crCase is one crash of a rename at a crash point: prepare builds the tree
 // through the survivor B (or the index), A runs `mv src dst` and kills
 // itself at point; B must then show before (point before the commit) or
-// after (at or after it), cleanly, within crBound.
+// after (at or after it), cleanly, within mounttest.RecoveredWithin.
 type crCase struct {
 	point     string
 	committed bool
 	prepare   func(t *testing.T, f *mounttest.FS, b *mounttest.Mount)
 	src, dst  string
-	before    crTree
-	after     crTree
+	before    mounttest.Tree
+	after     mounttest.Tree
 	check     func(t *testing.T, f *mounttest.FS, b *mounttest.Mount)
 }
 
@@ -65,10 +72,12 @@ type crCase struct {
 // showing a finished, consistent state.
 func crCrash(t *testing.T, c crCase) time.Duration {
 	f := mounttest.NewFS(t)
-	b := crMount(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
 	c.prepare(t, f, b)
-	a := crMount(t, f, []string{"ESFS_CRASH_POINT=" + c.point})
-	mv := crGo(func() crResult { return crRun(2*time.Minute, "/", "mv", "-T", a.Path(c.src), a.Path(c.dst)) })
+	a := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=" + c.point})
+	mv := mounttest.Background(func() mounttest.Result {
+		return mounttest.Exec(2*time.Minute, "/", "mv", "-T", a.Path(c.src), a.Path(c.dst))
+	})
 	if _, ok := a.WaitExit(2 * time.Minute); !ok {
 		t.Fatalf("mount A did not die at %s", c.point)
 	}
@@ -81,14 +90,14 @@ func crCrash(t *testing.T, c crCase) time.Duration {
 	if c.committed {
 		want = c.after
 	}
-	took, ok := crWaitClean(t, f, b, want, died, crBound+30*time.Second)
-	r := crWaitResult(t, "mv on the dead mount", mv, time.Minute)
-	t.Logf("mv on the mount that died: %v %s", r.err, strings.TrimSpace(r.out))
-	bound := crBound + time.Duration(want.count())*crPerDoc
+	took, ok := mounttest.WaitClean(t, f, b, want, died, mounttest.RecoveredWithin+30*time.Second)
+	r := mounttest.WaitResult(t, "mv on the dead mount", mv, time.Minute)
+	t.Logf("mv on the mount that died: %v %s", r.Err, strings.TrimSpace(r.Out))
+	bound := mounttest.RecoveredWithin + time.Duration(want.Count())*recoveryPerDoc
 	if ok && took > bound {
 		t.Errorf("recovery after %s took %s, bound %s", c.point, took.Round(time.Millisecond), bound)
 	}
-	crFinalCheck(t, f, b, want)
+	mounttest.FinalCheck(t, f, b, want)
 	if c.check != nil {
 		c.check(t, f, b)
 	}
@@ -99,7 +108,7 @@ func crCrash(t *testing.T, c crCase) time.Duration {
 // and measures how long a survivor takes to finish or undo it.
 func TestCrashDuringDirRenameIsFinishedOrUndone(t *testing.T) {
 	small := []string{"a", "b", "sub/c", "sub/deeper/d", "e"}
-	big := crNames(2500) // > 2 pages of 1000: rename-mid-stage fires after the 2nd
+	big := mounttest.Names(2500) // > 2 pages of 1000: rename-mid-stage fires after the 2nd
 	var report []string
 	for _, p := range []struct {
 		point     string
@@ -120,15 +129,15 @@ func TestCrashDuringDirRenameIsFinishedOrUndone(t *testing.T) {
 			took := crCrash(t, crCase{
 				point: p.point, committed: p.committed, src: "src", dst: "dst",
 				prepare: func(t *testing.T, f *mounttest.FS, b *mounttest.Mount) {
-					crPopulate(t, f, "/src", names)
+					mounttest.Populate(t, f, "/src", names, mounttest.Content)
 				},
-				before: newCrTree().add("src", names),
-				after:  newCrTree().add("dst", names),
+				before: mounttest.NewTree().Add("src", names),
+				after:  mounttest.NewTree().Add("dst", names),
 			})
 			report = append(report, fmt.Sprintf("%s (%d files): %s", p.point, len(names), took.Round(10*time.Millisecond)))
 		})
 	}
-	t.Logf("REPORT recovery times after a crash (lease %s, bound %s):\n  %s", crLease, crBound, strings.Join(report, "\n  "))
+	t.Logf("REPORT recovery times after a crash (lease %s, bound %s):\n  %s", mounttest.Lease, mounttest.RecoveredWithin, strings.Join(report, "\n  "))
 }
 
 // TestCrashDuringRenameOverFileKeepsOneInode: a file renamed over an
@@ -149,13 +158,13 @@ func TestCrashDuringRenameOverFileKeepsOneInode(t *testing.T) {
 	} {
 		t.Run(p.point, func(t *testing.T) {
 			var oldIno, newIno uint64
-			before, after := newCrTree(), newCrTree()
-			before.files["src"], before.files["dst"], before.files["keep"] = "new\n", "old\n", "keep\n"
-			after.files["dst"], after.files["keep"] = "new\n", "keep\n"
+			before, after := mounttest.NewTree(), mounttest.NewTree()
+			before.Files["src"], before.Files["dst"], before.Files["keep"] = "new\n", "old\n", "keep\n"
+			after.Files["dst"], after.Files["keep"] = "new\n", "keep\n"
 			took := crCrash(t, crCase{
 				point: p.point, committed: p.committed, src: "src", dst: "dst",
 				prepare: func(t *testing.T, f *mounttest.FS, b *mounttest.Mount) {
-					for name, c := range before.files {
+					for name, c := range before.Files {
 						if err := os.WriteFile(b.Path(name), []byte(c), 0o644); err != nil {
 							t.Fatal(err)
 						}
@@ -208,22 +217,22 @@ func TestCrashDuringRenameOverFileKeepsOneInode(t *testing.T) {
 // mount that declares it dead, stops its later writes.
 func TestCrashFrozenRenameOwnerIsFencedAfterTakeover(t *testing.T) {
 	f := mounttest.NewFS(t)
-	b := crMount(t, f, nil)
-	a := crMount(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil)
 	t.Cleanup(func() { a.Signal(syscall.SIGCONT) }) // before the mount's own cleanup
-	names := crNames(5000)
-	crPopulate(t, f, "/src", names)
-	sessA := crSession(t, f, a)
+	names := mounttest.Names(5000)
+	mounttest.Populate(t, f, "/src", names, mounttest.Content)
+	sessA := mounttest.Session(t, f, a)
 
 	// rename(2) itself, not mv: GNU mv (9.1) retries a rename that failed
 	// with any errno (it lstats dst and calls renameat again, or, without
 	// -T, moves src into dst when dst is now a directory), and that retry
 	// is a new operation that A's new session rightly carries out. The
 	// test wants the errno of the one rename that was fenced off.
-	mv := crGo(func() crResult {
+	mv := mounttest.Background(func() mounttest.Result {
 		s := time.Now()
 		err := os.Rename(a.Path("src"), a.Path("dst"))
-		return crResult{err: err, took: time.Since(s), end: time.Now()}
+		return mounttest.Result{Err: err, Took: time.Since(s), End: time.Now()}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -244,7 +253,7 @@ func TestCrashFrozenRenameOwnerIsFencedAfterTakeover(t *testing.T) {
 		}
 		select {
 		case r := <-mv:
-			t.Fatalf("the rename finished (%v) before its commit was seen: nothing to pause", r.err)
+			t.Fatalf("the rename finished (%v) before its commit was seen: nothing to pause", r.Err)
 		default:
 		}
 		if time.Since(start) > 3*time.Minute {
@@ -260,12 +269,12 @@ func TestCrashFrozenRenameOwnerIsFencedAfterTakeover(t *testing.T) {
 	}
 
 	// B takes over and rolls forward.
-	took, ok := crWaitClean(t, f, b, newCrTree().add("dst", names), stopped, crBound+30*time.Second)
+	took, ok := mounttest.WaitClean(t, f, b, mounttest.NewTree().Add("dst", names), stopped, mounttest.RecoveredWithin+30*time.Second)
 	if !ok {
 		t.FailNow()
 	}
 	t.Logf("REPORT %s: B finished A's committed rename of %d files %s after A was stopped", t.Name(), len(names), took.Round(10*time.Millisecond))
-	if bound := crBound + time.Duration(len(names))*crPerDoc; took > bound {
+	if bound := mounttest.RecoveredWithin + time.Duration(len(names))*recoveryPerDoc; took > bound {
 		t.Errorf("recovery took %s, bound %s", took.Round(time.Millisecond), bound)
 	}
 	if rec, err := f.Store.GetOp(ctx, op.ID); err != nil || rec.Owner == sessA.ID || rec.State != store.OpDone {
@@ -284,32 +293,32 @@ func TestCrashFrozenRenameOwnerIsFencedAfterTakeover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if time.Since(stopped) < 2*crBound {
-		time.Sleep(2*crBound - time.Since(stopped)) // keep A stopped well past lease + grace
+	if time.Since(stopped) < 2*mounttest.RecoveredWithin {
+		time.Sleep(2*mounttest.RecoveredWithin - time.Since(stopped)) // keep A stopped well past lease + grace
 	}
 
 	a.Signal(syscall.SIGCONT)
-	r := crWaitResult(t, "A's rename after SIGCONT", mv, time.Minute)
-	t.Logf("REPORT %s: A's rename(2) after waking: %v", t.Name(), r.err)
-	if !errors.Is(r.err, syscall.EIO) {
-		t.Errorf("A's rename, taken over while A was stopped, reported %v; want EIO", r.err)
+	r := mounttest.WaitResult(t, "A's rename after SIGCONT", mv, time.Minute)
+	t.Logf("REPORT %s: A's rename(2) after waking: %v", t.Name(), r.Err)
+	if !errors.Is(r.Err, syscall.EIO) {
+		t.Errorf("A's rename, taken over while A was stopped, reported %v; want EIO", r.Err)
 	}
-	renewed := crWaitLog(t, a, "started a new session", 15*time.Second)
+	renewed := mounttest.WaitLog(t, a, "started a new session", 15*time.Second)
 	t.Logf("A started a new session %s after SIGCONT (waited)", renewed.Round(time.Millisecond))
 	if err := os.WriteFile(a.Path("after-a"), []byte("A lives\n"), 0o644); err != nil {
 		t.Errorf("a create in A under its new session: %v", err)
 	}
 
-	want := newCrTree().add("src", names)
-	want.files["src/b-new"] = "from B\n"
-	want.files["dst/b-file"] = "from B\n"
-	want.files["after-a"] = "A lives\n"
-	if _, ok := crWaitClean(t, f, b, want, time.Now(), 20*time.Second); !ok {
+	want := mounttest.NewTree().Add("src", names)
+	want.Files["src/b-new"] = "from B\n"
+	want.Files["dst/b-file"] = "from B\n"
+	want.Files["after-a"] = "A lives\n"
+	if _, ok := mounttest.WaitClean(t, f, b, want, time.Now(), 20*time.Second); !ok {
 		t.FailNow()
 	}
-	crFinalCheck(t, f, b, want)
-	if probs := crEventually(a, want, "", false); len(probs) > 0 {
-		t.Errorf("A's view after it woke up:\n  %s", crCap(probs, 20))
+	mounttest.FinalCheck(t, f, b, want)
+	if probs := mounttest.VerifyEventually(a, want, "", false); len(probs) > 0 {
+		t.Errorf("A's view after it woke up:\n  %s", mounttest.JoinCapped(probs, 20))
 	}
 }
 
@@ -323,8 +332,8 @@ func TestCrashFrozenRenameOwnerIsFencedAfterTakeover(t *testing.T) {
 // to timing: it does in some runs, not all.
 func TestCrashFrozenCreatorLeavesNoOrphan(t *testing.T) {
 	f := mounttest.NewFS(t)
-	b := crMount(t, f, nil)
-	a := crMount(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil)
 	t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
 	const creators = 16
 	for k := 0; k < creators; k++ {
@@ -332,71 +341,71 @@ func TestCrashFrozenCreatorLeavesNoOrphan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sessA := crSession(t, f, a)
+	sessA := mounttest.Session(t, f, a)
 	// mkdir: the create alone, so that a large share of each creator's
 	// time is between its locked re-check and its write, the window this
 	// test wants the stop to land in.
-	cr := crCreator{mkdir: true}
+	cr := mounttest.Creator{Mkdir: true}
 	// One directory per creator: the kernel serialises creates in one
 	// directory (its inode lock), and the point is to catch creates
 	// holding their locks at the stop.
-	cr.run(a, creators, "w", func(k int) string { return fmt.Sprintf("d/s%d", k) })
+	cr.Run(a, creators, "w", func(k int) string { return fmt.Sprintf("d/s%d", k) })
 	time.Sleep(1500 * time.Millisecond)
 	a.Signal(syscall.SIGSTOP)
 	stopped := time.Now()
-	dead := crWaitDeclaredDead(t, f, sessA.ID, stopped, crBound+10*time.Second)
+	dead := crWaitDeclaredDead(t, f, sessA.ID, stopped, mounttest.RecoveredWithin+10*time.Second)
 	t.Logf("A declared dead %s after SIGSTOP", dead.Round(time.Millisecond))
-	rm := crRun(time.Minute, b.Dir, "rm", "-rf", "d")
-	if rm.err != nil {
-		t.Errorf("rm -rf d in B while A is stopped: %v %s", rm.err, rm.out)
+	rm := mounttest.Exec(time.Minute, b.Dir, "rm", "-rf", "d")
+	if rm.Err != nil {
+		t.Errorf("rm -rf d in B while A is stopped: %v %s", rm.Err, rm.Out)
 	}
-	t.Logf("REPORT %s: rm -rf d in B (A declared dead) took %s", t.Name(), rm.took.Round(time.Millisecond))
+	t.Logf("REPORT %s: rm -rf d in B (A declared dead) took %s", t.Name(), rm.Took.Round(time.Millisecond))
 	a.Signal(syscall.SIGCONT)
 	woke := time.Now()
 	time.Sleep(time.Second) // let the creators meet the missing d
-	ops := cr.finish(t)
+	ops := cr.Finish(t)
 
 	var acked, inflight, okPending []string
 	eio := 0
 	for _, op := range ops {
-		if op.err == nil && op.end.Before(stopped) {
-			acked = append(acked, op.name)
+		if op.Err == nil && op.End.Before(stopped) {
+			acked = append(acked, op.Name)
 		}
 		// A create (the locked operation) pending across the stop.
-		if op.start.Before(stopped) && op.created.After(woke) {
-			res := crErrno(op.err)
-			if op.step != "create" {
+		if op.Start.Before(stopped) && op.Created.After(woke) {
+			res := mounttest.Errno(op.Err)
+			if op.Step != "create" {
 				// Legitimate when its last request (the release) was
 				// applied before the stop and only the answer was
 				// pending; not if it wrote after B removed its parent
 				// (checked against the orphans below).
 				res = "ok"
-				okPending = append(okPending, "/"+op.path)
+				okPending = append(okPending, "/"+op.Path)
 			}
-			inflight = append(inflight, op.path+": "+res)
+			inflight = append(inflight, op.Path+": "+res)
 		}
-		if op.end.After(woke) && errors.Is(op.err, syscall.EIO) {
+		if op.End.After(woke) && errors.Is(op.Err, syscall.EIO) {
 			eio++
 		}
 	}
 	t.Logf("REPORT %s: %d creates acknowledged before the stop; creates pending across the stop: %s; EIO after waking: %d",
 		t.Name(), len(acked), strings.Join(inflight, ", "), eio)
-	crWaitLog(t, a, "started a new session", 15*time.Second)
+	mounttest.WaitLog(t, a, "started a new session", 15*time.Second)
 
 	// Quiescence: no lock, record or intent. Orphans are reported.
 	var probs, orphans []string
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		probs, orphans, _ = crIndex(t, f, false)
+		probs, orphans, _ = mounttest.IndexProblems(t, f, false)
 		if len(probs) == 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	if len(probs) > 0 {
-		t.Errorf("index after A woke:\n  %s", crCap(probs, 20))
+		t.Errorf("index after A woke:\n  %s", mounttest.JoinCapped(probs, 20))
 	}
-	t.Logf("REPORT %s: orphan path documents (parent missing) left in the index: %d %s", t.Name(), len(orphans), crCap(orphans, 5))
+	t.Logf("REPORT %s: orphan path documents (parent missing) left in the index: %d %s", t.Name(), len(orphans), mounttest.JoinCapped(orphans, 5))
 	for _, p := range okPending {
 		for _, o := range orphans {
 			if strings.HasPrefix(o, fmt.Sprintf("%q", p)) {
@@ -406,26 +415,26 @@ func TestCrashFrozenCreatorLeavesNoOrphan(t *testing.T) {
 	}
 
 	// A new d (and new d/sK) must not show anything of the old ones.
-	want := newCrTree()
+	want := mounttest.NewTree()
 	for k := 0; k < creators; k++ {
-		want.dirs[fmt.Sprintf("d/s%d", k)] = true
+		want.Dirs[fmt.Sprintf("d/s%d", k)] = true
 		if err := os.MkdirAll(b.Path("d", fmt.Sprintf("s%d", k)), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, m := range []*mounttest.Mount{b, a} {
-		if probs := crVerifyMount(m, want, false); len(probs) > 0 {
-			t.Errorf("new d/sK directories, listed through %s, show files of the old ones:\n  %s", m.Dir, crCap(probs, 10))
+		if probs := mounttest.VerifyMount(m, want, false); len(probs) > 0 {
+			t.Errorf("new d/sK directories, listed through %s, show files of the old ones:\n  %s", m.Dir, mounttest.JoinCapped(probs, 10))
 		}
 	}
-	if rm := crRun(time.Minute, b.Dir, "rm", "-r", "d"); rm.err != nil {
-		t.Errorf("rm -r of the new d: %v %s", rm.err, rm.out)
+	if rm := mounttest.Exec(time.Minute, b.Dir, "rm", "-r", "d"); rm.Err != nil {
+		t.Errorf("rm -r of the new d: %v %s", rm.Err, rm.Out)
 	}
 	// Orphans were reported above; everything else must hold.
-	probs, _, notes := crIndex(t, f, true)
-	probs = append(probs, crVerifyMount(b, newCrTree(), true)...)
+	probs, _, notes := mounttest.IndexProblems(t, f, true)
+	probs = append(probs, mounttest.VerifyMount(b, mounttest.NewTree(), true)...)
 	if len(probs) > 0 {
-		t.Errorf("final check:\n  %s", crCap(probs, 20))
+		t.Errorf("final check:\n  %s", mounttest.JoinCapped(probs, 20))
 	}
 	if len(notes) > 0 {
 		t.Logf("REPORT %s: leaks: %s", t.Name(), strings.Join(notes, "; "))
@@ -440,8 +449,8 @@ func TestCrashFrozenCreatorLeavesNoOrphan(t *testing.T) {
 // searches), so this checks that the search-based emptiness test holds up.
 func TestCrashKilledCreatorsDirectoryCanBeRemoved(t *testing.T) {
 	f := mounttest.NewFS(t)
-	b := crMount(t, f, nil)
-	a := crMount(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil)
 	if err := os.Mkdir(b.Path("d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -450,31 +459,31 @@ func TestCrashKilledCreatorsDirectoryCanBeRemoved(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var cr crCreator
-	cr.run(a, 8, "w", func(k int) string { return fmt.Sprintf("d/s%d", k) })
+	var cr mounttest.Creator
+	cr.Run(a, 8, "w", func(k int) string { return fmt.Sprintf("d/s%d", k) })
 	time.Sleep(1500 * time.Millisecond)
 	a.Kill()
 	killed := time.Now()
-	ops := cr.finish(t)
+	ops := cr.Finish(t)
 	acked := 0
 	for _, op := range ops {
-		if op.err == nil {
+		if op.Err == nil {
 			acked++
 		}
 	}
 	// Listings of another mount's changes lag the index refresh interval
 	// (1s, README "Consistency model"): rm -r lists first, so wait that out.
 	time.Sleep(1500 * time.Millisecond)
-	rm := crRun(time.Minute, b.Dir, "rm", "-rf", "d")
+	rm := mounttest.Exec(time.Minute, b.Dir, "rm", "-rf", "d")
 	t.Logf("REPORT %s: %d files acknowledged before the kill; rm -rf d in B: %v after %s (%s after the kill) %s",
-		t.Name(), acked, rm.err, rm.took.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), strings.TrimSpace(rm.out))
-	if rm.err != nil {
-		t.Errorf("rm -rf d after the creator died: %v %s", rm.err, rm.out)
+		t.Name(), acked, rm.Err, rm.Took.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), strings.TrimSpace(rm.Out))
+	if rm.Err != nil {
+		t.Errorf("rm -rf d after the creator died: %v %s", rm.Err, rm.Out)
 	}
-	if took, ok := crWaitClean(t, f, b, newCrTree(), killed, crBound+20*time.Second); ok {
+	if took, ok := mounttest.WaitClean(t, f, b, mounttest.NewTree(), killed, mounttest.RecoveredWithin+20*time.Second); ok {
 		t.Logf("clean %s after the kill", took.Round(time.Millisecond))
 	}
-	crFinalCheck(t, f, b, newCrTree())
+	mounttest.FinalCheck(t, f, b, mounttest.NewTree())
 }
 
 // TestCrashOfRecoveringMountIsRecoveredAgain: the owner of
@@ -485,23 +494,23 @@ func TestCrashKilledCreatorsDirectoryCanBeRemoved(t *testing.T) {
 // path exactly once, nothing left at the old one.
 func TestCrashOfRecoveringMountIsRecoveredAgain(t *testing.T) {
 	f := mounttest.NewFS(t)
-	names := crNames(5000)
-	crPopulate(t, f, "/src", names)
-	b := crMount(t, f, []string{"ESFS_CRASH_POINT=resolve-after-first-page"})
-	a := crMount(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"})
-	mv := crGo(func() crResult {
+	names := mounttest.Names(5000)
+	mounttest.Populate(t, f, "/src", names, mounttest.Content)
+	b := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=resolve-after-first-page"})
+	a := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"})
+	mv := mounttest.Background(func() mounttest.Result {
 		err := os.Rename(a.Path("src"), a.Path("dst"))
-		return crResult{err: err, end: time.Now()}
+		return mounttest.Result{Err: err, End: time.Now()}
 	})
 	if _, ok := a.WaitExit(2 * time.Minute); !ok {
 		t.Fatal("mount A did not die after its commit")
 	}
 	a.Kill()
-	r := crWaitResult(t, "A's rename", mv, time.Minute)
-	t.Logf("A's rename(2) when A died: %v", r.err)
+	r := mounttest.WaitResult(t, "A's rename", mv, time.Minute)
+	t.Logf("A's rename(2) when A died: %v", r.Err)
 	// B, the only survivor, takes over and dies after the first page of
 	// its roll-forward.
-	if _, ok := b.WaitExit(crBound + time.Minute); !ok {
+	if _, ok := b.WaitExit(mounttest.RecoveredWithin + time.Minute); !ok {
 		t.Fatalf("mount B did not die during its roll-forward:\n%s", b.Log())
 	}
 	died := time.Now()
@@ -518,14 +527,14 @@ func TestCrashOfRecoveringMountIsRecoveredAgain(t *testing.T) {
 	if len(recs) != 1 || recs[0].State != store.OpCommitted || recs[0].Epoch != 2 {
 		t.Fatalf("after B died the record should be COMMITTED at epoch 2: %+v", recs)
 	}
-	probs, _, _ := crIndex(t, f, false)
-	t.Logf("B left %d problems (documents half rolled forward), e.g. %s", len(probs), crCap(probs, 2))
+	probs, _, _ := mounttest.IndexProblems(t, f, false)
+	t.Logf("B left %d problems (documents half rolled forward), e.g. %s", len(probs), mounttest.JoinCapped(probs, 2))
 	if len(probs) == 0 {
 		t.Fatal("B finished everything before dying: the test provoked nothing")
 	}
-	c := crMount(t, f, nil)
-	want := newCrTree().add("dst", names)
-	took, ok := crWaitClean(t, f, c, want, died, crBound+30*time.Second+time.Duration(len(names))*crPerDoc)
+	c := mounttest.MountUncached(t, f, nil)
+	want := mounttest.NewTree().Add("dst", names)
+	took, ok := mounttest.WaitClean(t, f, c, want, died, mounttest.RecoveredWithin+30*time.Second+time.Duration(len(names))*recoveryPerDoc)
 	t.Logf("REPORT %s: C finished the rename %s after B died", t.Name(), took.Round(10*time.Millisecond))
 	if !ok {
 		t.FailNow()
@@ -533,7 +542,7 @@ func TestCrashOfRecoveringMountIsRecoveredAgain(t *testing.T) {
 	if rec, err := f.Store.GetOp(ctx, recs[0].ID); err != nil || rec.State != store.OpDone || rec.Epoch != 3 {
 		t.Errorf("after C's recovery the record is %+v (%v); want DONE at epoch 3", rec, err)
 	}
-	crFinalCheck(t, f, c, want)
+	mounttest.FinalCheck(t, f, c, want)
 }
 
 // TestCrashDuringDirMoveKeepsLinkCounts: a directory moved between
@@ -542,12 +551,12 @@ func TestCrashOfRecoveringMountIsRecoveredAgain(t *testing.T) {
 // survivor finishes or undoes the rename (after a crash after its finish
 // moved the counts, the survivor's finish must not move them again).
 func TestCrashDuringDirMoveKeepsLinkCounts(t *testing.T) {
-	before, after := newCrTree(), newCrTree()
+	before, after := mounttest.NewTree(), mounttest.NewTree()
 	for _, d := range []string{"a", "a/keep", "a/src", "a/src/s1", "a/src/s1/s2", "a/src/s3", "b"} {
-		before.dirs[d] = true
-		after.dirs[strings.Replace(d, "a/src", "b/src", 1)] = true
+		before.Dirs[d] = true
+		after.Dirs[strings.Replace(d, "a/src", "b/src", 1)] = true
 	}
-	before.files["a/src/s1/f"], after.files["b/src/s1/f"] = "f\n", "f\n"
+	before.Files["a/src/s1/f"], after.Files["b/src/s1/f"] = "f\n", "f\n"
 	for _, p := range []struct {
 		point     string
 		committed bool
@@ -568,10 +577,10 @@ func TestCrashDuringDirMoveKeepsLinkCounts(t *testing.T) {
 					if p.committed {
 						wantA, wantB = 3, 3
 					}
-					if a, bb := statLinks(t, b.Path("a")), statLinks(t, b.Path("b")); a != wantA || bb != wantB {
+					if a, bb := mounttest.Links(t, b.Path("a")), mounttest.Links(t, b.Path("b")); a != wantA || bb != wantB {
 						t.Errorf("after the crash at %s: /a has %d links, /b %d; want %d and %d", p.point, a, bb, wantA, wantB)
 					}
-					dirLinksAgree(t, b.Dir)
+					mounttest.DirLinksAgree(t, b.Dir)
 				},
 			})
 		})

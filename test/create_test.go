@@ -31,7 +31,7 @@ import (
 // succeeded is found exactly once, under the new name.
 func TestCreateBurstKeepsSharedLocksUntilRevoked(t *testing.T) {
 	f := mounttest.NewFS(t)
-	addr := freeAddr(t)
+	addr := mounttest.FreeAddr(t)
 	// The lock timeout is the default, given here because the bound on
 	// the rename below is a fraction of it.
 	const lockTimeout = 30 * time.Second
@@ -41,16 +41,16 @@ func TestCreateBurstKeepsSharedLocksUntilRevoked(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	before := scrape(t, "http://"+addr+"/metrics")
+	before := mounttest.Scrape(t, "http://"+addr+"/metrics")
 	const n = 200
 	for i := 0; i < n; i++ {
 		if err := os.WriteFile(a.Path("d", "e", "f", fmt.Sprintf("x%d", i)), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	after := scrape(t, "http://"+addr+"/metrics")
+	after := mounttest.Scrape(t, "http://"+addr+"/metrics")
 	diff := func(name string, labels ...string) float64 {
-		return sample(after, name, labels...) - max(sample(before, name, labels...), 0)
+		return mounttest.Sample(after, name, labels...) - max(mounttest.Sample(before, name, labels...), 0)
 	}
 	acquired := diff("esfs_lock_acquire_seconds")
 	creates := diff("esfs_fuse_request_duration_seconds", "op", "CREATE")
@@ -128,7 +128,7 @@ func TestCreateBurstKeepsSharedLocksUntilRevoked(t *testing.T) {
 	if _, err := os.Stat(b.Path("d", "e")); !os.IsNotExist(err) {
 		t.Errorf("d/e after the rename: %v", err)
 	}
-	checkInvariants(t, f, nil)
+	mounttest.CheckInvariants(t, f, nil)
 }
 
 // TestCreateManyUnderOneDirLeavesNoLocks: many creates
@@ -140,24 +140,24 @@ func TestCreateBurstKeepsSharedLocksUntilRevoked(t *testing.T) {
 // removed at once.
 func TestCreateManyUnderOneDirLeavesNoLocks(t *testing.T) {
 	f := mounttest.NewFS(t)
-	a := crMount(t, f, nil)
-	b := crMount(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
 	const per = 8
 	for k := 0; k < 2*per; k++ {
 		if err := os.MkdirAll(a.Path("d", fmt.Sprintf("s%d", k)), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	ca, cb := crCreator{mkdir: true}, crCreator{mkdir: true}
-	ca.run(a, per, "a", func(k int) string { return fmt.Sprintf("d/s%d", k) })
-	cb.run(b, per, "b", func(k int) string { return fmt.Sprintf("d/s%d", per+k) })
+	ca, cb := mounttest.Creator{Mkdir: true}, mounttest.Creator{Mkdir: true}
+	ca.Run(a, per, "a", func(k int) string { return fmt.Sprintf("d/s%d", k) })
+	cb.Run(b, per, "b", func(k int) string { return fmt.Sprintf("d/s%d", per+k) })
 	time.Sleep(4 * time.Second)
-	ops := append(ca.finish(t), cb.finish(t)...)
+	ops := append(ca.Finish(t), cb.Finish(t)...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	paths := make([]string, len(ops))
 	for i, op := range ops {
-		paths[i] = "/" + op.path
+		paths[i] = "/" + op.Path
 	}
 	res, err := f.Store.GetDentries(ctx, paths)
 	if err != nil {
@@ -167,25 +167,25 @@ func TestCreateManyUnderOneDirLeavesNoLocks(t *testing.T) {
 	var wrong []string
 	for i, op := range ops {
 		exists := res[i].Err == nil
-		if op.err == nil {
+		if op.Err == nil {
 			ok++
 			if !exists {
-				wrong = append(wrong, fmt.Sprintf("%s reported success but does not exist", op.path))
+				wrong = append(wrong, fmt.Sprintf("%s reported success but does not exist", op.Path))
 			}
 			continue
 		}
-		bad[crErrno(op.err)]++
+		bad[mounttest.Errno(op.Err)]++
 		if exists {
-			wrong = append(wrong, fmt.Sprintf("%s reported %s but exists", op.path, crErrno(op.err)))
+			wrong = append(wrong, fmt.Sprintf("%s reported %s but exists", op.Path, mounttest.Errno(op.Err)))
 		}
 	}
 	t.Logf("REPORT %s: %d mkdirs below one directory from two mounts in 4s: %d ok, failures by errno %v", t.Name(), len(ops), ok, bad)
 	if len(bad) > 0 || len(wrong) > 0 {
-		t.Errorf("with no mount paused or cut off, creates failed (%v); outcomes that disagree with the index:\n  %s", bad, crCap(wrong, 10))
+		t.Errorf("with no mount paused or cut off, creates failed (%v); outcomes that disagree with the index:\n  %s", bad, mounttest.JoinCapped(wrong, 10))
 	}
 	var probs []string
 	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(200 * time.Millisecond) {
-		if probs, _, _ = crIndex(t, f, false); len(probs) == 0 {
+		if probs, _, _ = mounttest.IndexProblems(t, f, false); len(probs) == 0 {
 			break
 		}
 	}
@@ -193,17 +193,17 @@ func TestCreateManyUnderOneDirLeavesNoLocks(t *testing.T) {
 		// Seen: `rm -rf d` then fails with EIO after ~45s (its rmdir waits
 		// for X on /d behind the leftover shared entries of live
 		// sessions until its request deadline). Not worth the wait here.
-		t.Fatalf("after the creators stopped (both mounts alive):\n  %s", crCap(probs, 10))
+		t.Fatalf("after the creators stopped (both mounts alive):\n  %s", mounttest.JoinCapped(probs, 10))
 	}
 	// The limit only guards against a hang: an rmdir stuck behind leftover
 	// entries fails at its lock timeout (30s), and removing ~150
 	// directories has taken over a minute on a loaded machine.
-	rm := crRun(10*time.Minute, b.Dir, "rm", "-rf", "d")
-	t.Logf("REPORT %s: rm -rf d afterwards: %v in %s %s", t.Name(), crErrno(rm.err), rm.took.Round(time.Millisecond), strings.TrimSpace(rm.out))
-	if rm.err != nil {
-		t.Errorf("rm -rf d after the creators stopped: %v after %s (lock timeout 30s): %s", rm.err, rm.took.Round(time.Millisecond), rm.out)
+	rm := mounttest.Exec(10*time.Minute, b.Dir, "rm", "-rf", "d")
+	t.Logf("REPORT %s: rm -rf d afterwards: %v in %s %s", t.Name(), mounttest.Errno(rm.Err), rm.Took.Round(time.Millisecond), strings.TrimSpace(rm.Out))
+	if rm.Err != nil {
+		t.Errorf("rm -rf d after the creators stopped: %v after %s (lock timeout 30s): %s", rm.Err, rm.Took.Round(time.Millisecond), rm.Out)
 	}
-	crFinalCheck(t, f, b, newCrTree())
+	mounttest.FinalCheck(t, f, b, mounttest.NewTree())
 }
 
 // tlESCount refreshes the index P-<suffix> and counts its documents.
@@ -248,11 +248,11 @@ func TestRemoveTreeLeavesNothingInIndex(t *testing.T) {
 	}
 	files := map[string][]byte{}
 	for i := 0; i < 150; i++ {
-		files[fmt.Sprintf("d%d/f%03d", i%6, i)] = tlRandom(int64(i), i*97)
+		files[fmt.Sprintf("d%d/f%03d", i%6, i)] = mounttest.RandomBytes(int64(i), i*97)
 	}
-	files["multi/chunk.bin"] = tlRandom(7, 3<<20+100)
-	files["multi/exactly-one-chunk"] = tlRandom(8, 1<<20)
-	tlBuildTree(t, root, files, 4)
+	files["multi/chunk.bin"] = mounttest.RandomBytes(7, 3<<20+100)
+	files["multi/exactly-one-chunk"] = mounttest.RandomBytes(8, 1<<20)
+	mounttest.WriteTree(t, root, files, 4)
 	mounttest.Sh(t, root, `
 mkdir -p empty/a/b/c
 ln -s multi/chunk.bin link
@@ -273,7 +273,7 @@ truncate -s 12M truncated && printf abc >> truncated
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := held.Write(tlRandom(9, 2<<20)); err != nil {
+	if _, err := held.Write(mounttest.RandomBytes(9, 2<<20)); err != nil {
 		t.Fatal(err)
 	}
 	if err := held.Sync(); err != nil {
@@ -281,12 +281,12 @@ truncate -s 12M truncated && printf abc >> truncated
 	}
 
 	inodes, chunks := tlESCount(t, f, "-inodes"), tlESCount(t, f, "-data")
-	t.Logf("before rm -r: %d path documents, %d inodes, %d data chunks", tlCountPaths(t, f, "/"), inodes, chunks)
+	t.Logf("before rm -r: %d path documents, %d inodes, %d data chunks", mounttest.CountPaths(t, f, "/"), inodes, chunks)
 	if inodes < len(files)+10 || chunks < 10 {
 		t.Fatalf("before rm -r the index holds %d inodes and %d chunks; the tree was not written", inodes, chunks)
 	}
 
-	tlStep(t, "rm -r", func() { mounttest.Sh(t, m.Dir, "rm -r tree") })
+	mounttest.Step(t, "rm -r", func() { mounttest.Sh(t, m.Dir, "rm -r tree") })
 	if got := mounttest.Sh(t, m.Dir, "ls -A"); got != "" {
 		t.Errorf("ls -A after rm -r: %q", got)
 	}
@@ -306,7 +306,7 @@ truncate -s 12M truncated && printf abc >> truncated
 	var paths []string
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		paths = tlScanPaths(t, f, "/")
+		paths = mounttest.ScanPaths(t, f, "/")
 		inodes, chunks = tlESCount(t, f, "-inodes"), tlESCount(t, f, "-data")
 		if (len(paths) == 1 && inodes == 1 && chunks == 0) || time.Now().After(deadline) {
 			break
@@ -322,7 +322,7 @@ truncate -s 12M truncated && printf abc >> truncated
 	if chunks != 0 {
 		t.Errorf("data chunks left after rm -r: %d, want 0; left: %s", chunks, tlLeftovers(t, f, "-data"))
 	}
-	tlFsck(t, f)
+	mounttest.FsckClean(t, f)
 }
 
 // tlLeftovers describes up to 20 documents of P-<suffix>, by _id, for a

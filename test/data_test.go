@@ -142,10 +142,10 @@ func fenceSame(t *testing.T, where string, got, want []byte) {
 
 // fenceHeld arms the fault proxy to hold the next chunk bulk of the mount
 // behind it past its deadline, runs write (which must then fail with EIO),
-// and returns the fault, whose request lands lateDelay after it was sent.
+// and returns the fault, whose request lands mounttest.LateDelay after it was sent.
 func fenceHeld(t *testing.T, fp *mounttest.FaultProxy, what string, write func() error) *mounttest.Fault {
 	t.Helper()
-	late := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-data"), Delay: lateDelay, Reset: true})
+	late := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-data"), Delay: mounttest.LateDelay, Reset: true})
 	start := time.Now()
 	err := write()
 	t.Logf("%s whose chunk bulk was held: %v after %s", what, err, time.Since(start).Round(time.Millisecond))
@@ -175,8 +175,8 @@ func fenceBeforeLanding(t *testing.T, late *mounttest.Fault) {
 func TestDataLateChunkWriteNeverWins(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
-	a := crMount(t, f, nil, "--es-url", fp.URL, "--es-timeout", lateTimeout.String())
-	b := crMount(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String())
+	b := mounttest.MountUncached(t, f, nil)
 	const size = 64 << 10
 	fill := func(c byte) []byte { return bytes.Repeat([]byte{c}, size) }
 
@@ -197,9 +197,9 @@ func TestDataLateChunkWriteNeverWins(t *testing.T) {
 			t.Fatal(err)
 		}
 		fenceBeforeLanding(t, late)
-		lateWaitFired(t, late)
-		fenceSame(t, "B after the late bulk landed", fenceRead(t, b.Path("x")), fill('B'))
-		fenceSame(t, "A after the late bulk landed", fenceRead(t, a.Path("x")), fill('B'))
+		mounttest.WaitLanded(t, late)
+		fenceSame(t, "B after the late bulk landed", mounttest.MustReadFile(t, b.Path("x")), fill('B'))
+		fenceSame(t, "A after the late bulk landed", mounttest.MustReadFile(t, a.Path("x")), fill('B'))
 		got := make([]byte, size)
 		if _, err := fh.ReadAt(got, 0); err != nil {
 			t.Fatal(err)
@@ -208,7 +208,7 @@ func TestDataLateChunkWriteNeverWins(t *testing.T) {
 		if err := fh.Close(); err != nil {
 			t.Logf("A's close: %v", err)
 		}
-		fenceSame(t, "B after A closed", fenceRead(t, b.Path("x")), fill('B'))
+		fenceSame(t, "B after A closed", mounttest.MustReadFile(t, b.Path("x")), fill('B'))
 	})
 
 	t.Run("same mount retrying", func(t *testing.T) {
@@ -231,12 +231,12 @@ func TestDataLateChunkWriteNeverWins(t *testing.T) {
 			t.Fatalf("A's second fsync: %v", err)
 		}
 		fenceBeforeLanding(t, late)
-		lateWaitFired(t, late)
+		mounttest.WaitLanded(t, late)
 		if err := fh.Close(); err != nil {
 			t.Fatal(err)
 		}
-		fenceSame(t, "A after its late first bulk landed", fenceRead(t, a.Path("y")), fill('2'))
-		fenceSame(t, "B after A's late first bulk landed", fenceRead(t, b.Path("y")), fill('2'))
+		fenceSame(t, "A after its late first bulk landed", mounttest.MustReadFile(t, a.Path("y")), fill('2'))
+		fenceSame(t, "B after A's late first bulk landed", mounttest.MustReadFile(t, b.Path("y")), fill('2'))
 	})
 
 	t.Run("truncated meanwhile", func(t *testing.T) {
@@ -260,23 +260,23 @@ func TestDataLateChunkWriteNeverWins(t *testing.T) {
 			t.Fatal(err)
 		}
 		fenceBeforeLanding(t, late)
-		lateWaitFired(t, late)
+		mounttest.WaitLanded(t, late)
 		want := append(bytes.Repeat([]byte("o"), mib/2), make([]byte, 3*mib/2)...)
-		fenceSame(t, "B after the late bulk landed past the cut", fenceRead(t, b.Path("z")), want)
+		fenceSame(t, "B after the late bulk landed past the cut", mounttest.MustReadFile(t, b.Path("z")), want)
 		if err := fh.Close(); err != nil {
 			t.Logf("A's close: %v", err)
 		}
-		fenceSame(t, "B after A closed", fenceRead(t, b.Path("z")), want)
+		fenceSame(t, "B after A closed", mounttest.MustReadFile(t, b.Path("z")), want)
 	})
 
 	// After a remount nothing changed, and both mounts are alive.
 	if a.Exited() || b.Exited() {
 		t.Fatal("a mount exited")
 	}
-	c := crMount(t, f, nil)
-	fenceSame(t, "x after a remount", fenceRead(t, c.Path("x")), fill('B'))
-	fenceSame(t, "y after a remount", fenceRead(t, c.Path("y")), fill('2'))
-	if got := fenceRead(t, c.Path("z")); len(got) != 2<<20 || !bytes.Equal(got[1<<20:], make([]byte, 1<<20)) {
+	c := mounttest.MountUncached(t, f, nil)
+	fenceSame(t, "x after a remount", mounttest.MustReadFile(t, c.Path("x")), fill('B'))
+	fenceSame(t, "y after a remount", mounttest.MustReadFile(t, c.Path("y")), fill('2'))
+	if got := mounttest.MustReadFile(t, c.Path("z")); len(got) != 2<<20 || !bytes.Equal(got[1<<20:], make([]byte, 1<<20)) {
 		t.Errorf("z after a remount: the cut part does not read as zeros")
 	}
 }

@@ -139,7 +139,7 @@ func TestOutageFailsFastAndRecovers(t *testing.T) {
 	}
 
 	proxy.Up(t)
-	waitFor(t, "recovery", 30*time.Second, func() bool {
+	mounttest.WaitFor(t, "recovery", 30*time.Second, func() bool {
 		return os.WriteFile(m.Path("after"), []byte("back"), 0o644) == nil
 	})
 	b, err := os.ReadFile(m.Path("kept"))
@@ -234,7 +234,7 @@ func TestOutageNetworkFaultsFailFastAndRecover(t *testing.T) {
 	}
 	recovers := func(phase string) {
 		t.Helper()
-		waitFor(t, phase+": the mount works again", 30*time.Second, func() bool {
+		mounttest.WaitFor(t, phase+": the mount works again", 30*time.Second, func() bool {
 			return os.WriteFile(m.Path("probe"), []byte(phase), 0o644) == nil
 		})
 		if _, err := os.ReadDir(m.Path()); err != nil {
@@ -396,7 +396,7 @@ func (c *threeNodes) health(i int) (string, int, error) {
 func TestOutageNodeLossDuringRenameStorm(t *testing.T) {
 	c := startThreeNodes(t)
 	f := mounttest.NewFSOn(t, strings.Join(c.urls, ","))
-	secs := lkEnvInt(t, "ESFS_CLUSTER_STORM_SECONDS", 60)
+	secs := mounttest.EnvInt(t, "ESFS_CLUSTER_STORM_SECONDS", 60)
 	var killedAt atomic.Int64       // unix nanoseconds; 0 before the kill
 	const settle = 20 * time.Second // failover (replica promotion) and the mounts' pools noticing
 	lkStormOn(t, f, lkStormCfg{
@@ -443,15 +443,15 @@ func TestOutageNodeLossDuringRenameStorm(t *testing.T) {
 func TestOutageCutOffRenameOwnerFencesItself(t *testing.T) {
 	f := mounttest.NewFS(t)
 	proxy := mounttest.NewToxi(t, testenv.URL(t))
-	b := crMount(t, f, nil)
-	a := crMount(t, f, nil, "--es-url", proxy.URL, "--es-timeout", "2s")
-	names := crNames(2500)
-	crPopulate(t, f, "/src", names)
-	sessA := crSession(t, f, a)
-	mv := crGo(func() crResult { // rename(2), not mv: see TestCrashFrozenRenameOwnerIsFencedAfterTakeover
+	b := mounttest.MountUncached(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil, "--es-url", proxy.URL, "--es-timeout", "2s")
+	names := mounttest.Names(2500)
+	mounttest.Populate(t, f, "/src", names, mounttest.Content)
+	sessA := mounttest.Session(t, f, a)
+	mv := mounttest.Background(func() mounttest.Result { // rename(2), not mv: see TestCrashFrozenRenameOwnerIsFencedAfterTakeover
 		s := time.Now()
 		err := os.Rename(a.Path("src"), a.Path("dst"))
-		return crResult{err: err, took: time.Since(s), end: time.Now()}
+		return mounttest.Result{Err: err, Took: time.Since(s), End: time.Now()}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -474,43 +474,43 @@ func TestOutageCutOffRenameOwnerFencesItself(t *testing.T) {
 	proxy.Down()
 	cut := time.Now()
 	t.Logf("cut A off %s after its rename started; its operation was %s when seen", cut.Sub(start).Round(time.Millisecond), op.State)
-	r := crWaitResult(t, "A's rename while cut off", mv, time.Minute)
-	t.Logf("REPORT %s: A's rename(2) while cut off: %v, %s after the cut", t.Name(), r.err, r.end.Sub(cut).Round(time.Millisecond))
+	r := mounttest.WaitResult(t, "A's rename while cut off", mv, time.Minute)
+	t.Logf("REPORT %s: A's rename(2) while cut off: %v, %s after the cut", t.Name(), r.Err, r.End.Sub(cut).Round(time.Millisecond))
 
 	// B must recover while A is still cut off.
 	var probs []string
 	var took time.Duration
 	for {
-		probs, _, _ = crIndex(t, f, false)
+		probs, _, _ = mounttest.IndexProblems(t, f, false)
 		took = time.Since(cut)
-		if len(probs) == 0 || took > crBound+30*time.Second {
+		if len(probs) == 0 || took > mounttest.RecoveredWithin+30*time.Second {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	if len(probs) > 0 {
-		t.Fatalf("B did not recover A's rename while A was cut off:\n  %s", crCap(probs, 20))
+		t.Fatalf("B did not recover A's rename while A was cut off:\n  %s", mounttest.JoinCapped(probs, 20))
 	}
-	if took > crBound {
-		t.Errorf("recovery took %s after the cut, bound %s", took.Round(time.Millisecond), crBound)
+	if took > mounttest.RecoveredWithin {
+		t.Errorf("recovery took %s after the cut, bound %s", took.Round(time.Millisecond), mounttest.RecoveredWithin)
 	}
 	rec, err := f.Store.GetOp(ctx, op.ID)
 	t.Logf("REPORT %s: B cleaned up A's rename %s after the cut; record now %s aborted=%v owner=%s (%v)",
 		t.Name(), took.Round(10*time.Millisecond), rec.State, rec.Aborted, rec.Owner, err)
-	want := newCrTree().add("src", names)
+	want := mounttest.NewTree().Add("src", names)
 	if rec.State == store.OpDone && !rec.Aborted {
-		want = newCrTree().add("dst", names)
-		if r.err != nil {
-			t.Logf("REPORT %s: the rename happened but A's rename(2) reported %v (an unknown outcome reported as an error)", t.Name(), r.err)
+		want = mounttest.NewTree().Add("dst", names)
+		if r.Err != nil {
+			t.Logf("REPORT %s: the rename happened but A's rename(2) reported %v (an unknown outcome reported as an error)", t.Name(), r.Err)
 		}
-	} else if r.err == nil {
+	} else if r.Err == nil {
 		t.Errorf("A's rename(2) reported success but the rename was rolled back")
 	}
-	if probs := crEventually(b, want, "", false); len(probs) > 0 {
-		t.Errorf("B's view after recovery:\n  %s", crCap(probs, 20))
+	if probs := mounttest.VerifyEventually(b, want, "", false); len(probs) > 0 {
+		t.Errorf("B's view after recovery:\n  %s", mounttest.JoinCapped(probs, 20))
 	}
-	if time.Since(cut) < 2*crLease {
-		time.Sleep(2*crLease - time.Since(cut))
+	if time.Since(cut) < 2*mounttest.Lease {
+		time.Sleep(2*mounttest.Lease - time.Since(cut))
 	}
 	if !strings.Contains(a.Log(), "heartbeat failed") {
 		t.Errorf("A's log does not show its heartbeat failing while cut off")
@@ -518,17 +518,17 @@ func TestOutageCutOffRenameOwnerFencesItself(t *testing.T) {
 
 	proxy.Up(t)
 	restored := time.Now()
-	crWaitLog(t, a, "started a new session", 30*time.Second)
+	mounttest.WaitLog(t, a, "started a new session", 30*time.Second)
 	t.Logf("REPORT %s: A started a new session %s after the connection came back", t.Name(), time.Since(restored).Round(time.Millisecond))
 	if err := os.WriteFile(a.Path("after-a"), []byte("A is back\n"), 0o644); err != nil {
 		t.Errorf("a create in A after it came back: %v", err)
 	}
-	want.files["after-a"] = "A is back\n"
-	if _, ok := crWaitClean(t, f, b, want, time.Now(), 20*time.Second); ok {
-		crFinalCheck(t, f, b, want)
+	want.Files["after-a"] = "A is back\n"
+	if _, ok := mounttest.WaitClean(t, f, b, want, time.Now(), 20*time.Second); ok {
+		mounttest.FinalCheck(t, f, b, want)
 	}
-	if probs := crEventually(a, want, "", false); len(probs) > 0 {
-		t.Errorf("A's view after it came back:\n  %s", crCap(probs, 20))
+	if probs := mounttest.VerifyEventually(a, want, "", false); len(probs) > 0 {
+		t.Errorf("A's view after it came back:\n  %s", mounttest.JoinCapped(probs, 20))
 	}
 }
 
@@ -586,8 +586,8 @@ func lateIntents(t *testing.T, f *mounttest.FS) []store.Dentry {
 func TestLateLockBulkIsCollected(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
-	b := crMount(t, f, nil)
-	a := crMount(t, f, nil, "--es-url", fp.URL, "--es-timeout", lateTimeout.String())
+	b := mounttest.MountUncached(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String())
 
 	// In a directory: a create at the root takes no lock at all (the root
 	// is never locked, and the name is decided by create-if-absent), one
@@ -595,19 +595,19 @@ func TestLateLockBulkIsCollected(t *testing.T) {
 	if err := os.Mkdir(a.Path("p"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	late := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-locks"), Delay: lateDelay, Reset: true})
+	late := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-locks"), Delay: mounttest.LateDelay, Reset: true})
 	start := time.Now()
 	err := os.Mkdir(a.Path("p", "d"), 0o755)
 	took := time.Since(start)
-	t.Logf("REPORT %s: mkdir whose lock bulk was held %s: %s after %s", t.Name(), lateDelay, crErrno(err), took.Round(time.Millisecond))
+	t.Logf("REPORT %s: mkdir whose lock bulk was held %s: %s after %s", t.Name(), mounttest.LateDelay, mounttest.Errno(err), took.Round(time.Millisecond))
 	if err == nil {
 		t.Fatalf("mkdir succeeded although its lock bulk never answered")
 	}
 	// By its deadline, not when the held request comes back (or is reset).
-	if took >= lateDelay {
-		t.Errorf("mkdir took %s to fail; its request deadline is %s", took, lateTimeout)
+	if took >= mounttest.LateDelay {
+		t.Errorf("mkdir took %s to fail; its request deadline is %s", took, mounttest.LateTimeout)
 	}
-	lateWaitFired(t, late)
+	mounttest.WaitLanded(t, late)
 	landed := time.Now()
 	left := lateLocks(t, f, "/p/d", "/p")
 	if len(left) == 0 {
@@ -618,14 +618,14 @@ func TestLateLockBulkIsCollected(t *testing.T) {
 	// Both mounts stay alive throughout: the entries must go because the
 	// session says the operation is over, not because a mount died.
 	for len(left) > 0 {
-		if time.Since(landed) > crBound {
-			t.Fatalf("lock entries of a finished operation still there %s after they landed: %+v", crBound, left)
+		if time.Since(landed) > mounttest.RecoveredWithin {
+			t.Fatalf("lock entries of a finished operation still there %s after they landed: %+v", mounttest.RecoveredWithin, left)
 		}
 		time.Sleep(50 * time.Millisecond)
 		left = lateLocks(t, f, "/p/d", "/p")
 	}
 	t.Logf("REPORT %s: the late entries were collected %s after they landed (lease %s, grace %s)", t.Name(),
-		time.Since(landed).Round(time.Millisecond), crLease, crLease/2)
+		time.Since(landed).Round(time.Millisecond), mounttest.Lease, mounttest.Lease/2)
 	if a.Exited() || b.Exited() {
 		t.Fatal("a mount exited")
 	}
@@ -635,10 +635,10 @@ func TestLateLockBulkIsCollected(t *testing.T) {
 	if err := os.WriteFile(b.Path("p", "d", "from-b"), []byte("b\n"), 0o644); err != nil {
 		t.Fatalf("create below the directory from the other mount: %v", err)
 	}
-	want := newCrTree().add("p", nil).add("p/d", nil)
-	want.files["p/d/from-b"] = "b\n"
-	if _, ok := crWaitClean(t, f, a, want, time.Now(), crStale); ok {
-		crFinalCheck(t, f, b, want)
+	want := mounttest.NewTree().Add("p", nil).Add("p/d", nil)
+	want.Files["p/d/from-b"] = "b\n"
+	if _, ok := mounttest.WaitClean(t, f, a, want, time.Now(), mounttest.StaleWithin); ok {
+		mounttest.FinalCheck(t, f, b, want)
 	}
 }
 
@@ -651,19 +651,19 @@ func TestLateLockBulkIsCollected(t *testing.T) {
 func TestLateStageBulkStaysInvisible(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
-	a := crMount(t, f, nil, "--es-url", fp.URL, "--es-timeout", lateTimeout.String())
-	b := crMount(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String())
+	b := mounttest.MountUncached(t, f, nil)
 	for _, d := range []string{"a", "b"} {
 		if err := os.Mkdir(a.Path(d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, n := range []string{"f1", "f2", "x"} {
-		if err := os.WriteFile(a.Path("a", n), []byte(crContent(n)), 0o644); err != nil {
+		if err := os.WriteFile(a.Path("a", n), []byte(mounttest.Content(n)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	late := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("", `"role":"dst"`), Nth: 3, Delay: lateDelay, Reset: true})
+	late := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("", `"role":"dst"`), Nth: 3, Delay: mounttest.LateDelay, Reset: true})
 	for _, n := range []string{"f1", "f2"} {
 		if err := os.Rename(a.Path("a", n), a.Path("b", n)); err != nil {
 			t.Fatalf("rename of %s: %v", n, err)
@@ -672,27 +672,27 @@ func TestLateStageBulkStaysInvisible(t *testing.T) {
 	// rename(2), not mv: GNU mv would retry a failed rename by itself.
 	start := time.Now()
 	err := os.Rename(a.Path("a", "x"), a.Path("b", "x"))
-	t.Logf("REPORT %s: the rename whose stage bulk was held: %s after %s", t.Name(), crErrno(err), time.Since(start).Round(time.Millisecond))
+	t.Logf("REPORT %s: the rename whose stage bulk was held: %s after %s", t.Name(), mounttest.Errno(err), time.Since(start).Round(time.Millisecond))
 	if err == nil {
 		t.Fatal("the rename succeeded although its stage bulk never answered")
 	}
-	lateWaitFired(t, late)
+	mounttest.WaitLanded(t, late)
 	landed := time.Now()
 
 	// The rename was rolled back: x is where it was, on both mounts, and
 	// the late writes show nowhere.
-	want := newCrTree().add("a", []string{"x"}).add("b", []string{"f1", "f2"})
+	want := mounttest.NewTree().Add("a", []string{"x"}).Add("b", []string{"f1", "f2"})
 	for _, m := range []*mounttest.Mount{a, b} {
-		if probs := crEventually(m, want, "", true); len(probs) > 0 {
-			t.Errorf("%s right after the late stage landed:\n  %s", m.Dir, crCap(probs, 10))
+		if probs := mounttest.VerifyEventually(m, want, "", true); len(probs) > 0 {
+			t.Errorf("%s right after the late stage landed:\n  %s", m.Dir, mounttest.JoinCapped(probs, 10))
 		}
 	}
 	// A sweeper collects what the late bulk wrote, while both mounts live.
 	strays := lateIntents(t, f)
 	t.Logf("the late stage left %d documents with an intent", len(strays))
 	for len(strays) > 0 {
-		if time.Since(landed) > crBound {
-			t.Fatalf("stray documents of a finished rename still there %s after they landed: %+v", crBound, strays)
+		if time.Since(landed) > mounttest.RecoveredWithin {
+			t.Fatalf("stray documents of a finished rename still there %s after they landed: %+v", mounttest.RecoveredWithin, strays)
 		}
 		time.Sleep(100 * time.Millisecond)
 		strays = lateIntents(t, f)
@@ -709,8 +709,8 @@ func TestLateStageBulkStaysInvisible(t *testing.T) {
 	if err := os.Remove(a.Path("c")); err != nil {
 		t.Fatalf("rm c: %v", err)
 	}
-	want = newCrTree().add("a", nil).add("b", []string{"f1", "f2"})
-	for until := time.Now().Add(crBound); time.Now().Before(until); time.Sleep(500 * time.Millisecond) {
+	want = mounttest.NewTree().Add("a", nil).Add("b", []string{"f1", "f2"})
+	for until := time.Now().Add(mounttest.RecoveredWithin); time.Now().Before(until); time.Sleep(500 * time.Millisecond) {
 		for _, m := range []*mounttest.Mount{a, b} {
 			for _, p := range []string{"a/x", "b/x", "c"} {
 				if _, err := os.Lstat(m.Path(p)); !errors.Is(err, fs.ErrNotExist) {
@@ -719,7 +719,7 @@ func TestLateStageBulkStaysInvisible(t *testing.T) {
 			}
 		}
 	}
-	if _, ok := crWaitClean(t, f, b, want, time.Now(), crStale); ok {
-		crFinalCheck(t, f, b, want)
+	if _, ok := mounttest.WaitClean(t, f, b, want, time.Now(), mounttest.StaleWithin); ok {
+		mounttest.FinalCheck(t, f, b, want)
 	}
 }

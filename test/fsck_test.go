@@ -26,7 +26,7 @@ import (
 // status.
 func fsckRun(t *testing.T, f *mounttest.FS, args ...string) (string, int) {
 	t.Helper()
-	out, err := f.Run(append([]string{"fsck", "--lease", crLease.String()}, args...)...)
+	out, err := f.Run(append([]string{"fsck", "--lease", mounttest.Lease.String()}, args...)...)
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -47,7 +47,7 @@ func fsckRun(t *testing.T, f *mounttest.FS, args ...string) (string, int) {
 // and its file is whole when it closes it.
 func TestFsckLeftoverData(t *testing.T) {
 	f := mounttest.NewFS(t)
-	b := crMount(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
 	data := func(n int, seed byte) []byte {
 		out := make([]byte, n)
 		for i := range out {
@@ -59,14 +59,14 @@ func TestFsckLeftoverData(t *testing.T) {
 	// Two files whose flush dies between chunks and inode.
 	var crashed []uint64
 	for _, name := range []string{"gone", "empty"} {
-		m := crMount(t, f, []string{"ESFS_CRASH_POINT=flush-after-chunks"})
+		m := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=flush-after-chunks"})
 		err := os.WriteFile(m.Path(name), data(3<<20, 1), 0o644)
 		if _, ok := m.WaitExit(time.Minute); !ok {
 			t.Fatalf("the mount did not die at its flush (write: %v)", err)
 		}
 		m.Kill()
-		crashed = append(crashed, inoOf(t, b.Path(name)))
-		if got := storedChunks(t, f, crashed[len(crashed)-1]); len(got) != 3 {
+		crashed = append(crashed, mounttest.Ino(t, b.Path(name)))
+		if got := mounttest.StoredChunks(t, f, crashed[len(crashed)-1]); len(got) != 3 {
 			t.Fatalf("%s: %d chunks stored by the killed flush, want 3", name, len(got))
 		}
 	}
@@ -78,7 +78,7 @@ func TestFsckLeftoverData(t *testing.T) {
 	}
 
 	// A mount killed with 32 MiB sent and its inode never updated.
-	k := crMount(t, f, nil)
+	k := mounttest.MountUncached(t, f, nil)
 	kh, err := os.Create(k.Path("killed"))
 	if err != nil {
 		t.Fatal(err)
@@ -88,17 +88,17 @@ func TestFsckLeftoverData(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	killedIno := inoOf(t, k.Path("killed"))
+	killedIno := mounttest.Ino(t, k.Path("killed"))
 	k.Kill()
 	kh.Close()
-	if got := storedChunks(t, f, killedIno); len(got) < 32 {
+	if got := mounttest.StoredChunks(t, f, killedIno); len(got) < 32 {
 		t.Fatalf("the killed writer had stored %d chunks, want at least 32", len(got))
 	}
 
 	// A live writer, with 32 MiB sent and not flushed. It is another
 	// process: every fork of this one (fsck, a mount) would close a copy
 	// of the descriptor, and each close flushes.
-	c := crMount(t, f, nil)
+	c := mounttest.MountUncached(t, f, nil)
 	live := bytes.Repeat(data(1<<20, 3), 40)
 	writer := exec.Command("python3", "-c", `
 import sys
@@ -128,8 +128,8 @@ print("closed", flush=True)
 	if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "written\n" {
 		t.Fatalf("the live writer: %q, %v", line, err)
 	}
-	liveIno := inoOf(t, c.Path("live"))
-	liveChunks := storedChunks(t, f, liveIno)
+	liveIno := mounttest.Ino(t, c.Path("live"))
+	liveChunks := mounttest.StoredChunks(t, f, liveIno)
 	if len(liveChunks) < 32 {
 		t.Fatalf("the live writer stored %d chunks before its flush, want at least 32", len(liveChunks))
 	}
@@ -159,18 +159,18 @@ print("closed", flush=True)
 		t.Errorf("esfs fsck --repair exit status %d, want 1 (all repaired)", code)
 	}
 	for _, ino := range append(crashed, killedIno) {
-		if got := storedChunks(t, f, ino); len(got) != 0 {
+		if got := mounttest.StoredChunks(t, f, ino); len(got) != 0 {
 			t.Errorf("inode %d: chunks %v left after repair", ino, got)
 		}
 	}
-	if got := storedChunks(t, f, liveIno); len(got) < len(liveChunks) {
+	if got := mounttest.StoredChunks(t, f, liveIno); len(got) < len(liveChunks) {
 		t.Errorf("the live writer's chunks: %d left of %d after repair", len(got), len(liveChunks))
 	}
 	stdin.Close()
 	if err := writer.Wait(); err != nil {
 		t.Fatalf("the live writer's close: %v", err)
 	}
-	if got := fenceRead(t, b.Path("live")); !bytes.Equal(got, live) {
+	if got := mounttest.MustReadFile(t, b.Path("live")); !bytes.Equal(got, live) {
 		t.Errorf("the live writer's file after fsck --repair and its close: %d bytes, differs from what was written", len(got))
 	}
 	if out, code := fsckRun(t, f); code != 0 {
@@ -192,24 +192,26 @@ print("closed", flush=True)
 // is finished by esfs fsck --repair, counts included.
 func TestFsckDirLinkCounts(t *testing.T) {
 	f := mounttest.NewFS(t)
-	b := crMount(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
 	mounttest.Sh(t, b.Dir, `mkdir -p a/keep a/d/sub b old/x/y`)
-	a := crMount(t, f, []string{"ESFS_CRASH_POINT=rename-after-links-marked"})
-	mv := crGo(func() crResult { return crRun(2*time.Minute, "/", "mv", "-T", a.Path("a", "d"), a.Path("b", "d")) })
+	a := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=rename-after-links-marked"})
+	mv := mounttest.Background(func() mounttest.Result {
+		return mounttest.Exec(2*time.Minute, "/", "mv", "-T", a.Path("a", "d"), a.Path("b", "d"))
+	})
 	if _, ok := a.WaitExit(2 * time.Minute); !ok {
 		t.Fatal("the renaming mount did not die at rename-after-links-marked")
 	}
 	died := time.Now()
 	a.Kill()
-	crWaitResult(t, "mv on the dead mount", mv, time.Minute)
-	want := newCrTree()
+	mounttest.WaitResult(t, "mv on the dead mount", mv, time.Minute)
+	want := mounttest.NewTree()
 	for _, d := range []string{"a", "a/keep", "b", "b/d", "b/d/sub", "old", "old/x", "old/x/y"} {
-		want.dirs[d] = true
+		want.Dirs[d] = true
 	}
-	crWaitClean(t, f, b, want, died, crBound+30*time.Second)
+	mounttest.WaitClean(t, f, b, want, died, mounttest.RecoveredWithin+30*time.Second)
 	// The survivor finished the rename, but the counts were marked as
 	// moved by the mount that died before it moved them.
-	if na, nb := statLinks(t, b.Path("a")), statLinks(t, b.Path("b")); na != 4 || nb != 2 {
+	if na, nb := mounttest.Links(t, b.Path("a")), mounttest.Links(t, b.Path("b")); na != 4 || nb != 2 {
 		t.Fatalf("after the crash: /a has %d links, /b %d; want the stale 4 and 2 (the crash point is not where the test thinks)", na, nb)
 	}
 	// A directory as an esfs that did not count left it.
@@ -226,7 +228,7 @@ func TestFsckDirLinkCounts(t *testing.T) {
 	if _, err := f.Store.Write(ctx, store.PutInode(old, old.Ver)); err != nil {
 		t.Fatal(err)
 	}
-	if n := statLinks(t, b.Path("old", "x")); n != 1 {
+	if n := mounttest.Links(t, b.Path("old", "x")); n != 1 {
 		t.Errorf("a directory stored with 1 link (not counted) reports %d, want 1", n)
 	}
 
@@ -241,33 +243,35 @@ func TestFsckDirLinkCounts(t *testing.T) {
 	if out, err := f.Run("fsck", "--no-wait"); err != nil {
 		t.Fatalf("fsck after the repair: %v\n%s", err, out)
 	}
-	dirLinksAgree(t, b.Dir)
-	alive(t, b)
+	mounttest.DirLinksAgree(t, b.Dir)
+	mounttest.Alive(t, b)
 
 	// No mount alive: an admin command finishes a dead mount's rename.
 	b.Unmount(t)
-	a = crMount(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"})
-	mv = crGo(func() crResult { return crRun(2*time.Minute, "/", "mv", "-T", a.Path("b", "d"), a.Path("old", "d")) })
+	a = mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"})
+	mv = mounttest.Background(func() mounttest.Result {
+		return mounttest.Exec(2*time.Minute, "/", "mv", "-T", a.Path("b", "d"), a.Path("old", "d"))
+	})
 	if _, ok := a.WaitExit(2 * time.Minute); !ok {
 		t.Fatal("the renaming mount did not die at rename-after-commit")
 	}
 	a.Kill()
-	crWaitResult(t, "mv on the dead mount", mv, time.Minute)
+	mounttest.WaitResult(t, "mv on the dead mount", mv, time.Minute)
 	if out, err := f.Run("fsck", "--repair"); exitCode(err) != 1 || !strings.Contains(out, "unfinished operation") {
 		t.Fatalf("fsck --repair of a dead mount's rename: exit %d, want 1:\n%s", exitCode(err), out)
 	}
 	if out, err := f.Run("fsck", "--no-wait"); err != nil {
 		t.Fatalf("fsck after recovery by fsck: %v\n%s", err, out)
 	}
-	c := crMount(t, f, nil)
+	c := mounttest.MountUncached(t, f, nil)
 	if _, err := os.Stat(c.Path("old", "d", "sub")); err != nil {
 		t.Errorf("the rename finished by fsck: %v", err)
 	}
-	if nb, no := statLinks(t, c.Path("b")), statLinks(t, c.Path("old")); nb != 2 || no != 4 {
+	if nb, no := mounttest.Links(t, c.Path("b")), mounttest.Links(t, c.Path("old")); nb != 2 || no != 4 {
 		t.Errorf("after fsck finished the rename: /b has %d links, /old %d; want 2 and 4", nb, no)
 	}
-	dirLinksAgree(t, c.Dir)
-	alive(t, c)
+	mounttest.DirLinksAgree(t, c.Dir)
+	mounttest.Alive(t, c)
 }
 
 // exitCode is the exit status of a command's error (0 for nil).
@@ -289,20 +293,20 @@ func exitCode(err error) int {
 // it deleted the new file's inode and data, and lowered the link count
 // below the file's paths), and report the filesystem clean.
 func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
-	quickExit(t)
+	mounttest.QuickExit(t)
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	mounttest.Sh(t, m.Dir, `echo linked > linked && echo doomed > doomed && mkdir d0`)
-	if out, code := esfsCmd(t, f, "", "fsck", "--no-wait"); code != 0 {
+	if out, code := mounttest.RunOn(t, f, "", "fsck", "--no-wait"); code != 0 {
 		t.Fatalf("fsck before: status %d\n%s", code, out)
 	}
 
-	fsck := startHeld(t, f, "scanning inodes", func(r *http.Request, body []byte) bool {
+	fsck := mounttest.StartHeld(t, f, "scanning inodes", func(r *http.Request, body []byte) bool {
 		return r.Method == http.MethodPost && r.URL.Path == "/"+f.Index+"-inodes/_search"
 	}, "fsck", "--repair", "--no-wait")
 	mounttest.Sh(t, m.Dir, `echo born > born && ln linked link2 && rm doomed && mkdir d0/new`)
-	esDo(t, f.URL, "POST", "/"+f.Index+","+f.Index+"-*/_refresh", "")
-	out, err := fsck.finish()
+	mounttest.ESRequest(t, f.URL, "POST", "/"+f.Index+","+f.Index+"-*/_refresh", "")
+	out, err := fsck.Finish()
 	if err != nil {
 		t.Errorf("fsck --repair during changes: %v\n%s", err, out)
 	}

@@ -7,7 +7,6 @@ package test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -86,7 +85,7 @@ func TestSigtermWhileMounting(t *testing.T) {
 		}
 		return root
 	}, Delay: 5 * time.Second})
-	m := f.MountAt(t, t.TempDir(), nil, append([]string{"--es-url", fp.URL}, lkNoCache...)...)
+	m := f.MountAt(t, t.TempDir(), nil, append([]string{"--es-url", fp.URL}, mounttest.NoCache...)...)
 	select {
 	case <-asked:
 		t.Log("the daemon asked for its root's attributes while mounting: signalling it now")
@@ -218,38 +217,6 @@ func TestSigtermSecondSignalExitsAtOnce(t *testing.T) {
 	}
 }
 
-// runEnv runs the esfs binary (under the name argv0 if not empty, as
-// mount(8) runs a helper) with env added, bounded in time, and returns
-// its combined output and exit status.
-func runEnv(t *testing.T, argv0 string, env []string, args ...string) (string, int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	bin := mounttest.Binary(t)
-	if argv0 != "" {
-		link := filepath.Join(t.TempDir(), argv0)
-		if err := os.Symlink(bin, link); err != nil {
-			t.Fatal(err)
-		}
-		bin = link
-	}
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.WaitDelay = time.Second
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("esfs %q hung", args)
-	}
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return string(out), code
-}
-
 // oneFailure checks that a command failed with one line saying want.
 func oneFailure(t *testing.T, what, out string, code int, want string) {
 	t.Helper()
@@ -278,8 +245,8 @@ func daemonMounted(t *testing.T, out string, code int, dir string) (pid, conn in
 // daemon to end.
 func umountDaemon(t *testing.T, f *mounttest.FS, dir string, pid, conn int) {
 	t.Helper()
-	if out, code := runEnv(t, "", nil, "umount", dir); code != 0 || mounttest.IsMounted(dir) {
-		t.Fatalf("esfs umount: status %d: %s", code, out)
+	if r := mounttest.Run(t, mounttest.Cmd{Args: []string{"umount", dir}, Limit: time.Minute}); r.Code != 0 || mounttest.IsMounted(dir) {
+		t.Fatalf("esfs umount: status %d: %s", r.Code, r.Out)
 	}
 	mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
 }
@@ -295,10 +262,10 @@ func TestMountNonEmpty(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) }) // if it did mount
 	logFile := filepath.Join(t.TempDir(), "esfs.log")
-	out, code := runEnv(t, "", nil, "mount", "--daemon", "--log-file", logFile, "--es-url", f.URL, "--index", f.Index, dir)
-	oneFailure(t, "esfs mount over a non-empty directory", out, code, "is not empty")
-	out, code = runEnv(t, "mount.fuse.esfs", nil, f.Index, dir, "-o", "es_url="+f.URL+",log_file="+logFile)
-	oneFailure(t, "the mount helper over a non-empty directory", out, code, "is not empty")
+	r := mounttest.Run(t, mounttest.Cmd{Args: []string{"mount", "--daemon", "--log-file", logFile, "--es-url", f.URL, "--index", f.Index, dir}, Limit: time.Minute})
+	oneFailure(t, "esfs mount over a non-empty directory", r.Out, r.Code, "is not empty")
+	r = mounttest.Run(t, mounttest.Cmd{Args: []string{f.Index, dir, "-o", "es_url=" + f.URL + ",log_file=" + logFile}, Argv0: "mount.fuse.esfs", Limit: time.Minute})
+	oneFailure(t, "the mount helper over a non-empty directory", r.Out, r.Code, "is not empty")
 	if mounttest.IsMounted(dir) {
 		t.Fatal("mounted over a non-empty directory")
 	}
@@ -310,9 +277,13 @@ func TestMountNonEmpty(t *testing.T) {
 	m.Unmount(t)
 
 	logDir := t.TempDir()
-	out, code = runEnv(t, "mount.fuse.esfs", []string{"ESFS_LOG_DIR=" + logDir, "ESFS_SYSLOG_SOCKET=/nonexistent"},
-		f.Index, dir, "-o", "nonempty,es_url="+f.URL)
-	pid, conn, _ := daemonMounted(t, out, code, dir)
+	r = mounttest.Run(t, mounttest.Cmd{
+		Args:  []string{f.Index, dir, "-o", "nonempty,es_url=" + f.URL},
+		Env:   []string{"ESFS_LOG_DIR=" + logDir, "ESFS_SYSLOG_SOCKET=/nonexistent"},
+		Argv0: "mount.fuse.esfs",
+		Limit: time.Minute,
+	})
+	pid, conn, _ := daemonMounted(t, r.Out, r.Code, dir)
 	umountDaemon(t, f, dir, pid, conn)
 	if b, err := os.ReadFile(filepath.Join(dir, "underneath")); err != nil || string(b) != "local" {
 		t.Errorf("the directory's own file after the unmount: %q, %v", b, err)
@@ -328,15 +299,15 @@ func TestUmountOnlyEsfs(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
 	for _, lazy := range [][]string{nil, {"--lazy"}} {
-		out, code := runEnv(t, "", nil, append(append([]string{"umount"}, lazy...), dir)...)
-		oneFailure(t, "esfs umount "+strings.Join(lazy, " ")+" of a tmpfs", out, code, dir+" is a tmpfs mount (source esfs-test-tmpfs), not esfs")
+		r := mounttest.Run(t, mounttest.Cmd{Args: append(append([]string{"umount"}, lazy...), dir), Limit: time.Minute})
+		oneFailure(t, "esfs umount "+strings.Join(lazy, " ")+" of a tmpfs", r.Out, r.Code, dir+" is a tmpfs mount (source esfs-test-tmpfs), not esfs")
 		if !mounttest.IsMounted(dir) {
 			t.Fatal("esfs umount unmounted a tmpfs")
 		}
 	}
 	plain := t.TempDir()
-	out, code := runEnv(t, "", nil, "umount", plain)
-	oneFailure(t, "esfs umount of a plain directory", out, code, "is not mounted: it is not a mount point")
+	r := mounttest.Run(t, mounttest.Cmd{Args: []string{"umount", plain}, Limit: time.Minute})
+	oneFailure(t, "esfs umount of a plain directory", r.Out, r.Code, "is not mounted: it is not a mount point")
 }
 
 // TestMountDaemonLogs: a --daemon mount without --log-file logs to syslog when
@@ -368,8 +339,8 @@ func TestMountDaemonLogs(t *testing.T) {
 		dir := t.TempDir()
 		logDir := t.TempDir()
 		env := []string{"ESFS_SYSLOG_SOCKET=" + sock, "ESFS_LOG_DIR=" + logDir}
-		out, code := runEnv(t, "", env, "mount", "--daemon", "--es-url", f.URL, "--index", f.Index, dir)
-		pid, conn, logAt := daemonMounted(t, out, code, dir)
+		r := mounttest.Run(t, mounttest.Cmd{Args: []string{"mount", "--daemon", "--es-url", f.URL, "--index", f.Index, dir}, Env: env, Limit: time.Minute})
+		pid, conn, logAt := daemonMounted(t, r.Out, r.Code, dir)
 		if logAt != "syslog ("+sock+")" {
 			t.Errorf("the mounted line says the log goes to %q, want syslog (%s)", logAt, sock)
 		}
@@ -403,8 +374,8 @@ func TestMountDaemonLogs(t *testing.T) {
 		dir := t.TempDir()
 		logDir := filepath.Join(t.TempDir(), "esfs") // made by the daemon
 		env := []string{"ESFS_SYSLOG_SOCKET=/nonexistent/log", "ESFS_LOG_DIR=" + logDir}
-		out, code := runEnv(t, "", env, "mount", "--daemon", "--es-url", f.URL, "--index", f.Index, dir)
-		pid, conn, logAt := daemonMounted(t, out, code, dir)
+		r := mounttest.Run(t, mounttest.Cmd{Args: []string{"mount", "--daemon", "--es-url", f.URL, "--index", f.Index, dir}, Env: env, Limit: time.Minute})
+		pid, conn, logAt := daemonMounted(t, r.Out, r.Code, dir)
 		// systemd-escape --path: "/" is "-", other bytes (here '-') \xNN.
 		want := filepath.Join(logDir, f.Index+"@"+strings.ReplaceAll(strings.ReplaceAll(strings.TrimPrefix(dir, "/"), "-", `\x2d`), "/", "-")+".log")
 		if logAt != want {
@@ -421,8 +392,8 @@ func TestMountDaemonLogs(t *testing.T) {
 		dir := t.TempDir()
 		logDir := t.TempDir()
 		env := []string{"ESFS_SYSLOG_SOCKET=/nonexistent/log", "ESFS_LOG_DIR=" + logDir}
-		out, code := runEnv(t, "mount.fuse.esfs", env, f.Index, dir, "-o", "es_url="+f.URL)
-		pid, conn, logAt := daemonMounted(t, out, code, dir)
+		r := mounttest.Run(t, mounttest.Cmd{Args: []string{f.Index, dir, "-o", "es_url=" + f.URL}, Env: env, Argv0: "mount.fuse.esfs", Limit: time.Minute})
+		pid, conn, logAt := daemonMounted(t, r.Out, r.Code, dir)
 		if filepath.Dir(logAt) != logDir {
 			t.Errorf("the helper's daemon logs to %q, want a file in %s", logAt, logDir)
 		}
@@ -633,7 +604,8 @@ func TestCommandLineErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			out, code, took := runCLI(t, 30*time.Second, c.args...)
+			r := mounttest.Run(t, mounttest.Cmd{Args: c.args, Env: []string{"ELASTICSEARCH_URL="}, Limit: 30 * time.Second})
+			out, code, took := r.Out, r.Code, r.Took
 			lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 			if code != c.code {
 				t.Errorf("exit status %d, want %d; output:\n%s", code, c.code, out)
@@ -660,7 +632,8 @@ func TestMountDaemonMode(t *testing.T) {
 	f := mounttest.NewFS(t)
 	dir := t.TempDir()
 	logFile := filepath.Join(t.TempDir(), "esfs.log") // not the system's log directory
-	out, code, _ := runCLI(t, 60*time.Second, "mount", "--daemon", "--log-file", logFile, "--es-url", f.URL, "--index", f.Index, dir)
+	r := mounttest.Run(t, mounttest.Cmd{Args: []string{"mount", "--daemon", "--log-file", logFile, "--es-url", f.URL, "--index", f.Index, dir}, Env: []string{"ELASTICSEARCH_URL="}, Limit: 60 * time.Second})
+	out, code := r.Out, r.Code
 	if code != 0 || !mounttest.IsMounted(dir) {
 		t.Fatalf("daemon mount: status %d, mounted %v:\n%s", code, mounttest.IsMounted(dir), out)
 	}
@@ -670,7 +643,8 @@ func TestMountDaemonMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	umountDaemon(t, f, dir, pid, conn)
-	out, code, _ = runCLI(t, 60*time.Second, "mount", "--daemon", "--es-url", f.URL, "--index", "esfs-never-made", dir)
+	r = mounttest.Run(t, mounttest.Cmd{Args: []string{"mount", "--daemon", "--es-url", f.URL, "--index", "esfs-never-made", dir}, Env: []string{"ELASTICSEARCH_URL="}, Limit: 60 * time.Second})
+	out, code = r.Out, r.Code
 	if code == 0 || !strings.Contains(out, "esfs mkfs") || mounttest.IsMounted(dir) {
 		t.Fatalf("daemon mount of a missing filesystem: status %d:\n%s", code, out)
 	}

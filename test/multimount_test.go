@@ -70,7 +70,7 @@ func TestMultiMountSeesChangesWithinBound(t *testing.T) {
 	if err := os.WriteFile(a.Path("x"), []byte("v1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "create", limit, readIs(b.Path("x"), "v1"))
+	mounttest.WaitFor(t, "create", limit, readIs(b.Path("x"), "v1"))
 
 	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
 		t.Fatal(err)
@@ -79,34 +79,34 @@ func TestMultiMountSeesChangesWithinBound(t *testing.T) {
 	if err := os.WriteFile(a.Path("d", "y"), []byte("y"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "listing", limit, listed(b.Path("d"), "y"))
+	mounttest.WaitFor(t, "listing", limit, listed(b.Path("d"), "y"))
 
 	if err := os.WriteFile(a.Path("x"), []byte("version two"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "rewrite", limit, readIs(b.Path("x"), "version two"))
+	mounttest.WaitFor(t, "rewrite", limit, readIs(b.Path("x"), "version two"))
 
 	if err := os.Rename(a.Path("x"), a.Path("z")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "rename source gone", limit, gone(b.Path("x")))
-	waitFor(t, "rename target", limit, readIs(b.Path("z"), "version two"))
+	mounttest.WaitFor(t, "rename source gone", limit, gone(b.Path("x")))
+	mounttest.WaitFor(t, "rename target", limit, readIs(b.Path("z"), "version two"))
 
 	if err := os.Rename(a.Path("d"), a.Path("e")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "directory rename", limit, readIs(b.Path("e", "y"), "y"))
+	mounttest.WaitFor(t, "directory rename", limit, readIs(b.Path("e", "y"), "y"))
 
 	if err := os.Remove(a.Path("z")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "unlink", limit, gone(b.Path("z")))
+	mounttest.WaitFor(t, "unlink", limit, gone(b.Path("z")))
 
 	// And the other way round.
 	if err := os.WriteFile(b.Path("from-b"), []byte("b"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "create from B", limit, readIs(a.Path("from-b"), "b"))
+	mounttest.WaitFor(t, "create from B", limit, readIs(a.Path("from-b"), "b"))
 }
 
 // TestMultiMountUncachedSeesChangesAtOnce: with every cache off, a lookup goes
@@ -167,7 +167,7 @@ func TestMultiMountStorm_global(t *testing.T)   { lkStorm(t, "global") }
 //     directory moved into its own subtree) is taken to have had no effect;
 //     the final comparison proves it. An errno outside these is a bug; its
 //     operation's outcome is unknown, so the file is frozen and may end up
-//     at either place (lkWant.maybe); for a directory, the worker looks
+//     at either place (mounttest.Want.Maybe); for a directory, the worker looks
 //     which of its two possible paths exists (its names are unique), and
 //     only if that stays inconclusive is the comparison given up for the
 //     structural invariants alone.
@@ -251,7 +251,7 @@ type lkStormRun struct {
 	t        *testing.T
 	probe    *mounttest.Mount // uncached, to look at outcomes
 	dirs     lkDirs
-	tally    lkTally
+	tally    mounttest.Tally
 	deadline time.Time
 	cycle    sync.Once
 	// tolerate, if set, says whether an unexpected errno is excused now.
@@ -269,7 +269,7 @@ type lkStormRun struct {
 // returns whether err was tolerated.
 func (s *lkStormRun) unexpected(err error, format string, args ...any) bool {
 	if s.tolerate != nil && s.tolerate(err) {
-		s.tally.add("tolerated-"+lkErrno(err), nil)
+		s.tally.Add("tolerated-"+mounttest.Errno(err), nil)
 		s.t.Logf("tolerated: "+format, args...)
 		return true
 	}
@@ -286,7 +286,7 @@ func (s *lkStormRun) reportCycle() {
 }
 
 func lkStorm(t *testing.T, strategy string) {
-	lkStormOn(t, mounttest.NewFS(t), lkStormCfg{strategy: strategy, secs: lkEnvInt(t, "ESFS_STORM_SECONDS", 120)})
+	lkStormOn(t, mounttest.NewFS(t), lkStormCfg{strategy: strategy, secs: mounttest.EnvInt(t, "ESFS_STORM_SECONDS", 120)})
 }
 
 // lkStormCfg varies a storm: extra mount flags, and something done to the
@@ -303,9 +303,9 @@ type lkStormCfg struct {
 func lkStormOn(t *testing.T, f *mounttest.FS, cfg lkStormCfg) {
 	strategy, secs := cfg.strategy, cfg.secs
 	mounts := []*mounttest.Mount{
-		lkMount(t, f, strategy, true, cfg.extra...),
-		lkMount(t, f, strategy, false, cfg.extra...),
-		lkMount(t, f, strategy, false, cfg.extra...),
+		mounttest.MountLocking(t, f, strategy, true, cfg.extra...),
+		mounttest.MountLocking(t, f, strategy, false, cfg.extra...),
+		mounttest.MountLocking(t, f, strategy, false, cfg.extra...),
 	}
 	s := &lkStormRun{t: t, probe: mounts[2], tolerate: cfg.tolerate}
 	for i := 0; i < lkSlots; i++ {
@@ -330,13 +330,13 @@ func lkStormOn(t *testing.T, f *mounttest.FS, cfg lkStormCfg) {
 		run(func() { cfg.during(s, start) })
 	}
 	wg.Wait()
-	all, ok := s.tally.total()
+	all, ok := s.tally.Total()
 	t.Logf("storm: %d operations in %s, %d acknowledged; outcomes:\n%s", all, time.Since(start).Round(time.Millisecond), ok, s.tally.String())
 	for _, m := range mounts {
 		m.Unmount(t)
 	}
 
-	want := lkWant{files: map[string]string{}, dirs: map[string]bool{}, maybe: map[string][]string{}}
+	want := mounttest.Want{Files: map[string]string{}, Dirs: map[string]bool{}, Maybe: map[string][]string{}}
 	for i := 0; i < lkSlots; i++ {
 		p, ok := s.dirs.path(i)
 		if !ok {
@@ -344,7 +344,7 @@ func lkStormOn(t *testing.T, f *mounttest.FS, cfg lkStormCfg) {
 			s.dirsUnknown = true
 			break
 		}
-		want.dirs[p] = true
+		want.Dirs[p] = true
 	}
 	where := func(f lkFile) string {
 		if f.slot < 0 {
@@ -354,19 +354,19 @@ func lkStormOn(t *testing.T, f *mounttest.FS, cfg lkStormCfg) {
 		return p + "/" + f.name
 	}
 	for _, f := range s.files {
-		want.files[where(f)] = f.content
+		want.Files[where(f)] = f.content
 	}
 	for _, u := range s.unknown {
 		for _, l := range u.locs {
-			want.maybe[u.content] = append(want.maybe[u.content], where(l))
+			want.Maybe[u.content] = append(want.Maybe[u.content], where(l))
 		}
 	}
 	if s.dirsUnknown {
 		t.Errorf("storm: a directory operation had an unknown outcome (above): only the structural invariants are checked")
-		want.giveUp()
+		want.GiveUp()
 	}
-	t.Logf("storm: the model holds %d directories, %d files, %d files of unknown outcome", len(want.dirs), len(want.files), len(want.maybe))
-	checkInvariantsWant(t, f, want)
+	t.Logf("storm: the model holds %d directories, %d files, %d files of unknown outcome", len(want.Dirs), len(want.Files), len(want.Maybe))
+	mounttest.CheckInvariantsWant(t, f, want)
 }
 
 func (s *lkStormRun) dirWorker(j int, m *mounttest.Mount, own []int, rng *rand.Rand) {
@@ -405,9 +405,9 @@ func (s *lkStormRun) dirWorker(j int, m *mounttest.Mount, own []int, rng *rand.R
 		name := fmt.Sprintf("D%d.%d", slot, gen)
 		gen++
 		t0 := time.Now()
-		err := lkRename(m.Dir+src, m.Dir+dstDir+"/"+name)
-		s.tally.add(kind, err)
-		s.tally.took(kind, time.Since(t0))
+		err := mounttest.Rename(m.Dir+src, m.Dir+dstDir+"/"+name)
+		s.tally.Add(kind, err)
+		s.tally.Took(kind, time.Since(t0))
 		switch {
 		case err == nil && kind == "dir-move-into-self":
 			s.t.Errorf("storm: moving %s into its own subtree %s succeeded", src, dstDir+"/"+name)
@@ -416,10 +416,10 @@ func (s *lkStormRun) dirWorker(j int, m *mounttest.Mount, own []int, rng *rand.R
 			s.dirs.mu.Lock()
 			s.dirs.parent[slot], s.dirs.name[slot] = parent, name
 			s.dirs.mu.Unlock()
-		case lkCleanFailure(err, "EINVAL"):
-			if kind == "dir-move" && lkErrno(err) == "EINVAL" {
+		case mounttest.CleanFailure(err, "EINVAL"):
+			if kind == "dir-move" && mounttest.Errno(err) == "EINVAL" {
 				// The model was stale: the target moved below us meanwhile.
-				s.tally.add("dir-move-EINVAL-stale-model", nil)
+				s.tally.Add("dir-move-EINVAL-stale-model", nil)
 			}
 		default:
 			tolerated := s.unexpected(err, "storm: dir worker %d: mv %s %s: unexpected %v", j, src, dstDir+"/"+name, err)
@@ -498,8 +498,8 @@ func (s *lkStormRun) fileWorker(k int, m *mounttest.Mount, rng *rand.Rand) {
 		op := rng.IntN(100)
 		t0 := time.Now()
 		note := func(kind string, err error) {
-			s.tally.add(kind, err)
-			s.tally.took(kind, time.Since(t0))
+			s.tally.Add(kind, err)
+			s.tally.Took(kind, time.Since(t0))
 		}
 		switch {
 		case len(live) < 15 || (op < 20 && len(live) < 35):
@@ -509,12 +509,12 @@ func (s *lkStormRun) fileWorker(k int, m *mounttest.Mount, rng *rand.Rand) {
 			if !ok {
 				return
 			}
-			opened, err := lkCreate(p, f.content)
+			opened, err := mounttest.CreateFile(p, f.content)
 			note("file-create", err)
 			switch {
 			case err == nil:
 				live = append(live, f)
-			case !opened && lkCleanFailure(err):
+			case !opened && mounttest.CleanFailure(err):
 			default:
 				s.unexpected(err, "storm: file worker %d: create %s: unexpected %v (opened: %v)", k, p, err, opened)
 				live = append(live, f)
@@ -531,7 +531,7 @@ func (s *lkStormRun) fileWorker(k int, m *mounttest.Mount, rng *rand.Rand) {
 			switch {
 			case err == nil:
 				live = append(live[:i], live[i+1:]...)
-			case lkCleanFailure(err):
+			case mounttest.CleanFailure(err):
 			default:
 				s.unexpected(err, "storm: file worker %d: rm %s: unexpected %v", k, p, err)
 				freeze(i, live[i], lkFile{slot: -1})
@@ -550,12 +550,12 @@ func (s *lkStormRun) fileWorker(k int, m *mounttest.Mount, rng *rand.Rand) {
 			if !ok1 || !ok2 {
 				return
 			}
-			err := lkRename(src, dst)
+			err := mounttest.Rename(src, dst)
 			note(kind, err)
 			switch {
 			case err == nil:
 				live[i] = to
-			case lkCleanFailure(err):
+			case mounttest.CleanFailure(err):
 			default:
 				s.unexpected(err, "storm: file worker %d: mv %s %s: unexpected %v", k, src, dst, err)
 				freeze(i, live[i], to)
@@ -572,13 +572,13 @@ func (s *lkStormRun) fileWorker(k int, m *mounttest.Mount, rng *rand.Rand) {
 			if !ok1 || !ok2 {
 				return
 			}
-			err := lkRename(src, dst)
+			err := mounttest.Rename(src, dst)
 			note("file-replace", err)
 			switch {
 			case err == nil:
 				live[i].slot, live[i].name = live[j].slot, live[j].name
 				live = append(live[:j], live[j+1:]...)
-			case lkCleanFailure(err):
+			case mounttest.CleanFailure(err):
 			default:
 				s.unexpected(err, "storm: file worker %d: mv %s %s (replacing): unexpected %v", k, src, dst, err)
 				target := live[j]
@@ -601,8 +601,8 @@ func (s *lkStormRun) fileWorker(k int, m *mounttest.Mount, rng *rand.Rand) {
 			note("file-read", err)
 			switch {
 			case err == nil && string(b) != live[i].content:
-				s.t.Errorf("storm: file worker %d: %s reads %q, want %q", k, p, lkShort(string(b)), lkShort(live[i].content))
-			case err == nil, lkCleanFailure(err):
+				s.t.Errorf("storm: file worker %d: %s reads %q, want %q", k, p, mounttest.Abbrev(string(b)), mounttest.Abbrev(live[i].content))
+			case err == nil, mounttest.CleanFailure(err):
 			default:
 				s.unexpected(err, "storm: file worker %d: cat %s: unexpected %v", k, p, err)
 			}

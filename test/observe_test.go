@@ -20,10 +20,10 @@ import (
 // profiles, and the same figures reach `esfs status` through the heartbeat.
 func TestMetrics(t *testing.T) {
 	f := mounttest.NewFS(t)
-	addr := freeAddr(t)
+	addr := mounttest.FreeAddr(t)
 	m := f.Mount(t, "--metrics-addr", addr, "--lease", "2s", "--log-format", "json")
 	mounttest.Sh(t, m.Dir, `mkdir d && echo hello > d/f && mv d/f d/g && ls -l d >/dev/null && cat d/g >/dev/null && ! cat d/missing 2>/dev/null`)
-	fams := scrape(t, "http://"+addr+"/metrics")
+	fams := mounttest.Scrape(t, "http://"+addr+"/metrics")
 
 	atLeast := func(what string, got, min float64) {
 		t.Helper()
@@ -32,20 +32,20 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	for _, op := range []string{"MKDIR", "CREATE", "WRITE", "RENAME", "LOOKUP", "READDIRPLUS"} {
-		atLeast("FUSE "+op, sample(fams, "esfs_fuse_request_duration_seconds", "op", op), 1)
+		atLeast("FUSE "+op, mounttest.Sample(fams, "esfs_fuse_request_duration_seconds", "op", op), 1)
 	}
-	atLeast("ES _bulk requests", sample(fams, "esfs_es_request_duration_seconds", "endpoint", "_bulk"), 3)
-	atLeast("ES _doc requests", sample(fams, "esfs_es_request_duration_seconds", "endpoint", "_doc"), 1)
-	atLeast("path documents written by bulk", sample(fams, "esfs_es_bulk_items_total", "index", "path"), 3)
-	atLeast("data chunks written", sample(fams, "esfs_es_bulk_items_total", "index", "data"), 1)
-	atLeast("cache lookups", sample(fams, "esfs_cache_hits_total")+sample(fams, "esfs_cache_misses_total"), 1)
+	atLeast("ES _bulk requests", mounttest.Sample(fams, "esfs_es_request_duration_seconds", "endpoint", "_bulk"), 3)
+	atLeast("ES _doc requests", mounttest.Sample(fams, "esfs_es_request_duration_seconds", "endpoint", "_doc"), 1)
+	atLeast("path documents written by bulk", mounttest.Sample(fams, "esfs_es_bulk_items_total", "index", "path"), 3)
+	atLeast("data chunks written", mounttest.Sample(fams, "esfs_es_bulk_items_total", "index", "data"), 1)
+	atLeast("cache lookups", mounttest.Sample(fams, "esfs_cache_hits_total")+mounttest.Sample(fams, "esfs_cache_misses_total"), 1)
 	// The create in d and the rename took locks (mkdir at the root needs
 	// none: only the shared locks of ancestors, and the root has none).
-	atLeast("granted lock acquisitions", sample(fams, "esfs_lock_acquire_seconds", "result", "granted"), 2)
+	atLeast("granted lock acquisitions", mounttest.Sample(fams, "esfs_lock_acquire_seconds", "result", "granted"), 2)
 	// Creates keep their shared locks a moment (a lease, for the next
 	// create in the directory), then give them back.
 	for deadline := time.Now().Add(3 * time.Second); ; {
-		held := sample(scrape(t, "http://"+addr+"/metrics"), "esfs_locks_held")
+		held := mounttest.Sample(mounttest.Scrape(t, "http://"+addr+"/metrics"), "esfs_locks_held")
 		if held == 0 {
 			break
 		}
@@ -55,31 +55,31 @@ func TestMetrics(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if n := sample(fams, "esfs_renames_total", "result", "done"); n != 1 {
+	if n := mounttest.Sample(fams, "esfs_renames_total", "result", "done"); n != 1 {
 		t.Errorf("esfs_renames_total{result=done} = %v, want 1 (one mv)", n)
 	}
-	if n := sample(fams, "esfs_rename_documents_total"); n != 1 {
+	if n := mounttest.Sample(fams, "esfs_rename_documents_total"); n != 1 {
 		t.Errorf("esfs_rename_documents_total = %v, want 1 (one file moved)", n)
 	}
-	if n := sample(fams, "esfs_renames_in_flight"); n != 0 {
+	if n := mounttest.Sample(fams, "esfs_renames_in_flight"); n != 0 {
 		t.Errorf("esfs_renames_in_flight = %v, want 0", n)
 	}
-	if n := sample(fams, "esfs_es_errors_total"); n > 0 {
+	if n := mounttest.Sample(fams, "esfs_es_errors_total"); n > 0 {
 		t.Errorf("esfs_es_errors_total = %v on a healthy cluster", n)
 	}
-	atLeast("process RSS", sample(fams, "process_resident_memory_bytes"), 1<<20)
+	atLeast("process RSS", mounttest.Sample(fams, "process_resident_memory_bytes"), 1<<20)
 
 	// The counters move with the work: 20 more files, 20 more CREATEs.
-	before := sample(fams, "esfs_fuse_request_duration_seconds", "op", "CREATE")
+	before := mounttest.Sample(fams, "esfs_fuse_request_duration_seconds", "op", "CREATE")
 	mounttest.Sh(t, m.Dir, `for i in $(seq 20); do : > d/n$i; done`)
-	after := sample(scrape(t, "http://"+addr+"/metrics"), "esfs_fuse_request_duration_seconds", "op", "CREATE")
+	after := mounttest.Sample(mounttest.Scrape(t, "http://"+addr+"/metrics"), "esfs_fuse_request_duration_seconds", "op", "CREATE")
 	if after-before != 20 {
 		t.Errorf("CREATE count went from %v to %v after 20 creates", before, after)
 	}
 
 	// A directory rename counts the directory and everything below it.
 	mounttest.Sh(t, m.Dir, `mkdir t && touch t/a t/b t/c && mv t u`)
-	if n := sample(scrape(t, "http://"+addr+"/metrics"), "esfs_rename_documents_total"); n != 1+4 {
+	if n := mounttest.Sample(mounttest.Scrape(t, "http://"+addr+"/metrics"), "esfs_rename_documents_total"); n != 1+4 {
 		t.Errorf("esfs_rename_documents_total = %v after moving a directory of 3 files, want 5", n)
 	}
 
@@ -144,7 +144,8 @@ func TestObservabilityFlagErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			args := append(append([]string{"mount", "--es-url", f.URL, "--index", f.Index}, c.flags...), dir)
-			out, code, _ := runCLI(t, 60*time.Second, args...)
+			r := mounttest.Run(t, mounttest.Cmd{Args: args, Env: []string{"ELASTICSEARCH_URL="}, Limit: 60 * time.Second})
+			out, code := r.Out, r.Code
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if code != c.code || !strings.Contains(out, c.want) || len(lines) != 1 || mounttest.IsMounted(dir) {
 				t.Errorf("%v: status %d (want %d), mounted %v, output:\n%s", c.flags, code, c.code, mounttest.IsMounted(dir), out)

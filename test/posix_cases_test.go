@@ -361,7 +361,7 @@ func TestPosixCases(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the survey switches users: run it as root")
 	}
-	quickExit(t)
+	mounttest.QuickExit(t)
 	posixdo := buildPosixdo(t)
 	local := publicDir(t, "posix-tmpfs")
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "mode=0755", "esfs-posix-survey", local).CombinedOutput(); err != nil {

@@ -3,7 +3,7 @@ package test
 // Two-mount rename races, each round repeated under every locking
 // strategy (--locking tree, document, global): the crossed pair (mv a b/d/e
 // against mv b/d a/c), swaps, one destination, a directory into itself,
-// renames under streams of creates. Every test ends with checkInvariants.
+// renames under streams of creates. Every test ends with mounttest.CheckInvariants.
 
 import (
 	"context"
@@ -54,10 +54,10 @@ func lkSnapFresh(t *testing.T, f *mounttest.FS, root string) map[string]string {
 	return lkSnap(t, root)
 }
 
-// lkSnap reads the tree below root through a mount, in lkMake's form.
+// lkSnap reads the tree below root through a mount, in mounttest.MakeTree's form.
 func lkSnap(t *testing.T, root string) map[string]string {
 	t.Helper()
-	files, dirs, err := lkWalk(root)
+	files, dirs, err := mounttest.Walk(root)
 	if err != nil {
 		t.Errorf("reading %s: %v", root, err)
 	}
@@ -85,7 +85,7 @@ func lkSame(a, b map[string]string) bool {
 
 func lkFmt(m map[string]string) string {
 	var s []string
-	for _, k := range lkSorted(m) {
+	for _, k := range mounttest.SortedKeys(m) {
 		if strings.HasSuffix(k, "/") {
 			s = append(s, k)
 		} else {
@@ -95,7 +95,7 @@ func lkFmt(m map[string]string) string {
 	return "{" + strings.Join(s, " ") + "}"
 }
 
-// lkCreateAt is lkCreate relative to an open directory (openat).
+// lkCreateAt is mounttest.CreateFile relative to an open directory (openat).
 func lkCreateAt(dirfd int, name, content string) (opened bool, err error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o644)
 	if err != nil {
@@ -115,24 +115,24 @@ func lkCreateAt(dirfd int, name, content string) (opened bool, err error) {
 // changes at once. A round's outcome is judged from the errors: the tree
 // must be what the successful operations imply in some serial order, and
 // failed operations must have left no trace. All rounds' expected trees
-// are checked together at the end by checkInvariants.
+// are checked together at the end by mounttest.CheckInvariants.
 
 // lkRaceTest runs body for each strategy with two uncached mounts, then
 // unmounts them and checks the invariants against what body expects.
-func lkRaceTest(t *testing.T, body func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally)) {
+func lkRaceTest(t *testing.T, body func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally)) {
 	for _, strategy := range lkStrategies {
 		t.Run(strategy, func(t *testing.T) {
 			start := time.Now()
 			f := mounttest.NewFS(t)
-			a := lkMount(t, f, strategy, false)
-			b := lkMount(t, f, strategy, false)
-			want := &lkWant{files: map[string]string{}, dirs: map[string]bool{}}
-			var tally lkTally
+			a := mounttest.MountLocking(t, f, strategy, false)
+			b := mounttest.MountLocking(t, f, strategy, false)
+			want := &mounttest.Want{Files: map[string]string{}, Dirs: map[string]bool{}}
+			var tally mounttest.Tally
 			body(t, f, a, b, want, &tally)
 			t.Logf("%s: outcomes in %s:\n%s", strategy, time.Since(start).Round(time.Millisecond), tally.String())
 			a.Unmount(t)
 			b.Unmount(t)
-			checkInvariantsWant(t, f, *want)
+			mounttest.CheckInvariantsWant(t, f, *want)
 		})
 	}
 }
@@ -140,12 +140,12 @@ func lkRaceTest(t *testing.T, body func(t *testing.T, f *mounttest.FS, a, b *mou
 // lkJudge compares a round's tree with the trees its outcome allows; it
 // records the expected tree (the one found, if allowed) in want, unless
 // want is nil (an intermediate state of the round).
-func lkJudge(t *testing.T, round string, got map[string]string, want *lkWant, what string, allowed ...map[string]string) {
+func lkJudge(t *testing.T, round string, got map[string]string, want *mounttest.Want, what string, allowed ...map[string]string) {
 	t.Helper()
 	for _, a := range allowed {
 		if lkSame(got, a) {
 			if want != nil {
-				want.lkAdd(round, a)
+				want.Add(round, a)
 			}
 			return
 		}
@@ -156,7 +156,7 @@ func lkJudge(t *testing.T, round string, got map[string]string, want *lkWant, wh
 	}
 	t.Errorf("%s: %s: the tree is %s, but the outcome allows only %s", round, what, lkFmt(got), strings.Join(s, " or "))
 	if want != nil {
-		want.giveUp() // no longer knowable: only the structure is checked
+		want.GiveUp() // no longer knowable: only the structure is checked
 	}
 }
 
@@ -166,20 +166,20 @@ func lkJudge(t *testing.T, round string, got map[string]string, want *lkWant, wh
 // so exactly one may succeed (or neither, on a lock timeout); both
 // succeeding makes a cycle that detaches a and b/d from the tree.
 func TestRenameRaceCrossedDirsAtMostOneWins(t *testing.T) {
-	rounds := lkRounds(t, 20)
-	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
+	rounds := mounttest.Rounds(t, 20)
+	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally) {
 		for i := 0; i < rounds; i++ {
 			r := fmt.Sprintf("/r%02d", i)
 			before := map[string]string{"/a/": "", "/a/x": "x" + r, "/b/": "", "/b/d/": "", "/b/d/y": "y" + r}
-			lkMake(t, a.Path(r), before)
+			mounttest.MakeTree(t, a.Path(r), before)
 			errA, errB := lkRace(
-				func() error { return lkRename(a.Path(r, "a"), a.Path(r, "b", "d", "e")) },
-				func() error { return lkRename(b.Path(r, "b", "d"), b.Path(r, "a", "c")) })
-			tally.add("mv a b/d/e", errA)
-			tally.add("mv b/d a/c", errB)
-			what := fmt.Sprintf("mv a b/d/e: %s, mv b/d a/c: %s", lkErrno(errA), lkErrno(errB))
+				func() error { return mounttest.Rename(a.Path(r, "a"), a.Path(r, "b", "d", "e")) },
+				func() error { return mounttest.Rename(b.Path(r, "b", "d"), b.Path(r, "a", "c")) })
+			tally.Add("mv a b/d/e", errA)
+			tally.Add("mv b/d a/c", errB)
+			what := fmt.Sprintf("mv a b/d/e: %s, mv b/d a/c: %s", mounttest.Errno(errA), mounttest.Errno(errB))
 			for _, err := range []error{errA, errB} {
-				if err != nil && !lkCleanFailure(err) {
+				if err != nil && !mounttest.CleanFailure(err) {
 					t.Errorf("%s: %s: unexpected error %v", r, what, err)
 				}
 			}
@@ -187,7 +187,7 @@ func TestRenameRaceCrossedDirsAtMostOneWins(t *testing.T) {
 			switch {
 			case errA == nil && errB == nil:
 				t.Errorf("%s: both renames of the #4800 pair succeeded (no serial order allows it): the tree is %s", r, lkFmt(got))
-				want.giveUp()
+				want.GiveUp()
 			case errA == nil:
 				lkJudge(t, r, got, want, what, map[string]string{"/b/": "", "/b/d/": "", "/b/d/y": "y" + r, "/b/d/e/": "", "/b/d/e/x": "x" + r})
 			case errB == nil:
@@ -204,8 +204,8 @@ func TestRenameRaceCrossedDirsAtMostOneWins(t *testing.T) {
 // (the same, by inode), and non-empty directories (both must fail:
 // ENOTEMPTY, with no effect).
 func TestRenameRaceSwap(t *testing.T) {
-	rounds := lkRounds(t, 12)
-	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
+	rounds := mounttest.Rounds(t, 12)
+	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally) {
 		for i := 0; i < rounds; i++ {
 			r := fmt.Sprintf("/r%02d", i)
 			variant := []string{"files", "empty dirs", "full dirs"}[i%3]
@@ -218,20 +218,20 @@ func TestRenameRaceSwap(t *testing.T) {
 			case "full dirs":
 				before = map[string]string{"/a/": "", "/a/x": "x" + r, "/b/": "", "/b/y": "y" + r}
 			}
-			lkMake(t, a.Path(r), before)
+			mounttest.MakeTree(t, a.Path(r), before)
 			inoA, inoB := lkIno(t, a.Path(r, "a")), lkIno(t, a.Path(r, "b"))
 			errA, errB := lkRace(
-				func() error { return lkRename(a.Path(r, "a"), a.Path(r, "b")) },
-				func() error { return lkRename(b.Path(r, "b"), b.Path(r, "a")) })
-			tally.add("mv a b ("+variant+")", errA)
-			tally.add("mv b a ("+variant+")", errB)
-			what := fmt.Sprintf("%s: mv a b: %s, mv b a: %s", variant, lkErrno(errA), lkErrno(errB))
+				func() error { return mounttest.Rename(a.Path(r, "a"), a.Path(r, "b")) },
+				func() error { return mounttest.Rename(b.Path(r, "b"), b.Path(r, "a")) })
+			tally.Add("mv a b ("+variant+")", errA)
+			tally.Add("mv b a ("+variant+")", errB)
+			what := fmt.Sprintf("%s: mv a b: %s, mv b a: %s", variant, mounttest.Errno(errA), mounttest.Errno(errB))
 			extra := []string{}
 			if variant == "full dirs" {
 				extra = []string{"ENOTEMPTY", "EEXIST"}
 			}
 			for _, err := range []error{errA, errB} {
-				if err != nil && !lkCleanFailure(err, extra...) {
+				if err != nil && !mounttest.CleanFailure(err, extra...) {
 					t.Errorf("%s: %s: unexpected error %v", r, what, err)
 				}
 			}
@@ -310,8 +310,8 @@ func lkInoOrZero(path string) uint64 {
 // gone. With RENAME_NOREPLACE, and with non-empty directories, exactly one
 // wins (the other gets EEXIST or ENOTEMPTY).
 func TestRenameRaceSameDestination(t *testing.T) {
-	rounds := lkRounds(t, 12)
-	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
+	rounds := mounttest.Rounds(t, 12)
+	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally) {
 		for i := 0; i < rounds; i++ {
 			r := fmt.Sprintf("/r%02d", i)
 			variant := []string{"files", "files noreplace", "dirs"}[i%3]
@@ -319,25 +319,25 @@ func TestRenameRaceSameDestination(t *testing.T) {
 			if variant == "dirs" {
 				before = map[string]string{"/s1/": "", "/s1/x/": "", "/s1/x/in": "X" + r, "/s2/": "", "/s2/y/": "", "/s2/y/in": "Y" + r, "/t/": ""}
 			}
-			lkMake(t, a.Path(r), before)
+			mounttest.MakeTree(t, a.Path(r), before)
 			mv := func(from, to string) error {
 				if variant == "files noreplace" {
 					return unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
 				}
-				return lkRename(from, to)
+				return mounttest.Rename(from, to)
 			}
 			errA, errB := lkRace(
 				func() error { return mv(a.Path(r, "s1", "x"), a.Path(r, "t", "z")) },
 				func() error { return mv(b.Path(r, "s2", "y"), b.Path(r, "t", "z")) })
-			tally.add("mv s1/x t/z ("+variant+")", errA)
-			tally.add("mv s2/y t/z ("+variant+")", errB)
-			what := fmt.Sprintf("%s: mv s1/x t/z: %s, mv s2/y t/z: %s", variant, lkErrno(errA), lkErrno(errB))
+			tally.Add("mv s1/x t/z ("+variant+")", errA)
+			tally.Add("mv s2/y t/z ("+variant+")", errB)
+			what := fmt.Sprintf("%s: mv s1/x t/z: %s, mv s2/y t/z: %s", variant, mounttest.Errno(errA), mounttest.Errno(errB))
 			extra := []string{}
 			if variant != "files" {
 				extra = []string{"EEXIST", "ENOTEMPTY"}
 			}
 			for _, err := range []error{errA, errB} {
-				if err != nil && !lkCleanFailure(err, extra...) {
+				if err != nil && !mounttest.CleanFailure(err, extra...) {
 					t.Errorf("%s: %s: unexpected error %v", r, what, err)
 				}
 			}
@@ -353,7 +353,7 @@ func TestRenameRaceSameDestination(t *testing.T) {
 			switch {
 			case errA == nil && errB == nil && variant != "files":
 				t.Errorf("%s: %s: both renames to one destination succeeded: the tree is %s", r, what, lkFmt(got))
-				want.giveUp()
+				want.GiveUp()
 			case errA == nil && errB == nil:
 				// Either order: the later one replaced the earlier.
 				lkJudge(t, r, got, want, what, bothX, bothY)
@@ -377,13 +377,13 @@ func TestRenameRaceSameDestination(t *testing.T) {
 // in a directory the renamer makes at the old name, and nothing may be
 // orphaned at the old path.
 func TestRenameRaceDirUnderCreates(t *testing.T) {
-	rounds := lkRounds(t, 6)
-	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
+	rounds := mounttest.Rounds(t, 6)
+	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally) {
 		var beforeN, afterN int
 		for i := 0; i < rounds; i++ {
 			r := fmt.Sprintf("/r%02d", i)
 			viaFd := i%2 == 1
-			lkMake(t, a.Path(r), map[string]string{"/s/": "", "/s/seed": "seed" + r})
+			mounttest.MakeTree(t, a.Path(r), map[string]string{"/s/": "", "/s/seed": "seed" + r})
 			dirfd := -1
 			if viaFd {
 				var err error
@@ -397,7 +397,7 @@ func TestRenameRaceDirUnderCreates(t *testing.T) {
 			var mkdirErr error
 			go func() {
 				<-go1
-				err := lkRename(b.Path(r, "s"), b.Path(r, "t"))
+				err := mounttest.Rename(b.Path(r, "s"), b.Path(r, "t"))
 				if err == nil && viaFd {
 					mkdirErr = os.Mkdir(b.Path(r, "s"), 0o755) // a new directory at the old name
 				}
@@ -415,7 +415,7 @@ func TestRenameRaceDirUnderCreates(t *testing.T) {
 				if viaFd {
 					opened, err = lkCreateAt(dirfd, name, content)
 				} else {
-					opened, err = lkCreate(a.Path(r, "s", name), content)
+					opened, err = mounttest.CreateFile(a.Path(r, "s", name), content)
 				}
 				kind := "create (path)"
 				if viaFd {
@@ -425,7 +425,7 @@ func TestRenameRaceDirUnderCreates(t *testing.T) {
 					kind += " after"
 					triesAfter++
 				}
-				tally.add(kind, err)
+				tally.Add(kind, err)
 				switch {
 				case err == nil:
 					acked[name] = content
@@ -434,13 +434,13 @@ func TestRenameRaceDirUnderCreates(t *testing.T) {
 					} else {
 						beforeN++
 					}
-				case !opened && lkCleanFailure(err):
+				case !opened && mounttest.CleanFailure(err):
 					if done {
 						failsAfter++
 					}
 				default:
 					t.Errorf("%s: create %s: unexpected %v (opened: %v)", r, name, err, opened)
-					want.giveUp()
+					want.GiveUp()
 				}
 				if j+1 == trigger {
 					close(go1)
@@ -459,8 +459,8 @@ func TestRenameRaceDirUnderCreates(t *testing.T) {
 			if dirfd >= 0 {
 				unix.Close(dirfd)
 			}
-			tally.add("mv s t", renameErr)
-			if renameErr != nil && !lkCleanFailure(renameErr) {
+			tally.Add("mv s t", renameErr)
+			if renameErr != nil && !mounttest.CleanFailure(renameErr) {
 				t.Errorf("%s: mv s t: unexpected %v", r, renameErr)
 			}
 			if mkdirErr != nil {
@@ -480,7 +480,7 @@ func TestRenameRaceDirUnderCreates(t *testing.T) {
 				exp["/s/"] = "" // the new, empty directory
 			}
 			got := lkSnapFresh(t, f, a.Path(r))
-			lkJudge(t, r, got, want, fmt.Sprintf("mv s t: %s, %d creates acknowledged", lkErrno(renameErr), len(acked)), exp)
+			lkJudge(t, r, got, want, fmt.Sprintf("mv s t: %s, %d creates acknowledged", mounttest.Errno(renameErr), len(acked)), exp)
 		}
 		t.Logf("acknowledged creates: %d before the rename returned, %d after", beforeN, afterN)
 	})
@@ -491,32 +491,32 @@ func TestRenameRaceDirUnderCreates(t *testing.T) {
 // (`mv a c/a2` on one mount, `mv c a/c2` on the other): at most one may
 // succeed.
 func TestRenameRaceIntoItself(t *testing.T) {
-	rounds := lkRounds(t, 6)
-	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *lkWant, tally *lkTally) {
+	rounds := mounttest.Rounds(t, 6)
+	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally) {
 		for i := 0; i < rounds; i++ {
 			r := fmt.Sprintf("/r%02d", i)
 			before := map[string]string{"/a/": "", "/a/x/": "", "/a/x/y/": "", "/a/x/y/f": "f" + r, "/c/": "", "/c/g": "g" + r}
-			lkMake(t, a.Path(r), before)
+			mounttest.MakeTree(t, a.Path(r), before)
 			errA, errB := lkRace(
-				func() error { return lkRename(a.Path(r, "a"), a.Path(r, "a", "b")) },
-				func() error { return lkRename(b.Path(r, "a", "x"), b.Path(r, "a", "x", "y", "z")) })
-			tally.add("mv a a/b", errA)
-			tally.add("mv a/x a/x/y/z", errB)
+				func() error { return mounttest.Rename(a.Path(r, "a"), a.Path(r, "a", "b")) },
+				func() error { return mounttest.Rename(b.Path(r, "a", "x"), b.Path(r, "a", "x", "y", "z")) })
+			tally.Add("mv a a/b", errA)
+			tally.Add("mv a/x a/x/y/z", errB)
 			for _, err := range []error{errA, errB} {
-				if lkErrno(err) != "EINVAL" {
+				if mounttest.Errno(err) != "EINVAL" {
 					t.Errorf("%s: moving a directory into itself: %v, want EINVAL", r, err)
 				}
 			}
 			lkJudge(t, r, lkSnapFresh(t, f, a.Path(r)), nil, "after the EINVAL renames", before)
 
 			errA, errB = lkRace(
-				func() error { return lkRename(a.Path(r, "a"), a.Path(r, "c", "a2")) },
-				func() error { return lkRename(b.Path(r, "c"), b.Path(r, "a", "c2")) })
-			tally.add("mv a c/a2", errA)
-			tally.add("mv c a/c2", errB)
-			what := fmt.Sprintf("mv a c/a2: %s, mv c a/c2: %s", lkErrno(errA), lkErrno(errB))
+				func() error { return mounttest.Rename(a.Path(r, "a"), a.Path(r, "c", "a2")) },
+				func() error { return mounttest.Rename(b.Path(r, "c"), b.Path(r, "a", "c2")) })
+			tally.Add("mv a c/a2", errA)
+			tally.Add("mv c a/c2", errB)
+			what := fmt.Sprintf("mv a c/a2: %s, mv c a/c2: %s", mounttest.Errno(errA), mounttest.Errno(errB))
 			for _, err := range []error{errA, errB} {
-				if err != nil && !lkCleanFailure(err, "EINVAL") {
+				if err != nil && !mounttest.CleanFailure(err, "EINVAL") {
 					t.Errorf("%s: %s: unexpected error %v", r, what, err)
 				}
 			}
@@ -524,7 +524,7 @@ func TestRenameRaceIntoItself(t *testing.T) {
 			switch {
 			case errA == nil && errB == nil:
 				t.Errorf("%s: %s: both succeeded, a cycle: the tree is %s", r, what, lkFmt(got))
-				want.giveUp()
+				want.GiveUp()
 			case errA == nil:
 				lkJudge(t, r, got, want, what, map[string]string{"/c/": "", "/c/g": "g" + r, "/c/a2/": "", "/c/a2/x/": "", "/c/a2/x/y/": "", "/c/a2/x/y/f": "f" + r})
 			case errB == nil:
@@ -547,9 +547,9 @@ func TestRenameNotStarvedByCreates(t *testing.T) {
 		t.Run(strategy, func(t *testing.T) {
 			f := mounttest.NewFS(t)
 			flags := []string{"--lock-timeout", lockTimeout.String()}
-			ms := []*mounttest.Mount{lkMount(t, f, strategy, false, flags...), lkMount(t, f, strategy, false, flags...), lkMount(t, f, strategy, false, flags...)}
-			lkMake(t, ms[0].Path("r"), map[string]string{"/s/": ""})
-			var tally lkTally
+			ms := []*mounttest.Mount{mounttest.MountLocking(t, f, strategy, false, flags...), mounttest.MountLocking(t, f, strategy, false, flags...), mounttest.MountLocking(t, f, strategy, false, flags...)}
+			mounttest.MakeTree(t, ms[0].Path("r"), map[string]string{"/s/": ""})
+			var tally mounttest.Tally
 			var mu sync.Mutex
 			acked := map[string]string{}
 			stop := make(chan struct{})
@@ -570,8 +570,8 @@ func TestRenameNotStarvedByCreates(t *testing.T) {
 						}
 						name := fmt.Sprintf("w%d-%05d", k, j)
 						content := name + "\n"
-						opened, err := lkCreate(m.Path("r", "s", name), content)
-						tally.add("create", err)
+						opened, err := mounttest.CreateFile(m.Path("r", "s", name), content)
+						tally.Add("create", err)
 						if j == 5 {
 							started.Done()
 						}
@@ -580,7 +580,7 @@ func TestRenameNotStarvedByCreates(t *testing.T) {
 							mu.Lock()
 							acked[name] = content
 							mu.Unlock()
-						case !opened && lkCleanFailure(err):
+						case !opened && mounttest.CleanFailure(err):
 						default:
 							t.Errorf("create %s: unexpected %v (opened: %v)", name, err, opened)
 						}
@@ -592,39 +592,39 @@ func TestRenameNotStarvedByCreates(t *testing.T) {
 			n0 := len(acked)
 			mu.Unlock()
 			t0 := time.Now()
-			err := lkRename(ms[2].Path("r", "s"), ms[2].Path("r", "t"))
+			err := mounttest.Rename(ms[2].Path("r", "s"), ms[2].Path("r", "t"))
 			took := time.Since(t0)
 			mu.Lock()
 			n1 := len(acked)
 			mu.Unlock()
 			close(stop)
 			wg.Wait()
-			tally.add("mv s t", err)
+			tally.Add("mv s t", err)
 			t.Logf("%s: the rename took %s (%v) while %d creates were acknowledged (%d before it started); outcomes:\n%s",
-				strategy, took.Round(time.Millisecond), lkErrno(err), n1-n0, n0, tally.String())
+				strategy, took.Round(time.Millisecond), mounttest.Errno(err), n1-n0, n0, tally.String())
 			if err != nil {
 				t.Errorf("the rename of a directory under a stream of creates failed after %s: %v (starved)", took.Round(time.Millisecond), err)
 			} else if took > lockTimeout {
 				t.Errorf("the rename took %s, more than the lock timeout %s", took, lockTimeout)
 			}
-			want := lkWant{files: map[string]string{}, dirs: map[string]bool{"/r": true}}
+			want := mounttest.Want{Files: map[string]string{}, Dirs: map[string]bool{"/r": true}}
 			dir := "/r/t"
 			if err != nil {
 				dir = "/r/s"
 			}
-			want.dirs[dir] = true
+			want.Dirs[dir] = true
 			names := make([]string, 0, len(acked))
 			for n := range acked {
 				names = append(names, n)
 			}
 			sort.Strings(names)
 			for _, n := range names {
-				want.files[dir+"/"+n] = acked[n]
+				want.Files[dir+"/"+n] = acked[n]
 			}
 			for _, m := range ms {
 				m.Unmount(t)
 			}
-			checkInvariantsWant(t, f, want)
+			mounttest.CheckInvariantsWant(t, f, want)
 		})
 	}
 }
@@ -635,17 +635,17 @@ func TestRenameNotStarvedByCreates(t *testing.T) {
 // up). A create that returns success must be found at the path the renames
 // imply; none may be left under a path that no longer exists.
 func TestRenameRaceAncestorUnderCreates(t *testing.T) {
-	secs := lkEnvInt(t, "ESFS_RACE_SECONDS", 3)
+	secs := mounttest.EnvInt(t, "ESFS_RACE_SECONDS", 3)
 	for _, strategy := range lkStrategies {
 		t.Run(strategy, func(t *testing.T) {
 			f := mounttest.NewFS(t)
-			a := lkMount(t, f, strategy, false)
-			b := lkMount(t, f, strategy, false)
-			var tally lkTally
-			want := lkWant{files: map[string]string{}, dirs: map[string]bool{}}
+			a := mounttest.MountLocking(t, f, strategy, false)
+			b := mounttest.MountLocking(t, f, strategy, false)
+			var tally mounttest.Tally
+			want := mounttest.Want{Files: map[string]string{}, Dirs: map[string]bool{}}
 			for phase, renamer := range []*mounttest.Mount{a, b} {
 				top := fmt.Sprintf("p%d", phase)
-				lkMake(t, a.Path(top), map[string]string{"/a0/": "", "/a0/b/": "", "/a0/b/c/": ""})
+				mounttest.MakeTree(t, a.Path(top), map[string]string{"/a0/": "", "/a0/b/": "", "/a0/b/c/": ""})
 				var mu sync.Mutex
 				cur := "a0" // the current name of a, as acknowledged
 				stop := make(chan struct{})
@@ -663,13 +663,13 @@ func TestRenameRaceAncestorUnderCreates(t *testing.T) {
 						from := cur
 						mu.Unlock()
 						to := fmt.Sprintf("a%d", g)
-						err := lkRename(renamer.Path(top, from), renamer.Path(top, to))
-						tally.add("mv a", err)
+						err := mounttest.Rename(renamer.Path(top, from), renamer.Path(top, to))
+						tally.Add("mv a", err)
 						if err == nil {
 							mu.Lock()
 							cur = to
 							mu.Unlock()
-						} else if !lkCleanFailure(err) {
+						} else if !mounttest.CleanFailure(err) {
 							t.Errorf("mv %s %s: unexpected %v", from, to, err)
 						}
 					}
@@ -682,30 +682,30 @@ func TestRenameRaceAncestorUnderCreates(t *testing.T) {
 					mu.Unlock()
 					name := fmt.Sprintf("f%04d", j)
 					content := top + " " + name + "\n"
-					opened, err := lkCreate(a.Path(top, dir, "b", "c", name), content)
-					tally.add("create in a/b/c", err)
+					opened, err := mounttest.CreateFile(a.Path(top, dir, "b", "c", name), content)
+					tally.Add("create in a/b/c", err)
 					switch {
 					case err == nil:
 						acked[name] = content
-					case !opened && lkCleanFailure(err):
+					case !opened && mounttest.CleanFailure(err):
 					default:
 						t.Errorf("create %s: unexpected %v (opened: %v)", name, err, opened)
 					}
 				}
 				close(stop)
 				wg.Wait()
-				want.dirs["/"+top] = true
+				want.Dirs["/"+top] = true
 				for _, d := range []string{"", "/b", "/b/c"} {
-					want.dirs["/"+top+"/"+cur+d] = true
+					want.Dirs["/"+top+"/"+cur+d] = true
 				}
 				for n, c := range acked {
-					want.files["/"+top+"/"+cur+"/b/c/"+n] = c
+					want.Files["/"+top+"/"+cur+"/b/c/"+n] = c
 				}
 			}
 			t.Logf("%s: outcomes:\n%s", strategy, tally.String())
 			a.Unmount(t)
 			b.Unmount(t)
-			checkInvariantsWant(t, f, want)
+			mounttest.CheckInvariantsWant(t, f, want)
 		})
 	}
 }
@@ -717,8 +717,8 @@ func TestRenameRaceAncestorUnderCreates(t *testing.T) {
 // waiting-marker livelock), and no cycle or lost file may result.
 func TestRenameRaceCrossedDirsWithCreatesNoDeadlock(t *testing.T) {
 	f := mounttest.NewFS(t)
-	a := crMount(t, f, nil)
-	b := crMount(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
 	const bound = 10 * time.Second // the lock timeout is 30s
 	var report []string
 	for round := 0; round < 3; round++ {
@@ -729,72 +729,72 @@ func TestRenameRaceCrossedDirsWithCreatesNoDeadlock(t *testing.T) {
 		if err := os.MkdirAll(a.Path(r, "b", "d"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		var ca, cb crCreator
-		ca.run(a, 2, "ca", func(int) string { return r + "/a" })
-		cb.run(b, 2, "cb", func(int) string { return r + "/b/d" })
+		var ca, cb mounttest.Creator
+		ca.Run(a, 2, "ca", func(int) string { return r + "/a" })
+		cb.Run(b, 2, "cb", func(int) string { return r + "/b/d" })
 		time.Sleep(300 * time.Millisecond)
-		go1 := make(chan crResult, 1)
-		go2 := make(chan crResult, 1)
+		go1 := make(chan mounttest.Result, 1)
+		go2 := make(chan mounttest.Result, 1)
 		var startGate sync.WaitGroup
 		startGate.Add(1)
 		go func() {
 			startGate.Wait()
 			s := time.Now()
 			err := os.Rename(a.Path(r, "a"), a.Path(r, "b", "d", "e"))
-			go1 <- crResult{err: err, took: time.Since(s)}
+			go1 <- mounttest.Result{Err: err, Took: time.Since(s)}
 		}()
 		go func() {
 			startGate.Wait()
 			s := time.Now()
 			err := os.Rename(b.Path(r, "b", "d"), b.Path(r, "a", "c"))
-			go2 <- crResult{err: err, took: time.Since(s)}
+			go2 <- mounttest.Result{Err: err, Took: time.Since(s)}
 		}()
 		startGate.Done()
-		r1 := crWaitResult(t, "mv a b/d/e", go1, time.Minute)
-		r2 := crWaitResult(t, "mv b/d a/c", go2, time.Minute)
+		r1 := mounttest.WaitResult(t, "mv a b/d/e", go1, time.Minute)
+		r2 := mounttest.WaitResult(t, "mv b/d a/c", go2, time.Minute)
 		time.Sleep(200 * time.Millisecond)
-		opsA, opsB := ca.finish(t), cb.finish(t)
+		opsA, opsB := ca.Finish(t), cb.Finish(t)
 		report = append(report, fmt.Sprintf("round %d: mv a b/d/e: %s in %s; mv b/d a/c: %s in %s", round,
-			crErrno(r1.err), r1.took.Round(time.Millisecond), crErrno(r2.err), r2.took.Round(time.Millisecond)))
-		for _, x := range []crResult{r1, r2} {
-			if x.took > bound {
-				t.Errorf("round %d: a rename of the pair took %s (%v), bound %s", round, x.took, x.err, bound)
+			mounttest.Errno(r1.Err), r1.Took.Round(time.Millisecond), mounttest.Errno(r2.Err), r2.Took.Round(time.Millisecond)))
+		for _, x := range []mounttest.Result{r1, r2} {
+			if x.Took > bound {
+				t.Errorf("round %d: a rename of the pair took %s (%v), bound %s", round, x.Took, x.Err, bound)
 			}
-			if errors.Is(x.err, syscall.EAGAIN) {
-				t.Errorf("round %d: a rename of the pair gave up waiting for locks: %v", round, x.err)
+			if errors.Is(x.Err, syscall.EAGAIN) {
+				t.Errorf("round %d: a rename of the pair gave up waiting for locks: %v", round, x.Err)
 			}
 		}
-		if (r1.err == nil) == (r2.err == nil) {
-			t.Errorf("round %d: want exactly one rename of the pair to succeed: %v, %v", round, r1.err, r2.err)
+		if (r1.Err == nil) == (r2.Err == nil) {
+			t.Errorf("round %d: want exactly one rename of the pair to succeed: %v, %v", round, r1.Err, r2.Err)
 			continue
 		}
 		// Where every acknowledged file must be now.
-		want := newCrTree()
+		want := mounttest.NewTree()
 		aDir, bDir := r+"/b/d/e", r+"/b/d" // mv a b/d/e won
-		want.dirs[r+"/b/d/e"] = true
-		if r2.err == nil { // mv b/d a/c won
+		want.Dirs[r+"/b/d/e"] = true
+		if r2.Err == nil { // mv b/d a/c won
 			aDir, bDir = r+"/a", r+"/a/c"
-			want.dirs[r+"/b"], want.dirs[r+"/a/c"] = true, true
-			delete(want.dirs, r+"/b/d/e")
+			want.Dirs[r+"/b"], want.Dirs[r+"/a/c"] = true, true
+			delete(want.Dirs, r+"/b/d/e")
 		}
 		for _, set := range []struct {
-			ops []crCreate
+			ops []mounttest.CreateAttempt
 			dir string
 		}{{opsA, aDir}, {opsB, bDir}} {
 			for _, op := range set.ops {
-				if op.err == nil {
-					want.files[set.dir+"/"+op.name] = crContent(op.name)
+				if op.Err == nil {
+					want.Files[set.dir+"/"+op.Name] = mounttest.Content(op.Name)
 				}
 			}
 		}
-		if probs := crEventually(b, want, r, true); len(probs) > 0 {
-			t.Errorf("round %d: acknowledged files after the pair:\n  %s", round, crCap(probs, 15))
+		if probs := mounttest.VerifyEventually(b, want, r, true); len(probs) > 0 {
+			t.Errorf("round %d: acknowledged files after the pair:\n  %s", round, mounttest.JoinCapped(probs, 15))
 		}
 	}
 	t.Logf("REPORT %s:\n  %s", t.Name(), strings.Join(report, "\n  "))
-	probs, orphans, _ := crIndex(t, f, true)
+	probs, orphans, _ := mounttest.IndexProblems(t, f, true)
 	if len(probs)+len(orphans) > 0 {
-		t.Errorf("index after the pairs: %s\n  %s", crCap(probs, 10), crCap(orphans, 10))
+		t.Errorf("index after the pairs: %s\n  %s", mounttest.JoinCapped(probs, 10), mounttest.JoinCapped(orphans, 10))
 	}
-	checkInvariants(t, f, nil)
+	mounttest.CheckInvariants(t, f, nil)
 }

@@ -38,8 +38,8 @@ func crQ(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'
 // the path documents.
 func TestRenameDirWhileAppendingLosesNothing(t *testing.T) {
 	f := mounttest.NewFS(t)
-	a := crMount(t, f, nil)
-	b := crMount(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
 	if err := os.Mkdir(a.Path("dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -118,20 +118,20 @@ func TestRenameDirWhileAppendingLosesNothing(t *testing.T) {
 		t.Errorf("held-open appender: %v", heldErr)
 	}
 	if len(pathFails) > 0 {
-		t.Errorf("appends by path failed after opening: %s", crCap(pathFails, 10))
+		t.Errorf("appends by path failed after opening: %s", mounttest.JoinCapped(pathFails, 10))
 	}
 	final := names[renames%2]
 	t.Logf("REPORT %s: %d renames in B; %d bytes appended through a held descriptor, %d bytes by path; final name %s",
 		t.Name(), renames, heldData.Len(), pathData.Len(), final)
-	want := newCrTree()
-	want.files[final+"/log"] = heldData.String()
-	want.files[final+"/log2"] = pathData.String()
+	want := mounttest.NewTree()
+	want.Files[final+"/log"] = heldData.String()
+	want.Files[final+"/log2"] = pathData.String()
 	for _, m := range []*mounttest.Mount{b, a} {
-		if probs := crEventually(m, want, "", true); len(probs) > 0 {
-			t.Errorf("through %s:\n  %s", m.Dir, crCap(probs, 10))
+		if probs := mounttest.VerifyEventually(m, want, "", true); len(probs) > 0 {
+			t.Errorf("through %s:\n  %s", m.Dir, mounttest.JoinCapped(probs, 10))
 		}
 	}
-	crFinalCheck(t, f, b, want)
+	mounttest.FinalCheck(t, f, b, want)
 }
 
 // TestRenameStaleCwdCreateNeverLandsInNewDir: a shell in another mount
@@ -140,9 +140,9 @@ func TestRenameDirWhileAppendingLosesNothing(t *testing.T) {
 // Checked for an uncached mount and for one with the default caches.
 func TestRenameStaleCwdCreateNeverLandsInNewDir(t *testing.T) {
 	f := mounttest.NewFS(t)
-	a := crMount(t, f, nil)
-	b := crMount(t, f, nil)
-	c := f.MountAt(t, t.TempDir(), nil, "--lease", crLease.String()) // default caches
+	a := mounttest.MountUncached(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
+	c := f.MountAt(t, t.TempDir(), nil, "--lease", mounttest.Lease.String()) // default caches
 	for round, m := range []*mounttest.Mount{b, c} {
 		dirA, dirZ := fmt.Sprintf("a%d", round), fmt.Sprintf("z%d", round)
 		if err := os.Mkdir(a.Path(dirA), 0o755); err != nil {
@@ -180,7 +180,7 @@ func TestRenameStaleCwdCreateNeverLandsInNewDir(t *testing.T) {
 		unix.Close(fd)
 		shell := strings.TrimSpace(out.String())
 		t.Logf("REPORT %s (%s): shell in the old /%s: %q; openat(dirfd of the old /%s, \"y\", O_CREAT): %s",
-			t.Name(), map[int]string{0: "uncached", 1: "default caches"}[round], dirA, shell, dirA, crErrno(oerr))
+			t.Name(), map[int]string{0: "uncached", 1: "default caches"}[round], dirA, shell, dirA, mounttest.Errno(oerr))
 		if !strings.Contains(shell, "touch rc=0") && !strings.Contains(shell, "Stale file handle") {
 			t.Errorf("touch in a stale cwd: %q; want success in /%s or ESTALE", shell, dirZ)
 		}
@@ -199,11 +199,11 @@ func TestRenameStaleCwdCreateNeverLandsInNewDir(t *testing.T) {
 			}
 		}
 	}
-	probs, orphans, _ := crIndex(t, f, true)
+	probs, orphans, _ := mounttest.IndexProblems(t, f, true)
 	if len(probs)+len(orphans) > 0 {
-		t.Errorf("index: %s %s", crCap(probs, 10), crCap(orphans, 10))
+		t.Errorf("index: %s %s", mounttest.JoinCapped(probs, 10), mounttest.JoinCapped(orphans, 10))
 	}
-	checkInvariants(t, f, nil)
+	mounttest.CheckInvariants(t, f, nil)
 }
 
 // TestRenameOverFileGitCommitsFromTwoMounts: one repository,
@@ -211,8 +211,8 @@ func TestRenameStaleCwdCreateNeverLandsInNewDir(t *testing.T) {
 // renames over existing files), then git fsck and a clean status from both.
 func TestRenameOverFileGitCommitsFromTwoMounts(t *testing.T) {
 	f := mounttest.NewFS(t)
-	a := crMount(t, f, nil)
-	b := crMount(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
 	env := "export HOME=" + crQ(t.TempDir()) + " GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_DATE='2020-01-01T00:00:00Z' GIT_COMMITTER_DATE='2020-01-01T00:00:00Z'\n"
 	start := time.Now()
 	mounttest.Sh(t, a.Dir, env+`mkdir repo && git -C repo init -q -b main
@@ -245,14 +245,14 @@ git -C repo commit -q -m %s-%d`, m.name, i, m.name, i, m.name, i, m.name, i))
 		}
 	}
 	t.Logf("REPORT %s: %d commits alternating between two mounts + fsck in %s", t.Name(), 2*rounds, time.Since(start).Round(100*time.Millisecond))
-	probs, orphans, notes := crIndex(t, f, true)
+	probs, orphans, notes := mounttest.IndexProblems(t, f, true)
 	if len(probs)+len(orphans) > 0 {
-		t.Errorf("index after the git loop: %s\n  %s", crCap(probs, 10), crCap(orphans, 10))
+		t.Errorf("index after the git loop: %s\n  %s", mounttest.JoinCapped(probs, 10), mounttest.JoinCapped(orphans, 10))
 	}
 	if len(notes) > 0 {
 		t.Logf("REPORT %s: leaks: %s", t.Name(), strings.Join(notes, "; "))
 	}
-	checkInvariants(t, f, nil)
+	mounttest.CheckInvariants(t, f, nil)
 }
 
 // TestRenameDirThenCopyFromOtherMountIsComplete: right after a
@@ -260,15 +260,15 @@ git -C repo commit -q -m %s-%d`, m.name, i, m.name, i, m.name, i, m.name, i))
 // the new path with cp -r; the copy must be the whole tree.
 func TestRenameDirThenCopyFromOtherMountIsComplete(t *testing.T) {
 	f := mounttest.NewFS(t)
-	a := crMount(t, f, nil)
-	b := crMount(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
 	local := filepath.Join(t.TempDir(), "tree")
-	for i, n := range crNames(150) {
+	for i, n := range mounttest.Names(150) {
 		p := filepath.Join(local, fmt.Sprintf("l%d", i%3), n)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, []byte(crContent(n)), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(mounttest.Content(n)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -282,15 +282,15 @@ func TestRenameDirThenCopyFromOtherMountIsComplete(t *testing.T) {
 			t.Fatal(err)
 		}
 		dst := filepath.Join(t.TempDir(), "copy")
-		cp := crRun(time.Minute, "/", "cp", "-r", b.Path(to), dst)
-		diff := crRun(time.Minute, "/", "diff", "-r", local, dst)
-		missing := strings.Count(diff.out, "Only in "+local)
+		cp := mounttest.Exec(time.Minute, "/", "cp", "-r", b.Path(to), dst)
+		diff := mounttest.Exec(time.Minute, "/", "diff", "-r", local, dst)
+		missing := strings.Count(diff.Out, "Only in "+local)
 		// How long until B's listing of the new directory is complete.
 		lag := time.Duration(0)
 		for s := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 			es, err := os.ReadDir(b.Path(to))
 			if err == nil && len(es) == 3 {
-				lag = time.Since(s) + cp.took
+				lag = time.Since(s) + cp.Took
 				break
 			}
 			if time.Since(s) > 10*time.Second {
@@ -299,11 +299,11 @@ func TestRenameDirThenCopyFromOtherMountIsComplete(t *testing.T) {
 			}
 		}
 		report = append(report, fmt.Sprintf("round %d: cp %v, diff: %d entries missing from the copy; B lists the new directory completely %s after the rename returned",
-			round, crErrno(cp.err), missing, lag.Round(10*time.Millisecond)))
-		if cp.err != nil || diff.err != nil {
+			round, mounttest.Errno(cp.Err), missing, lag.Round(10*time.Millisecond)))
+		if cp.Err != nil || diff.Err != nil {
 			failed++
-			t.Errorf("round %d: cp -r of %s right after the rename: %v %s\ndiff -r against the tree: %s", round, to, cp.err,
-				strings.TrimSpace(cp.out), crCap(strings.Split(strings.TrimSpace(diff.out), "\n"), 8))
+			t.Errorf("round %d: cp -r of %s right after the rename: %v %s\ndiff -r against the tree: %s", round, to, cp.Err,
+				strings.TrimSpace(cp.Out), mounttest.JoinCapped(strings.Split(strings.TrimSpace(diff.Out), "\n"), 8))
 		}
 	}
 	t.Logf("REPORT %s: %d of 4 copies incomplete:\n  %s", t.Name(), failed, strings.Join(report, "\n  "))
@@ -351,8 +351,8 @@ func crReadAt(base string, comps []string, name string) (string, error) {
 // cleanly or keep everything reachable.
 func TestRenameDirWithMaxPathAndRawNames(t *testing.T) {
 	f := mounttest.NewFS(t)
-	a := crMount(t, f, nil)
-	b := crMount(t, f, nil)
+	a := mounttest.MountUncached(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
 	var deep []string
 	for k := 0; k < 15; k++ {
 		c := fmt.Sprintf("%02d", k) + strings.Repeat("x", 253)
@@ -434,7 +434,7 @@ func TestRenameDirWithMaxPathAndRawNames(t *testing.T) {
 	// here allow the documented bound.
 	eventually := func(m *mounttest.Mount, dir string) []string {
 		var probs []string
-		for start := time.Now(); time.Since(start) < crStale; time.Sleep(100 * time.Millisecond) {
+		for start := time.Now(); time.Since(start) < mounttest.StaleWithin; time.Sleep(100 * time.Millisecond) {
 			if probs = check(m, dir); len(probs) == 0 {
 				break
 			}
@@ -442,19 +442,19 @@ func TestRenameDirWithMaxPathAndRawNames(t *testing.T) {
 		return probs
 	}
 	if probs := eventually(b, "d"); len(probs) > 0 {
-		t.Fatalf("before the rename:\n  %s", crCap(probs, 10))
+		t.Fatalf("before the rename:\n  %s", mounttest.JoinCapped(probs, 10))
 	}
 	if err := os.Rename(b.Path("d"), b.Path("e")); err != nil {
 		t.Fatalf("renaming d to e: %v", err)
 	}
 	for _, m := range []*mounttest.Mount{a, b} {
 		if probs := eventually(m, "e"); len(probs) > 0 {
-			t.Errorf("after renaming d to e, through %s:\n  %s", m.Dir, crCap(probs, 10))
+			t.Errorf("after renaming d to e, through %s:\n  %s", m.Dir, mounttest.JoinCapped(probs, 10))
 		}
 	}
 	// One byte longer: the deep path would be 4097 bytes.
 	err = os.Rename(a.Path("e"), a.Path("ee"))
-	t.Logf("REPORT %s: renaming e to ee (deep path would be 4097 bytes): %s", t.Name(), crErrno(err))
+	t.Logf("REPORT %s: renaming e to ee (deep path would be 4097 bytes): %s", t.Name(), mounttest.Errno(err))
 	final := "e"
 	if err == nil {
 		final = "ee"
@@ -463,14 +463,14 @@ func TestRenameDirWithMaxPathAndRawNames(t *testing.T) {
 	}
 	for _, m := range []*mounttest.Mount{a, b} {
 		if probs := eventually(m, final); len(probs) > 0 {
-			t.Errorf("after renaming e to ee (%v), through %s:\n  %s", err, m.Dir, crCap(probs, 10))
+			t.Errorf("after renaming e to ee (%v), through %s:\n  %s", err, m.Dir, mounttest.JoinCapped(probs, 10))
 		}
 	}
-	probs, orphans, _ := crIndex(t, f, true)
+	probs, orphans, _ := mounttest.IndexProblems(t, f, true)
 	if len(probs)+len(orphans) > 0 {
-		t.Errorf("index: %s\n  %s", crCap(probs, 10), crCap(orphans, 10))
+		t.Errorf("index: %s\n  %s", mounttest.JoinCapped(probs, 10), mounttest.JoinCapped(orphans, 10))
 	}
-	checkInvariants(t, f, nil)
+	mounttest.CheckInvariants(t, f, nil)
 }
 
 // TestRenameLargeDirWithMv renames a directory of 5,000 files (some in
@@ -501,22 +501,22 @@ func TestRenameLargeDirWithMv(t *testing.T) {
 	if err := os.Mkdir(local, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tlBuildTree(t, local, files, 1)
+	mounttest.WriteTree(t, local, files, 1)
 	old := m.Path("big")
 	if err := os.Mkdir(old, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tlStep(t, fmt.Sprintf("writing %d files into the mount", total), func() { tlBuildTree(t, old, files, 8) })
+	mounttest.Step(t, fmt.Sprintf("writing %d files into the mount", total), func() { mounttest.WriteTree(t, old, files, 8) })
 	inodes := "find . -printf '%i %y %P\\n' | LC_ALL=C sort"
 	before := mounttest.Sh(t, old, inodes)
-	if n := tlCountLines(mounttest.Sh(t, old, "find . -type f")); n != total {
+	if n := mounttest.CountLines(mounttest.Sh(t, old, "find . -type f")); n != total {
 		t.Fatalf("find before the move: %d files, want %d", n, total)
 	}
 	if err := os.Mkdir(m.Path("dest"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	moved := m.Path("dest", "moved")
-	tlStep(t, "mv of the directory", func() { mounttest.Sh(t, "/", "mv "+tlQ(old)+" "+tlQ(moved)) })
+	mounttest.Step(t, "mv of the directory", func() { mounttest.Sh(t, "/", "mv "+mounttest.Quote(old)+" "+mounttest.Quote(moved)) })
 
 	if _, err := os.Lstat(old); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("lstat of the old path after mv: %v, want ENOENT", err)
@@ -527,19 +527,19 @@ func TestRenameLargeDirWithMv(t *testing.T) {
 	if got := mounttest.Sh(t, m.Dir, "ls -A"); got != "dest\n" {
 		t.Errorf("ls -A of the mount after mv: %q, want only dest", got)
 	}
-	tlStep(t, "diff -r", func() { tlDiff(t, local, moved) })
-	tlSameLines(t, "inode numbers and types after the move", strings.Split(before, "\n"), strings.Split(mounttest.Sh(t, moved, inodes), "\n"))
-	if n := tlCountLines(mounttest.Sh(t, moved, "find . -type f")); n != total {
+	mounttest.Step(t, "diff -r", func() { mounttest.DiffTrees(t, local, moved) })
+	mounttest.SameLines(t, "inode numbers and types after the move", strings.Split(before, "\n"), strings.Split(mounttest.Sh(t, moved, inodes), "\n"))
+	if n := mounttest.CountLines(mounttest.Sh(t, moved, "find . -type f")); n != total {
 		t.Errorf("find after the move: %d files, want %d", n, total)
 	}
 	// The index: nothing left under the old path, everything under the new.
-	if n := tlCountPaths(t, f, "/big"); n != 0 {
+	if n := mounttest.CountPaths(t, f, "/big"); n != 0 {
 		t.Errorf("the path index still holds %d documents under /big", n)
 	}
-	if n := tlCountPaths(t, f, "/dest/moved"); n != total+11 {
+	if n := mounttest.CountPaths(t, f, "/dest/moved"); n != total+11 {
 		t.Errorf("the path index holds %d documents under /dest/moved, want %d", n, total+11)
 	}
-	tlFsck(t, f)
+	mounttest.FsckClean(t, f)
 }
 
 // TestRenameListedAtomicallyByOtherMount: readers see a rename atomically, old
@@ -549,10 +549,10 @@ func TestRenameLargeDirWithMv(t *testing.T) {
 // state that did not exist: right after `mv c a/c2` on mount B returned,
 // mount A (no caches) must list c in the round directory or c2 in a.
 func TestRenameListedAtomicallyByOtherMount(t *testing.T) {
-	rounds := lkRounds(t, 10)
+	rounds := mounttest.Rounds(t, 10)
 	f := mounttest.NewFS(t)
-	a := lkMount(t, f, "tree", false)
-	b := lkMount(t, f, "tree", false)
+	a := mounttest.MountLocking(t, f, "tree", false)
+	b := mounttest.MountLocking(t, f, "tree", false)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	names := func(dir string) map[string]bool {
@@ -569,11 +569,11 @@ func TestRenameListedAtomicallyByOtherMount(t *testing.T) {
 	neither := 0
 	for i := 0; i < rounds; i++ {
 		r := fmt.Sprintf("/r%02d", i)
-		lkMake(t, b.Path(r), map[string]string{"/a/": "", "/c/": "", "/c/g": "g"})
+		mounttest.MakeTree(t, b.Path(r), map[string]string{"/a/": "", "/c/": "", "/c/g": "g"})
 		if err := f.Store.Refresh(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if err := lkRename(b.Path(r, "c"), b.Path(r, "a", "c2")); err != nil {
+		if err := mounttest.Rename(b.Path(r, "c"), b.Path(r, "a", "c2")); err != nil {
 			t.Fatal(err)
 		}
 		old, moved := names(a.Path(r))["c"], names(a.Path(r, "a"))["c2"]
@@ -585,5 +585,5 @@ func TestRenameListedAtomicallyByOtherMount(t *testing.T) {
 	t.Logf("%d of %d rounds listed the renamed directory in neither place", neither, rounds)
 	a.Unmount(t)
 	b.Unmount(t)
-	checkInvariants(t, f, nil)
+	mounttest.CheckInvariants(t, f, nil)
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/esfs/esfs/test/mounttest"
 )
@@ -32,7 +33,8 @@ printf ' needle \n' >> docs/big.txt
 `)
 	search := func(args ...string) ([]string, int) {
 		t.Helper()
-		out, code, _ := runCLI(t, 60e9, append([]string{"search", "--es-url", f.URL, "--index", f.Index}, args...)...)
+		r := mounttest.Run(t, mounttest.Cmd{Args: append([]string{"search", "--es-url", f.URL, "--index", f.Index}, args...), Env: []string{"ELASTICSEARCH_URL="}, Limit: time.Minute})
+		out, code := r.Out, r.Code
 		if code > 1 {
 			t.Fatalf("esfs search %q: status %d:\n%s", args, code, out)
 		}
@@ -93,12 +95,14 @@ printf ' needle \n' >> docs/big.txt
 
 	// Mistakes: one line, status 2.
 	for _, args := range [][]string{{}, {"a", "b"}, {"--name", "*", "--iname", "*"}, {"x", "--under", "relative"}} {
-		out, code, _ := runCLI(t, 60e9, append([]string{"search", "--es-url", f.URL, "--index", f.Index}, args...)...)
+		r := mounttest.Run(t, mounttest.Cmd{Args: append([]string{"search", "--es-url", f.URL, "--index", f.Index}, args...), Env: []string{"ELASTICSEARCH_URL="}, Limit: time.Minute})
+		out, code := r.Out, r.Code
 		if code != 2 || len(strings.Split(strings.TrimSpace(out), "\n")) != 1 {
 			t.Errorf("search %q: status %d, want 2 and one line:\n%s", args, code, out)
 		}
 	}
-	out, code, _ := runCLI(t, 60e9, "search", "--es-url", f.URL, "--index", f.Index, "--name", "[ab")
+	r := mounttest.Run(t, mounttest.Cmd{Args: []string{"search", "--es-url", f.URL, "--index", f.Index, "--name", "[ab"}, Env: []string{"ELASTICSEARCH_URL="}, Limit: time.Minute})
+	out, code := r.Out, r.Code
 	if code != 1 || !strings.Contains(out, "unclosed [") {
 		t.Errorf("search --name '[ab': status %d:\n%s", code, out)
 	}

@@ -152,9 +152,9 @@ func TestSecureClusterCredentials(t *testing.T) {
 	}
 	for i, w := range works {
 		ok := t.Run("works with "+w.name, func(t *testing.T) {
-			out, err := runEsfs(t, bin, esfsEnv(w.env...), append([]string{"mkfs", "--es-url", sc.URL, "--index", index}, w.flags...)...)
-			if err != nil {
-				t.Fatalf("esfs mkfs: %v\n%s", err, out)
+			r := mounttest.Run(t, secureCmd(bin, esfsEnv(w.env...), append([]string{"mkfs", "--es-url", sc.URL, "--index", index}, w.flags...)...))
+			if r.Err != nil {
+				t.Fatalf("esfs mkfs: %v\n%s", r.Err, r.Out)
 			}
 			m := fsys.MountAt(t, t.TempDir(), overrides(w.env...), w.flags...)
 			name := fmt.Sprintf("file-%d.txt", i)
@@ -222,37 +222,27 @@ func TestSecureClusterCredentials(t *testing.T) {
 			}
 			env := esfsEnv(f.env...)
 			t.Run("mkfs", func(t *testing.T) {
-				out, err := runEsfs(t, bin, env, append([]string{"mkfs", "--es-url", u, "--index", index}, f.flags...)...)
-				checkFailure(t, out, err, f.want, secrets)
+				r := mounttest.Run(t, secureCmd(bin, env, append([]string{"mkfs", "--es-url", u, "--index", index}, f.flags...)...))
+				checkFailure(t, r.Out, r.Err, f.want, secrets)
 			})
 			t.Run("mount", func(t *testing.T) {
 				dir := t.TempDir()
-				out, err := runEsfs(t, bin, env, append(append([]string{"mount", "--es-url", u, "--index", index}, f.flags...), dir)...)
+				r := mounttest.Run(t, secureCmd(bin, env, append(append([]string{"mount", "--es-url", u, "--index", index}, f.flags...), dir)...))
 				if mounttest.IsMounted(dir) {
 					_ = syscall.Unmount(dir, syscall.MNT_DETACH)
-					t.Fatalf("%s got mounted:\n%s", dir, out)
+					t.Fatalf("%s got mounted:\n%s", dir, r.Out)
 				}
-				checkFailure(t, out, err, f.want, secrets)
+				checkFailure(t, r.Out, r.Err, f.want, secrets)
 			})
 		})
 	}
 }
 
-// runEsfs runs the esfs binary with exactly env and returns its combined
-// output. A failure case must end within a few seconds: the process is
-// killed after 30s, and the test fails beyond 10s.
-func runEsfs(t *testing.T, bin string, env []string, args ...string) (string, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = env
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	if took := time.Since(start); took > 10*time.Second {
-		t.Errorf("esfs %s took %s", args[0], took.Round(time.Millisecond))
-	}
-	return string(out), err
+// secureCmd runs the esfs binary with exactly env. A failure case must
+// end within a few seconds: the process is killed after 30s (the caller
+// then checks that nothing got mounted), and the test fails beyond 10s.
+func secureCmd(bin string, env []string, args ...string) mounttest.Cmd {
+	return mounttest.Cmd{Bin: bin, Args: args, Env: env, OnlyEnv: true, Limit: 30 * time.Second, MayHang: true, Slow: 10 * time.Second}
 }
 
 var stackTrace = regexp.MustCompile(`goroutine \d+|panic:|\.go:\d+`)

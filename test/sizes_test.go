@@ -87,8 +87,8 @@ func TestSizeHugeSparseFileCostsWhatItStores(t *testing.T) {
 	if err := fh.Sync(); err != nil {
 		t.Fatal(err)
 	}
-	ino := inoOf(t, p)
-	if got := storedChunks(t, f, ino); len(got) != 2 || got[0] != 0 || got[1] != (999999999999999-1)/cs {
+	ino := mounttest.Ino(t, p)
+	if got := mounttest.StoredChunks(t, f, ino); len(got) != 2 || got[0] != 0 || got[1] != (999999999999999-1)/cs {
 		t.Fatalf("stored chunks of a file with data at both ends: %v", got)
 	}
 	// Shrinking keeps the head, cuts the tail; growing again reads zeros
@@ -113,7 +113,7 @@ func TestSizeHugeSparseFileCostsWhatItStores(t *testing.T) {
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
 	}
-	if got := storedChunks(t, f, ino); len(got) != 0 {
+	if got := mounttest.StoredChunks(t, f, ino); len(got) != 0 {
 		t.Fatalf("chunks left after unlink: %v", got)
 	}
 	sizeAlive(t, m, w)
@@ -311,7 +311,7 @@ os.close(b)
 		t.Errorf("copy_file_range over existing bytes: %d, %v", n, err)
 	}
 	b.Close()
-	if got := fenceRead(t, m.Path("over")); string(got) != "zabczz" {
+	if got := mounttest.MustReadFile(t, m.Path("over")); string(got) != "zabczz" {
 		t.Errorf("copy_file_range over existing bytes: %q, want %q", got, "zabczz")
 	}
 	sizeAlive(t, m, w)

@@ -73,7 +73,9 @@ func TestTakeoverByAdminDropsReplacedLink(t *testing.T) {
 				}
 				inos[name] = st.Ino
 			}
-			mv := crGo(func() crResult { return crRun(2*time.Minute, "/", "mv", "-T", a.Path("src"), a.Path("dst")) })
+			mv := mounttest.Background(func() mounttest.Result {
+				return mounttest.Exec(2*time.Minute, "/", "mv", "-T", a.Path("src"), a.Path("dst"))
+			})
 			if _, ok := a.WaitExit(2 * time.Minute); !ok {
 				t.Fatal("mount A did not die at rename-after-commit")
 			}
@@ -81,7 +83,7 @@ func TestTakeoverByAdminDropsReplacedLink(t *testing.T) {
 			if !strings.Contains(a.Log(), "crash point rename-after-commit reached") {
 				t.Fatalf("mount A exited without reaching its crash point:\n%s", a.Log())
 			}
-			crWaitResult(t, "mv on the dead mount", mv, time.Minute)
+			mounttest.WaitResult(t, "mv on the dead mount", mv, time.Minute)
 
 			admin.run(t, f)
 

@@ -44,7 +44,7 @@ func tlLocalTree(t *testing.T, subdirs ...string) string {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		mounttest.Sh(t, dir, "cp -a "+tlQ(filepath.Join(src, s))+" "+tlQ(dst))
+		mounttest.Sh(t, dir, "cp -a "+mounttest.Quote(filepath.Join(src, s))+" "+mounttest.Quote(dst))
 	}
 	tlAddVariety(t, dir)
 	// The top directory's time last: everything above changed it.
@@ -65,19 +65,19 @@ func tlAddVariety(t *testing.T, dir string) {
 			t.Fatal(err)
 		}
 	}
-	tlWriteFile(t, filepath.Join(x, "empty"), nil, 0o644)
-	tlWriteFile(t, filepath.Join(x, "big.bin"), tlRandom(1, 3<<20+12345), 0o644)
-	tlWriteFile(t, filepath.Join(x, "sub", "target.txt"), []byte("the target\n"), 0o644)
-	tlWriteFile(t, filepath.Join(x, "sub", "deeper", "leaf.txt"), []byte("leaf\n"), 0o640)
-	tlWriteFile(t, filepath.Join(x, "name with spaces.txt"), []byte("spaces\n"), 0o644)
-	tlWriteFile(t, filepath.Join(x, "ünïcødé-名前.txt"), []byte("unicode\n"), 0o644)
-	tlWriteFile(t, filepath.Join(x, "caf\xe9-latin1.txt"), []byte("not utf-8\n"), 0o644)
-	tlWriteFile(t, filepath.Join(x, "exec.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755)
-	tlWriteFile(t, filepath.Join(x, "private"), []byte("secret\n"), 0o600)
-	tlWriteFile(t, filepath.Join(x, "setuid"), []byte("suid\n"), 0o4755)
-	tlWriteFile(t, filepath.Join(x, "setgid-file"), []byte("sgid\n"), 0o2755)
-	tlWriteFile(t, filepath.Join(x, "owned"), []byte("someone else's\n"), 0o644)
-	tlWriteFile(t, filepath.Join(x, "hard-a"), []byte("one inode, two names\n"), 0o644)
+	mounttest.WriteFileMode(t, filepath.Join(x, "empty"), nil, 0o644)
+	mounttest.WriteFileMode(t, filepath.Join(x, "big.bin"), mounttest.RandomBytes(1, 3<<20+12345), 0o644)
+	mounttest.WriteFileMode(t, filepath.Join(x, "sub", "target.txt"), []byte("the target\n"), 0o644)
+	mounttest.WriteFileMode(t, filepath.Join(x, "sub", "deeper", "leaf.txt"), []byte("leaf\n"), 0o640)
+	mounttest.WriteFileMode(t, filepath.Join(x, "name with spaces.txt"), []byte("spaces\n"), 0o644)
+	mounttest.WriteFileMode(t, filepath.Join(x, "ünïcødé-名前.txt"), []byte("unicode\n"), 0o644)
+	mounttest.WriteFileMode(t, filepath.Join(x, "caf\xe9-latin1.txt"), []byte("not utf-8\n"), 0o644)
+	mounttest.WriteFileMode(t, filepath.Join(x, "exec.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755)
+	mounttest.WriteFileMode(t, filepath.Join(x, "private"), []byte("secret\n"), 0o600)
+	mounttest.WriteFileMode(t, filepath.Join(x, "setuid"), []byte("suid\n"), 0o4755)
+	mounttest.WriteFileMode(t, filepath.Join(x, "setgid-file"), []byte("sgid\n"), 0o2755)
+	mounttest.WriteFileMode(t, filepath.Join(x, "owned"), []byte("someone else's\n"), 0o644)
+	mounttest.WriteFileMode(t, filepath.Join(x, "hard-a"), []byte("one inode, two names\n"), 0o644)
 	if err := os.Chmod(filepath.Join(x, "sticky"), 0o1777); err != nil {
 		t.Fatal(err)
 	}
@@ -205,23 +205,23 @@ func TestToolsCpOfSourceTree(t *testing.T) {
 		trees, least = env, 1
 	}
 	src := tlLocalTree(t, trees...)
-	nfiles := tlCountLines(mounttest.Sh(t, src, "find . -type f"))
+	nfiles := mounttest.CountLines(mounttest.Sh(t, src, "find . -type f"))
 	if nfiles < least {
 		t.Fatalf("the source tree (%s) has only %d files; want at least %d", strings.Join(trees, " "), nfiles, least)
 	}
 	dst := m.Path("tree")
-	tlStep(t, fmt.Sprintf("cp -a of %d files into the mount", nfiles), func() {
-		mounttest.Sh(t, "/", "cp -a "+tlQ(src)+" "+tlQ(dst))
+	mounttest.Step(t, fmt.Sprintf("cp -a of %d files into the mount", nfiles), func() {
+		mounttest.Sh(t, "/", "cp -a "+mounttest.Quote(src)+" "+mounttest.Quote(dst))
 	})
-	tlStep(t, "diff -r", func() { tlDiff(t, src, dst) })
-	tlStep(t, "find listings", func() {
-		tlSameLines(t, "find listing of the mount against the source", tlListing(t, src), tlListing(t, dst))
+	mounttest.Step(t, "diff -r", func() { mounttest.DiffTrees(t, src, dst) })
+	mounttest.Step(t, "find listings", func() {
+		mounttest.SameLines(t, "find listing of the mount against the source", tlListing(t, src), tlListing(t, dst))
 	})
 	tlCheckVariety(t, dst)
-	if n, want := tlCountLines(mounttest.Sh(t, dst, "find . -type l")), tlCountLines(mounttest.Sh(t, src, "find . -type l")); n != want || n < 6 {
+	if n, want := mounttest.CountLines(mounttest.Sh(t, dst, "find . -type l")), mounttest.CountLines(mounttest.Sh(t, src, "find . -type l")); n != want || n < 6 {
 		t.Errorf("find -type l in the mount: %d symlinks, want %d", n, want)
 	}
-	tlFsck(t, f)
+	mounttest.FsckClean(t, f)
 }
 
 // TestToolsTarRoundTrip extracts a tar of a tree into the mount, tars it back
@@ -237,24 +237,24 @@ func TestToolsTarRoundTrip(t *testing.T) {
 		}
 	}
 	// posix (pax) format: nanosecond times, long names, any bytes.
-	tlStep(t, "tar c | tar x into the mount", func() {
-		mounttest.Sh(t, "/", "tar --format=posix -C "+tlQ(src)+" -cf - . | tar -C "+tlQ(in)+" -xf -")
+	mounttest.Step(t, "tar c | tar x into the mount", func() {
+		mounttest.Sh(t, "/", "tar --format=posix -C "+mounttest.Quote(src)+" -cf - . | tar -C "+mounttest.Quote(in)+" -xf -")
 	})
-	tlStep(t, "tar c | tar x out of the mount", func() {
-		mounttest.Sh(t, "/", "tar --format=posix -C "+tlQ(in)+" -cf - . | tar -C "+tlQ(out)+" -xf -")
+	mounttest.Step(t, "tar c | tar x out of the mount", func() {
+		mounttest.Sh(t, "/", "tar --format=posix -C "+mounttest.Quote(in)+" -cf - . | tar -C "+mounttest.Quote(out)+" -xf -")
 	})
-	tlDiff(t, src, in)
-	tlDiff(t, src, out)
+	mounttest.DiffTrees(t, src, in)
+	mounttest.DiffTrees(t, src, out)
 	// tar's own comparison of an archive of the source against the mount:
 	// contents, modes, owners, mtimes, link targets.
 	archive := filepath.Join(t.TempDir(), "src.tar")
-	mounttest.Sh(t, "/", "tar --format=posix -C "+tlQ(src)+" -cf "+tlQ(archive)+" . && tar -C "+tlQ(in)+" --compare -f "+tlQ(archive))
+	mounttest.Sh(t, "/", "tar --format=posix -C "+mounttest.Quote(src)+" -cf "+mounttest.Quote(archive)+" . && tar -C "+mounttest.Quote(in)+" --compare -f "+mounttest.Quote(archive))
 	want := tlListing(t, src)
-	tlSameLines(t, "find listing of the mount against the source", want, tlListing(t, in))
-	tlSameLines(t, "find listing of the round trip against the source", want, tlListing(t, out))
+	mounttest.SameLines(t, "find listing of the mount against the source", want, tlListing(t, in))
+	mounttest.SameLines(t, "find listing of the round trip against the source", want, tlListing(t, out))
 	tlCheckVariety(t, in)
 	tlCheckVariety(t, out)
-	tlFsck(t, f)
+	mounttest.FsckClean(t, f)
 }
 
 // TestToolsRsyncBothWays rsyncs a tree into the mount, checks that a second
@@ -265,16 +265,16 @@ func TestToolsRsyncBothWays(t *testing.T) {
 	m := f.Mount(t)
 	src := tlLocalTree(t, "encoding")
 	dst := m.Path("r")
-	tlStep(t, "rsync -aH into the mount", func() {
-		mounttest.Sh(t, "/", "rsync -aH "+tlQ(src+"/")+" "+tlQ(dst+"/"))
+	mounttest.Step(t, "rsync -aH into the mount", func() {
+		mounttest.Sh(t, "/", "rsync -aH "+mounttest.Quote(src+"/")+" "+mounttest.Quote(dst+"/"))
 	})
-	tlDiff(t, src, dst)
-	tlSameLines(t, "find listing of the mount against the source", tlListing(t, src), tlListing(t, dst))
+	mounttest.DiffTrees(t, src, dst)
+	mounttest.SameLines(t, "find listing of the mount against the source", tlListing(t, src), tlListing(t, dst))
 	tlCheckVariety(t, dst)
 
 	var again string
-	tlStep(t, "second rsync -aHi", func() {
-		again = mounttest.Sh(t, "/", "rsync -aHi "+tlQ(src+"/")+" "+tlQ(dst+"/"))
+	mounttest.Step(t, "second rsync -aHi", func() {
+		again = mounttest.Sh(t, "/", "rsync -aHi "+mounttest.Quote(src+"/")+" "+mounttest.Quote(dst+"/"))
 	})
 	if strings.TrimSpace(again) != "" {
 		t.Errorf("a second rsync -aHi of an unchanged tree transferred something (mtimes or sizes did not round-trip):\n%s", again)
@@ -283,9 +283,9 @@ func TestToolsRsyncBothWays(t *testing.T) {
 	// One file changes (size and mtime): rsync sends that file only, by
 	// writing a temporary file and renaming it over the old one.
 	changed := filepath.Join(src, "zz-variety", "sub", "target.txt")
-	tlWriteFile(t, changed, []byte("the target, rewritten and longer\n"), 0o644)
-	mounttest.Sh(t, "/", "touch -d '2012-12-12 12:12:12.121212121' "+tlQ(changed))
-	upd := mounttest.Sh(t, "/", "rsync -aHi "+tlQ(src+"/")+" "+tlQ(dst+"/"))
+	mounttest.WriteFileMode(t, changed, []byte("the target, rewritten and longer\n"), 0o644)
+	mounttest.Sh(t, "/", "touch -d '2012-12-12 12:12:12.121212121' "+mounttest.Quote(changed))
+	upd := mounttest.Sh(t, "/", "rsync -aHi "+mounttest.Quote(src+"/")+" "+mounttest.Quote(dst+"/"))
 	var sent []string
 	for _, l := range strings.Split(strings.TrimSpace(upd), "\n") {
 		if strings.HasPrefix(l, ">f") {
@@ -295,21 +295,21 @@ func TestToolsRsyncBothWays(t *testing.T) {
 	if len(sent) != 1 || !strings.HasSuffix(sent[0], " zz-variety/sub/target.txt") {
 		t.Errorf("rsync after changing one file sent %q; want zz-variety/sub/target.txt only; whole output:\n%s", sent, upd)
 	}
-	tlDiff(t, src, dst)
+	mounttest.DiffTrees(t, src, dst)
 	want := tlListing(t, src)
-	tlSameLines(t, "find listing of the mount after the update", want, tlListing(t, dst))
+	mounttest.SameLines(t, "find listing of the mount after the update", want, tlListing(t, dst))
 
 	back := filepath.Join(t.TempDir(), "back")
-	tlStep(t, "rsync -aH out of the mount", func() {
-		mounttest.Sh(t, "/", "rsync -aH "+tlQ(dst+"/")+" "+tlQ(back+"/"))
+	mounttest.Step(t, "rsync -aH out of the mount", func() {
+		mounttest.Sh(t, "/", "rsync -aH "+mounttest.Quote(dst+"/")+" "+mounttest.Quote(back+"/"))
 	})
-	tlDiff(t, src, back)
-	tlSameLines(t, "find listing of the copy out of the mount", want, tlListing(t, back))
+	mounttest.DiffTrees(t, src, back)
+	mounttest.SameLines(t, "find listing of the copy out of the mount", want, tlListing(t, back))
 	tlCheckVariety(t, back)
-	if again := mounttest.Sh(t, "/", "rsync -aHi "+tlQ(dst+"/")+" "+tlQ(back+"/")); strings.TrimSpace(again) != "" {
+	if again := mounttest.Sh(t, "/", "rsync -aHi "+mounttest.Quote(dst+"/")+" "+mounttest.Quote(back+"/")); strings.TrimSpace(again) != "" {
 		t.Errorf("a second rsync -aHi out of the mount transferred something:\n%s", again)
 	}
-	tlFsck(t, f)
+	mounttest.FsckClean(t, f)
 }
 
 // TestToolsGit runs a git repository inside the mount: commits, a rename, a
@@ -322,7 +322,7 @@ func TestToolsGit(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := filepath.Join(tlGoroot(t), "src", "strings")
-	env := "export HOME=" + tlQ(t.TempDir()) + " GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_DATE='2020-01-01T00:00:00Z' GIT_COMMITTER_DATE='2020-01-01T00:00:00Z'\n"
+	env := "export HOME=" + mounttest.Quote(t.TempDir()) + " GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_DATE='2020-01-01T00:00:00Z' GIT_COMMITTER_DATE='2020-01-01T00:00:00Z'\n"
 	git := func(script string) string {
 		t.Helper()
 		return mounttest.Sh(t, repo, env+script)
@@ -330,7 +330,7 @@ func TestToolsGit(t *testing.T) {
 	git(`git init -q -b main .
 git config user.name 'Esfs Test'
 git config user.email test@esfs.invalid
-cp -a ` + tlQ(src) + ` strings
+cp -a ` + mounttest.Quote(src) + ` strings
 printf 'hello\n' > README
 mkdir -p docs/deep && printf 'deep\n' > docs/deep/file.txt
 ln -s README readme-link
@@ -340,8 +340,8 @@ git commit -q -m first`)
 	if st := git("git status --porcelain"); st != "" {
 		t.Errorf("git status --porcelain after the first commit:\n%s", st)
 	}
-	nfiles := tlCountLines(git("git ls-files"))
-	if want := tlCountLines(mounttest.Sh(t, src, "find . -type f")) + 3; nfiles != want {
+	nfiles := mounttest.CountLines(git("git ls-files"))
+	if want := mounttest.CountLines(mounttest.Sh(t, src, "find . -type f")) + 3; nfiles != want {
 		t.Errorf("git ls-files lists %d files, want %d", nfiles, want)
 	}
 
@@ -374,15 +374,15 @@ git commit -q -m second`)
 		t.Errorf("git status --porcelain after gc:\n%s", st)
 	}
 	clone := filepath.Join(t.TempDir(), "clone")
-	mounttest.Sh(t, "/", env+"git clone -q "+tlQ(repo)+" "+tlQ(clone))
+	mounttest.Sh(t, "/", env+"git clone -q "+mounttest.Quote(repo)+" "+mounttest.Quote(clone))
 	if got := mounttest.Sh(t, clone, env+"git log --format='%s' && git status --porcelain"); got != "second\nfirst\n" {
 		t.Errorf("the clone out of the mount shows %q", got)
 	}
-	diff := mounttest.Sh(t, "/", "diff -r --no-dereference --exclude=.git "+tlQ(repo)+" "+tlQ(clone)+" && echo same")
+	diff := mounttest.Sh(t, "/", "diff -r --no-dereference --exclude=.git "+mounttest.Quote(repo)+" "+mounttest.Quote(clone)+" && echo same")
 	if diff != "same\n" {
 		t.Errorf("work tree in the mount and the clone differ:\n%s", diff)
 	}
-	tlFsck(t, f)
+	mounttest.FsckClean(t, f)
 }
 
 // TestToolsFindGrepDuLs checks find, grep -r, du and ls -lR on a tree of known
@@ -402,9 +402,9 @@ func TestToolsFindGrepDuLs(t *testing.T) {
 		}
 	}
 	for i := 0; i < 10; i++ {
-		files[fmt.Sprintf("top%d.dat", i)] = tlRandom(int64(i), i*1000)
+		files[fmt.Sprintf("top%d.dat", i)] = mounttest.RandomBytes(int64(i), i*1000)
 	}
-	files["d7/s3/big.bin"] = tlRandom(99, 2<<20+5)
+	files["d7/s3/big.bin"] = mounttest.RandomBytes(99, 2<<20+5)
 	files["d3/s1/f4.txt"] = append(files["d3/s1/f4.txt"], "a line with "+planted+" in the middle\n"...)
 	files["d6/s0/deep/er/still/here.txt"] = []byte("x\ny\n" + planted + "\n")
 	files["d6/s0/near-miss.txt"] = []byte("PLANTED-needle-7f3a9\n") // one character short
@@ -415,7 +415,7 @@ func TestToolsFindGrepDuLs(t *testing.T) {
 	if err := os.Mkdir(root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tlStep(t, fmt.Sprintf("writing %d files", len(files)), func() { tlBuildTree(t, root, files, 4) })
+	mounttest.Step(t, fmt.Sprintf("writing %d files", len(files)), func() { mounttest.WriteTree(t, root, files, 4) })
 	dirs := map[string]bool{".": true}
 	for p := range files {
 		for d := filepath.Dir(p); d != "."; d = filepath.Dir(d) {
@@ -423,10 +423,10 @@ func TestToolsFindGrepDuLs(t *testing.T) {
 		}
 	}
 
-	if n := tlCountLines(mounttest.Sh(t, root, "find . -type f")); n != len(files) {
+	if n := mounttest.CountLines(mounttest.Sh(t, root, "find . -type f")); n != len(files) {
 		t.Errorf("find -type f: %d files, want %d", n, len(files))
 	}
-	if n := tlCountLines(mounttest.Sh(t, root, "find . -type d")); n != len(dirs) {
+	if n := mounttest.CountLines(mounttest.Sh(t, root, "find . -type d")); n != len(dirs) {
 		t.Errorf("find -type d: %d directories, want %d", n, len(dirs))
 	}
 	if got := mounttest.Sh(t, root, "find . -name 'f9.txt' | LC_ALL=C sort | head -3"); got != "./d0/s0/f9.txt\n./d0/s1/f9.txt\n./d0/s2/f9.txt\n" {
@@ -439,10 +439,10 @@ func TestToolsFindGrepDuLs(t *testing.T) {
 		t.Errorf("find -empty = %q, want ./top0.dat", got)
 	}
 
-	if got := mounttest.Sh(t, root, "grep -rl "+tlQ(planted)+" . | LC_ALL=C sort"); got != "./d3/s1/f4.txt\n./d6/s0/deep/er/still/here.txt\n" {
+	if got := mounttest.Sh(t, root, "grep -rl "+mounttest.Quote(planted)+" . | LC_ALL=C sort"); got != "./d3/s1/f4.txt\n./d6/s0/deep/er/still/here.txt\n" {
 		t.Errorf("grep -rl found %q, want the two planted files", got)
 	}
-	if got := mounttest.Sh(t, root, "grep -rn "+tlQ(planted)+" d6"); got != "d6/s0/deep/er/still/here.txt:3:"+planted+"\n" {
+	if got := mounttest.Sh(t, root, "grep -rn "+mounttest.Quote(planted)+" d6"); got != "d6/s0/deep/er/still/here.txt:3:"+planted+"\n" {
 		t.Errorf("grep -rn = %q", got)
 	}
 	if got := mounttest.Sh(t, root, "grep -rc 'line of' . | grep -v ':0$' | wc -l"); strings.TrimSpace(got) != "320" {
@@ -496,8 +496,8 @@ func TestToolsFindGrepDuLs(t *testing.T) {
 			}
 		}
 	}
-	tlSameLines(t, "ls -lR", tlKeys(want), tlKeys(got))
-	tlFsck(t, f)
+	mounttest.SameLines(t, "ls -lR", tlKeys(want), tlKeys(got))
+	mounttest.FsckClean(t, f)
 }
 
 func tlKeys(m map[string]bool) []string {

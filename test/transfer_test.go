@@ -171,8 +171,8 @@ func TestImportExport(t *testing.T) {
 	}
 	esfs := func(args ...string) (string, int) {
 		t.Helper()
-		out, code, _ := runCLI(t, 5*time.Minute, append([]string{args[0], "--es-url", f.URL, "--index", f.Index}, args[1:]...)...)
-		return out, code
+		r := mounttest.Run(t, mounttest.Cmd{Args: append([]string{args[0], "--es-url", f.URL, "--index", f.Index}, args[1:]...), Env: []string{"ELASTICSEARCH_URL="}, Limit: 5 * time.Minute})
+		return r.Out, r.Code
 	}
 
 	start := time.Now()
@@ -225,9 +225,9 @@ func TestImportExport(t *testing.T) {
 	// A failed import leaves nothing visible, and can simply be redone.
 	proxy := mounttest.NewFaultProxy(t, f.URL)
 	proxy.Add(&mounttest.Fault{Match: mounttest.BulkTo("-data"), Nth: 1, Reset: true})
-	cmd := exec.Command(f.Bin, "import", "--es-url", proxy.URL, "--index", f.Index, "--es-timeout", "5s", src, "/in/failed")
-	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "nothing is visible at /in/failed") {
-		t.Errorf("import through a failing connection: %v\n%s", err, out)
+	r := mounttest.Run(t, mounttest.Cmd{Bin: f.Bin, Args: []string{"import", "--es-url", proxy.URL, "--index", f.Index, "--es-timeout", "5s", src, "/in/failed"}})
+	if r.Err == nil || !strings.Contains(r.Out, "nothing is visible at /in/failed") {
+		t.Errorf("import through a failing connection: %v\n%s", r.Err, r.Out)
 	}
 	if _, err := os.Lstat(m.Path("in", "failed")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("after a failed import, /in/failed: %v, want ENOENT", err)
@@ -240,7 +240,7 @@ func TestImportExport(t *testing.T) {
 	}
 	// The mount looked for in/failed a moment ago: its negative entry
 	// lasts up to --negative-timeout (1 s), as for any other mount's create.
-	waitFor(t, "the re-imported tree on the mount", 5*time.Second, func() bool {
+	mounttest.WaitFor(t, "the re-imported tree on the mount", 5*time.Second, func() bool {
 		_, err := os.Lstat(m.Path("in", "failed"))
 		return err == nil
 	})
@@ -343,20 +343,16 @@ func TestImportExportHugeSparseFile(t *testing.T) {
 	fh.Close()
 	run := func(args ...string) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		start := time.Now()
-		cmd := exec.CommandContext(ctx, f.Bin, append([]string{args[0], "--es-url", f.URL, "--index", f.Index, "--quiet"}, args[1:]...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("esfs %s: %v after %s\n%s", strings.Join(args, " "), err, time.Since(start).Round(time.Millisecond), out)
+		r := mounttest.Run(t, mounttest.Cmd{Bin: f.Bin, Args: append([]string{args[0], "--es-url", f.URL, "--index", f.Index, "--quiet"}, args[1:]...), Limit: 2 * time.Minute})
+		if r.Err != nil {
+			t.Fatalf("esfs %s: %v after %s\n%s", strings.Join(args, " "), r.Err, r.Took.Round(time.Millisecond), r.Out)
 		}
-		t.Logf("REPORT %s: esfs %s of a 1 TiB sparse file: %s", t.Name(), args[0], time.Since(start).Round(time.Millisecond))
+		t.Logf("REPORT %s: esfs %s of a 1 TiB sparse file: %s", t.Name(), args[0], r.Took.Round(time.Millisecond))
 	}
 	run("import", src, "/in")
 	m := f.Mount(t)
-	ino := inoOf(t, m.Path("in", "sparse"))
-	if got := storedChunks(t, f, ino); len(got) != len(offsets) {
+	ino := mounttest.Ino(t, m.Path("in", "sparse"))
+	if got := mounttest.StoredChunks(t, f, ino); len(got) != len(offsets) {
 		t.Errorf("import stored chunks %v for data at %v", got, offsets)
 	}
 	out := filepath.Join(t.TempDir(), "out")
@@ -392,7 +388,7 @@ func TestImportExportHugeSparseFile(t *testing.T) {
 // in a few.
 func slowRefresh(t *testing.T, f *mounttest.FS) {
 	t.Helper()
-	esDo(t, f.URL, "PUT", "/"+f.Index+","+f.Index+"-*/_settings", `{"index":{"refresh_interval":"60s"}}`)
+	mounttest.ESRequest(t, f.URL, "PUT", "/"+f.Index+","+f.Index+"-*/_settings", `{"index":{"refresh_interval":"60s"}}`)
 }
 
 // smallTree is a local tree with one of everything export keeps.
@@ -420,17 +416,17 @@ touch -d '2010-01-01 00:00:00' a/b/c a/b a empty
 // The refresh interval is a minute, so each of them sees those writes only
 // if it refreshes (or reads in real time) before it looks.
 func TestAdminCommandsSeeCompletedWrites(t *testing.T) {
-	quickExit(t)
+	mounttest.QuickExit(t)
 	f := mounttest.NewFS(t)
 	slowRefresh(t, f)
 	m := f.Mount(t)
 
 	src := smallTree(t)
-	if out, code := esfsCmd(t, f, "", "import", src, "/imported"); code != 0 {
+	if out, code := mounttest.RunOn(t, f, "", "import", src, "/imported"); code != 0 {
 		t.Fatalf("import: %d\n%s", code, out)
 	}
 	dst := filepath.Join(t.TempDir(), "exported")
-	out, code := esfsCmd(t, f, "", "export", "/imported", dst)
+	out, code := mounttest.RunOn(t, f, "", "export", "/imported", dst)
 	if code != 0 {
 		t.Fatalf("export right after import: status %d\n%s", code, out)
 	}
@@ -440,7 +436,7 @@ func TestAdminCommandsSeeCompletedWrites(t *testing.T) {
 	mounttest.Sh(t, m.Dir, `mkdir -p w/sub && printf 'zebra crossing\n' > w/sub/fresh.txt && printf 'old\n' > w/gone.txt`)
 	mounttest.Sh(t, m.Dir, `rm w/gone.txt && printf 'quagga\n' > w/second.txt`)
 	dst2 := filepath.Join(t.TempDir(), "w")
-	out, code = esfsCmd(t, f, "", "export", "/w", dst2)
+	out, code = mounttest.RunOn(t, f, "", "export", "/w", dst2)
 	if code != 0 || strings.Contains(out, "removed during the export") {
 		t.Fatalf("export right after writes: status %d\n%s", code, out)
 	}
@@ -450,18 +446,18 @@ func TestAdminCommandsSeeCompletedWrites(t *testing.T) {
 
 	// Search, by contents and by name, right after a write.
 	mounttest.Sh(t, m.Dir, `printf 'okapi giraffe\n' > w/sub/just-written.txt`)
-	if out, code := esfsCmd(t, f, "", "search", "okapi"); code != 0 || out != "/w/sub/just-written.txt\n" {
+	if out, code := mounttest.RunOn(t, f, "", "search", "okapi"); code != 0 || out != "/w/sub/just-written.txt\n" {
 		t.Errorf("search right after a write: status %d, %q", code, out)
 	}
 	mounttest.Sh(t, m.Dir, `mv w/sub/just-written.txt w/renamed.txt`)
-	if out, code := esfsCmd(t, f, "", "search", "--name", "renamed.*"); code != 0 || out != "/w/renamed.txt\n" {
+	if out, code := mounttest.RunOn(t, f, "", "search", "--name", "renamed.*"); code != 0 || out != "/w/renamed.txt\n" {
 		t.Errorf("search --name right after a rename: status %d, %q", code, out)
 	}
 
 	// fsck counts what was just made, and sees damage made a moment ago.
 	paths := func() int {
 		t.Helper()
-		out, code := esfsCmd(t, f, "", "fsck", "--no-wait")
+		out, code := mounttest.RunOn(t, f, "", "fsck", "--no-wait")
 		if code != 0 && code != 4 {
 			t.Fatalf("fsck: status %d\n%s", code, out)
 		}
@@ -477,13 +473,13 @@ func TestAdminCommandsSeeCompletedWrites(t *testing.T) {
 		t.Errorf("fsck right after mkdir and two creates counts %d paths, want %d", after, before+3)
 	}
 	writeOrphanPath(t, f, "/w/nowhere/orphan")
-	if out, code := esfsCmd(t, f, "", "fsck", "--no-wait"); code != 4 || !strings.Contains(out, "orphan path: /w/nowhere/orphan") {
+	if out, code := mounttest.RunOn(t, f, "", "fsck", "--no-wait"); code != 4 || !strings.Contains(out, "orphan path: /w/nowhere/orphan") {
 		t.Errorf("fsck right after an orphan path was written: status %d\n%s", code, out)
 	}
 
 	// status lists a mount that has just started.
 	m2 := f.Mount(t)
-	if out, code := esfsCmd(t, f, "", "status", "--observe", "10ms"); code != 0 || !strings.Contains(out, m2.Dir) {
+	if out, code := mounttest.RunOn(t, f, "", "status", "--observe", "10ms"); code != 0 || !strings.Contains(out, m2.Dir) {
 		t.Errorf("status right after a mount: status %d\n%s", code, out)
 	}
 	if _, err := os.Stat(m.Path("w")); err != nil {
@@ -512,14 +508,14 @@ func writeOrphanPath(t *testing.T, f *mounttest.FS, path string) {
 // inode does not exist, an unreadable path document, SRC that a direct
 // read finds but the listing lacks, and a listing page that fails.
 func TestExportFailsOnInconsistentIndex(t *testing.T) {
-	quickExit(t)
+	mounttest.QuickExit(t)
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	mounttest.Sh(t, m.Dir, `mkdir -p t/a t/b/c && echo 1 > t/a/f1 && echo 2 > t/b/f2 && echo 3 > t/b/c/f3 && echo ok > t/ok`)
 	export := func(url, src string) (string, int, string) {
 		t.Helper()
 		dst := filepath.Join(t.TempDir(), "out")
-		out, code := esfsCmd(t, f, url, "export", src, dst)
+		out, code := mounttest.RunOn(t, f, url, "export", src, dst)
 		return out, code, dst
 	}
 	if out, code, _ := export("", "/t"); code != 0 {
@@ -556,7 +552,7 @@ func TestExportFailsOnInconsistentIndex(t *testing.T) {
 
 	// An unreadable path document.
 	mounttest.Sh(t, m.Dir, `mkdir u && echo x > u/x`)
-	esDo(t, f.URL, "PUT", "/"+f.Index+"/_doc/not-a-path-id", `{"path":"/u/y","parent":"/u","name":"y","ino":12345,"type":"bogus"}`)
+	mounttest.ESRequest(t, f.URL, "PUT", "/"+f.Index+"/_doc/not-a-path-id", `{"path":"/u/y","parent":"/u","name":"y","ino":12345,"type":"bogus"}`)
 	out, code, _ = export("", "/u")
 	if code != 1 || !strings.Contains(out, "an unreadable path document, not copied") || !strings.Contains(out, "/u/y") {
 		t.Errorf("export with a damaged path document: status %d\n%s", code, out)
@@ -582,7 +578,7 @@ func TestExportFailsOnInconsistentIndex(t *testing.T) {
 	// happen, with a refresh interval of a minute.
 	slowRefresh(t, f)
 	src := smallTree(t)
-	if out, code := esfsCmd(t, f, "", "import", src, "/v"); code != 0 {
+	if out, code := mounttest.RunOn(t, f, "", "import", src, "/v"); code != 0 {
 		t.Fatalf("import: %d\n%s", code, out)
 	}
 	noRefreshProxy := mounttest.NewFaultProxy(t, f.URL)
@@ -617,7 +613,7 @@ func TestExportFailsOnInconsistentIndex(t *testing.T) {
 // removeDoc deletes one document straight from an index, bypassing esfs.
 func removeDoc(t *testing.T, f *mounttest.FS, index, id string) {
 	t.Helper()
-	esDo(t, f.URL, "DELETE", "/"+url.PathEscape(index)+"/_doc/"+url.PathEscape(id)+"?refresh=true", "")
+	mounttest.ESRequest(t, f.URL, "DELETE", "/"+url.PathEscape(index)+"/_doc/"+url.PathEscape(id)+"?refresh=true", "")
 }
 
 // TestExportDuringRenameRecovery: a directory rename of a mount that died
@@ -646,15 +642,15 @@ func TestExportDuringRenameRecovery(t *testing.T) {
 	// The export's first search over its snapshot is held until the rename
 	// has been finished by another mount.
 	dst := filepath.Join(t.TempDir(), "out")
-	export := startHeld(t, f, "listing", func(r *http.Request, body []byte) bool {
+	export := mounttest.StartHeld(t, f, "listing", func(r *http.Request, body []byte) bool {
 		return r.URL.Path == "/_search" && bytes.Contains(body, []byte(`"pit"`))
 	}, "export", "/r", dst)
 	recoverer := f.Mount(t, "--lease", "2s")
-	waitFor(t, "the dead mount's rename finished by another mount", 60*time.Second, func() bool {
+	mounttest.WaitFor(t, "the dead mount's rename finished by another mount", 60*time.Second, func() bool {
 		rec, err := f.Store.GetOp(context.Background(), op)
 		return err == nil && rec.State == store.OpDone
 	})
-	out, err := export.finish()
+	out, err := export.Finish()
 	if err != nil {
 		t.Fatalf("export: %v\n%s", err, out)
 	}

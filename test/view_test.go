@@ -1,12 +1,9 @@
 package test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -38,31 +35,11 @@ func viewFiles(dir string) []string {
 	return []string{"/top/" + dir + "/f1", "/top/" + dir + "/f2", "/top/" + dir + "/f3", "/top/" + dir + "/sub/g"}
 }
 
-// esfsRun runs an esfs command and returns its standard output, its
-// standard error and its exit status.
-func esfsRun(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, mounttest.Binary(t), args...)
-	cmd.Env = append(os.Environ(), "ELASTICSEARCH_URL=", "GORACE=atexit_sleep_ms=0")
-	cmd.WaitDelay = time.Second
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	t.Logf("esfs %s: %s", strings.Join(args[:1], " "), time.Since(start).Round(time.Millisecond))
-	if ctx.Err() != nil {
-		t.Fatalf("esfs %q hung", args)
-	}
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return stdout.String(), stderr.String(), code
+// viewCmd runs an esfs admin command with ELASTICSEARCH_URL cleared and
+// without the race detector's sleep at exit; its output and its errors
+// stay apart.
+func viewCmd(args ...string) mounttest.Cmd {
+	return mounttest.Cmd{Args: args, Env: []string{"ELASTICSEARCH_URL=", "GORACE=atexit_sleep_ms=0"}, Limit: 3 * time.Minute, Split: true}
 }
 
 func lines(s string) []string {
@@ -112,11 +89,11 @@ func TestViewOfFrozenRename(t *testing.T) {
 			admin := []string{"--es-url", f.URL, "--index", f.Index}
 			search := func(args ...string) []string {
 				t.Helper()
-				out, errOut, code := esfsRun(t, append(append([]string{"search"}, admin...), args...)...)
-				if code > 1 {
-					t.Fatalf("esfs search %q: status %d: %s", args, code, errOut)
+				r := mounttest.Run(t, viewCmd(append(append([]string{"search"}, admin...), args...)...))
+				if r.Code > 1 {
+					t.Fatalf("esfs search %q: status %d: %s", args, r.Code, r.Stderr)
 				}
-				return lines(out)
+				return lines(r.Stdout)
 			}
 			check := func(what string, got, want []string) {
 				t.Helper()
@@ -129,9 +106,9 @@ func TestViewOfFrozenRename(t *testing.T) {
 			check("esfs search --name 'f*'", search("--name", "f*"), viewFiles(tc.dir)[:3])
 
 			local := filepath.Join(t.TempDir(), "out")
-			_, errOut, code := esfsRun(t, append(append([]string{"export"}, admin...), "/top", local)...)
-			if code != 0 {
-				t.Errorf("esfs export: status %d: %s", code, errOut)
+			r := mounttest.Run(t, viewCmd(append(append([]string{"export"}, admin...), "/top", local)...))
+			if r.Code != 0 {
+				t.Errorf("esfs export: status %d: %s", r.Code, r.Stderr)
 			} else {
 				var got []string
 				for _, l := range lines(mounttest.Sh(t, local, `find . | LC_ALL=C sort`)) {
@@ -195,19 +172,14 @@ func TestViewSearchRenameFinishedMeanwhile(t *testing.T) {
 		}
 		return false
 	}, Delay: 30 * time.Second})
-	type result struct {
-		out, errOut string
-		code        int
-	}
-	done := make(chan result, 1)
+	done := make(chan mounttest.Result, 1)
 	go func() {
-		out, errOut, code := esfsRun(t, "search", "--es-url", fp.URL, "--index", f.Index, "--es-timeout", "90s", "zebra")
-		done <- result{out, errOut, code}
+		done <- mounttest.Run(t, viewCmd("search", "--es-url", fp.URL, "--index", f.Index, "--es-timeout", "90s", "zebra"))
 	}()
 	select {
 	case <-held:
 	case r := <-done:
-		t.Fatalf("search ended without reading the rename's record: status %d\n%s%s", r.code, r.out, r.errOut)
+		t.Fatalf("search ended without reading the rename's record: status %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	case <-time.After(60 * time.Second):
 		t.Fatal("search did not read the rename's record within 60s")
 	}
@@ -226,7 +198,7 @@ func TestViewSearchRenameFinishedMeanwhile(t *testing.T) {
 	default:
 	}
 	r := <-done
-	if r.code != 0 || strings.Join(lines(r.out), "\n") != strings.Join(viewFiles("new"), "\n") {
-		t.Errorf("esfs search zebra: status %d\n%s%s\nwant\n%s", r.code, r.out, r.errOut, strings.Join(viewFiles("new"), "\n"))
+	if r.Code != 0 || strings.Join(lines(r.Stdout), "\n") != strings.Join(viewFiles("new"), "\n") {
+		t.Errorf("esfs search zebra: status %d\n%s%s\nwant\n%s", r.Code, r.Stdout, r.Stderr, strings.Join(viewFiles("new"), "\n"))
 	}
 }
