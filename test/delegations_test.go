@@ -23,7 +23,7 @@ import (
 // delegMount mounts with delegations, long daemon and kernel caches (what
 // the test sees at once, no TTL explains) and metrics.
 func delegMount(t *testing.T, f *mounttest.FS) (*mounttest.Mount, string) {
-	addr := freeAddr(t)
+	addr := mounttest.FreeAddr(t)
 	m := f.Mount(t, "--delegations", "--cache-ttl=1h", "--negative-timeout=1h", "--entry-timeout=1h", "--attr-timeout=1h",
 		"--metrics-addr", addr, "--lease", "2s")
 	return m, "http://" + addr + "/metrics"
@@ -33,20 +33,20 @@ func delegMount(t *testing.T, f *mounttest.FS) (*mounttest.Mount, string) {
 // delegations, running touch (a listing or lookup that asks for them).
 func waitDelegated(t *testing.T, metrics string, n float64, touch func()) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%v read delegations", n), 20*time.Second, func() bool {
+	mounttest.WaitFor(t, fmt.Sprintf("%v read delegations", n), 20*time.Second, func() bool {
 		touch()
-		return sample(scrape(t, metrics), "esfs_delegations_held", "mode", "read") >= n
+		return mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_delegations_held", "mode", "read") >= n
 	})
 }
 
 func esRequests(t *testing.T, metrics, endpoint string) float64 {
-	return sample(scrape(t, metrics), "esfs_es_request_duration_seconds", "endpoint", endpoint)
+	return mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_es_request_duration_seconds", "endpoint", endpoint)
 }
 
 // requestCounts are a mount's requests to the cluster by endpoint and index.
 func requestCounts(t *testing.T, metrics string) map[string]float64 {
 	out := map[string]float64{}
-	for _, m := range scrape(t, metrics)["esfs_es_request_duration_seconds"].GetMetric() {
+	for _, m := range mounttest.Scrape(t, metrics)["esfs_es_request_duration_seconds"].GetMetric() {
 		var key []string
 		for _, l := range m.GetLabel() {
 			key = append(key, l.GetName()+"="+l.GetValue())
@@ -71,11 +71,11 @@ func logRequests(t *testing.T, metrics string, counts map[string]float64) {
 // (attributes are not delegated), the lock index (a holder of delegations
 // polls it for recalls), nor the background sweep's searches.
 func nameReads(t *testing.T, metrics string) float64 {
-	fams := scrape(t, metrics)
+	fams := mounttest.Scrape(t, metrics)
 	n := 0.0
 	for _, q := range [][]string{{"endpoint", "_doc", "index", "path"}, {"endpoint", "_mget", "index", "path"},
 		{"endpoint", "_refresh", "index", "path"}, {"endpoint", "_search", "index", ""}} {
-		if v := sample(fams, "esfs_es_request_duration_seconds", q...); v > 0 {
+		if v := mounttest.Sample(fams, "esfs_es_request_duration_seconds", q...); v > 0 {
 			n += v
 		}
 	}
@@ -208,12 +208,12 @@ func TestDelegationsSeeOtherMountsAtOnce(t *testing.T) {
 		// directory is granted again once the changes stop).
 		waitDelegated(t, bm, 1, func() { names(t, b.Path("d")) })
 	}
-	fams := scrape(t, bm)
+	fams := mounttest.Scrape(t, bm)
 	t.Logf("B: %v recall answers, %v grants refused, %v cooling",
-		sample(fams, "esfs_recall_answer_seconds"),
-		sample(fams, "esfs_delegation_grants_total", "result", "refused"),
-		sample(fams, "esfs_delegation_grants_total", "result", "cooling"))
-	tlFsck(t, f)
+		mounttest.Sample(fams, "esfs_recall_answer_seconds"),
+		mounttest.Sample(fams, "esfs_delegation_grants_total", "result", "refused"),
+		mounttest.Sample(fams, "esfs_delegation_grants_total", "result", "cooling"))
+	mounttest.FsckClean(t, f)
 }
 
 // TestDelegationsCopyThenDiffOnOtherMount: a tree copied in on mount A is
@@ -249,7 +249,7 @@ func TestDelegationsCopyThenDiffOnOtherMount(t *testing.T) {
 		t.Fatalf("diff -r on the other mount right after cp returned: %v\n%s", err, out)
 	}
 	t.Logf("cp -a of 6 directories of 5 files: %v bulks on A", esRequests(t, am, "_bulk")-mkdirs)
-	tlFsck(t, f)
+	mounttest.FsckClean(t, f)
 }
 
 // TestDelegationsBornDirectoryNeedsNoLookups: a directory made on a mount is
@@ -261,7 +261,7 @@ func TestDelegationsBornDirectoryNeedsNoLookups(t *testing.T) {
 	if err := os.Mkdir(a.Path("new"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if sample(scrape(t, am), "esfs_delegations_held", "mode", "read") < 1 {
+	if mounttest.Sample(mounttest.Scrape(t, am), "esfs_delegations_held", "mode", "read") < 1 {
 		t.Fatal("a directory made here is not delegated here")
 	}
 	before := nameReads(t, am)
