@@ -114,21 +114,41 @@ func cmdLocks() *cli.Command {
 			fmt.Fprintln(w, "PATH\tMODE\tSESSION\tOPERATION\tAGE")
 			now := time.Now()
 			for _, d := range locks {
-				name := d.Path
-				if d.ID == store.GlobalLockID {
+				name := fmt.Sprintf("%q", d.Path)
+				switch {
+				case d.ID == store.GlobalLockID:
 					name = "(global)"
+				case store.IsDelegLock(d.ID):
+					name += " (directory)"
 				}
 				for _, h := range d.Holders {
-					fmt.Fprintf(w, "%q\t%s\t%s\t%s\t%s\n", name, h.Mode, h.Session, h.Op, age(now, h.Since))
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", name, lockMode(d.ID, h.Mode), h.Session, h.Op, age(now, h.Since))
 				}
 				for _, q := range d.Waiters {
-					fmt.Fprintf(w, "%q\tX (waiting)\t%s\t%s\t%s\n", name, q.Session, q.Op, age(now, q.Since))
+					fmt.Fprintf(w, "%s\t%s (waiting)\t%s\t%s\t%s\n", name, lockMode(d.ID, q.WaitMode()), q.Session, q.Op, age(now, q.Since))
 				}
 			}
 			w.Flush()
 			return nil
 		},
 	}
+}
+
+// lockMode names a lock's mode for people: the letters of path locks
+// (S, X), words for a directory's delegation lock.
+func lockMode(id string, m store.LockMode) string {
+	if !store.IsDelegLock(id) {
+		return string(m)
+	}
+	switch m {
+	case store.ReadDeleg:
+		return "read delegation"
+	case store.Exclusive:
+		return "write delegation"
+	case store.Change:
+		return "change"
+	}
+	return string(m)
 }
 
 // age is for display only: it compares another machine's clock with ours.

@@ -264,6 +264,11 @@ func TestDelegationsBornDirectoryNeedsNoLookups(t *testing.T) {
 	if mounttest.Sample(mounttest.Scrape(t, am), "esfs_delegations_held", "mode", "read") < 1 {
 		t.Fatal("a directory made here is not delegated here")
 	}
+	out, err := f.Run("locks")
+	if err != nil || !strings.Contains(out, `"/new" (directory)`) || !strings.Contains(out, "read delegation") {
+		t.Fatalf("esfs locks does not list the delegation: %v\n%s", err, out)
+	}
+	t.Logf("esfs locks:\n%s", out)
 	before := nameReads(t, am)
 	for i := 0; i < 30; i++ {
 		if _, err := os.Lstat(a.Path("new", fmt.Sprintf("f%d", i))); !errors.Is(err, fs.ErrNotExist) {
