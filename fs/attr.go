@@ -91,6 +91,14 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 }
 
 func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if n.f.delegs != nil {
+		if name, parent := n.Parent(); parent != nil {
+			if a, ok := n.f.delegs.attr(parent.StableAttr().Ino, name, n.ino(), n.EmbeddedInode()); ok {
+				n.f.fillAttr(a, &out.Attr)
+				return 0
+			}
+		}
+	}
 	if a, ok := n.f.cache.Inode(n.ino()); ok {
 		n.f.fillAttr(a, &out.Attr)
 		return 0

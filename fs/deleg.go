@@ -42,6 +42,9 @@ type dirEntry struct {
 	ino    uint64
 	typ    store.FileType
 	absent bool
+	// attr, if hasAttr, are the entry's attributes, read after the grant.
+	attr    store.Inode
+	hasAttr bool
 }
 
 // dirState is what this mount knows of a directory it holds a read
@@ -61,6 +64,9 @@ type dirState struct {
 	// the directory to invalidate them through.
 	kernel map[string]bool
 	node   *gofs.Inode
+	// attrTold: the kernel nodes whose attributes it was told under the
+	// delegation, by inode.
+	attrTold map[uint64]*gofs.Inode
 	// answering counts lookups between their check of the delegation and
 	// their reply to the kernel; a recall waits for them before it
 	// invalidates, so that no reply lands after the invalidation.
@@ -74,10 +80,83 @@ type delegs struct {
 	by map[uint64]*dirState
 	// asking: grants under way.
 	asking map[uint64]bool
+	// attrsIn: the directory whose state holds the attributes of an inode.
+	attrsIn map[uint64]uint64
 }
 
 func newDelegs(f *FS) *delegs {
-	return &delegs{f: f, by: map[uint64]*dirState{}, asking: map[uint64]bool{}}
+	return &delegs{f: f, by: map[uint64]*dirState{}, asking: map[uint64]bool{}, attrsIn: map[uint64]uint64{}}
+}
+
+func newDirState(d *locking.Delegation, node *gofs.Inode) *dirState {
+	return &dirState{d: d, ino: d.Ino, names: map[string]dirEntry{}, kernel: map[string]bool{}, attrTold: map[uint64]*gofs.Inode{}, node: node}
+}
+
+// delegable: attributes a delegation may hold (see the package comment of
+// this file).
+func delegable(a store.Inode) bool { return a.Type != store.TypeDir && a.Nlink == 1 }
+
+// learnAttr records the attributes of name, read in real time after the
+// grant.
+func (ds *delegs) learnAttr(st *dirState, name string, a store.Inode) {
+	if !delegable(a) {
+		return
+	}
+	st.mu.Lock()
+	e, ok := st.names[name]
+	if ok && !e.absent && e.ino == a.Ino {
+		e.attr, e.hasAttr = a, true
+		st.names[name] = e
+	}
+	st.mu.Unlock()
+	if ok {
+		ds.mu.Lock()
+		ds.attrsIn[a.Ino] = st.ino
+		ds.mu.Unlock()
+	}
+}
+
+// attr returns the attributes of inode ino, entry name of directory dir,
+// if a delegation holds them; node is the entry's kernel node, told them.
+func (ds *delegs) attr(dir uint64, name string, ino uint64, node *gofs.Inode) (store.Inode, bool) {
+	st := ds.state(dir)
+	if st == nil {
+		return store.Inode{}, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e, ok := st.names[name]
+	if !ok || !e.hasAttr || e.ino != ino || st.d.Revoked() {
+		return store.Inode{}, false
+	}
+	if node != nil {
+		st.attrTold[ino] = node
+	}
+	return e.attr, true
+}
+
+// forgetAttr drops what a delegation holds of inode ino's attributes:
+// this mount is changing them.
+func (ds *delegs) forgetAttr(ino uint64) {
+	if ds == nil {
+		return
+	}
+	ds.mu.Lock()
+	dir, ok := ds.attrsIn[ino]
+	delete(ds.attrsIn, ino)
+	st := ds.by[dir]
+	ds.mu.Unlock()
+	if !ok || st == nil {
+		return
+	}
+	st.mu.Lock()
+	for name, e := range st.names {
+		if e.ino == ino && e.hasAttr {
+			e.attr, e.hasAttr = store.Inode{}, false
+			st.names[name] = e
+		}
+	}
+	st.mu.Unlock()
 }
 
 // state returns the valid state of directory ino, or nil.
@@ -115,7 +194,7 @@ func (ds *delegs) want(ino uint64, path string, node *gofs.Inode) {
 		delete(ds.asking, ino)
 		if err == nil && !d.Revoked() {
 			if old := ds.by[ino]; old == nil || old.d != d {
-				ds.by[ino] = &dirState{d: d, ino: ino, names: map[string]dirEntry{}, kernel: map[string]bool{}, node: node}
+				ds.by[ino] = newDirState(d, node)
 			}
 		}
 		ds.mu.Unlock()
@@ -233,7 +312,9 @@ func (ds *delegs) born(d *locking.Delegation) {
 	}
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
-	ds.by[d.Ino] = &dirState{d: d, ino: d.Ino, complete: true, names: map[string]dirEntry{}, kernel: map[string]bool{}}
+	st := newDirState(d, nil)
+	st.complete = true
+	ds.by[d.Ino] = st
 }
 
 // recall is the delegation's Recall callback: the state goes, and so do
@@ -263,7 +344,27 @@ func (ds *delegs) recall(ctx context.Context, d *locking.Delegation) {
 		names = append(names, n)
 	}
 	kn := st.node
+	attrNodes := make([]*gofs.Inode, 0, len(st.attrTold))
+	for _, c := range st.attrTold {
+		attrNodes = append(attrNodes, c)
+	}
 	st.mu.Unlock()
+	if len(attrNodes) > 0 && !ds.f.closed.Load() {
+		// Attributes: the kernel discards a reply older than the
+		// invalidation, so no wait is needed for these.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for _, c := range attrNodes {
+				_ = c.NotifyContent(-1, 0)
+			}
+		}()
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			ds.f.log.Warn("the kernel did not take a recalled directory's attribute invalidations within 1s", "dir", d.Path)
+		}
+	}
 	// What was read under the delegation went to the path cache too,
 	// where it would outlive the delegation by the cache's TTL; so did
 	// what this mount's own operations read of the directory. The cache

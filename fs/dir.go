@@ -130,6 +130,7 @@ func (d *dirHandle) next(ctx context.Context) ([]store.Dentry, error) {
 	if d.collect != nil {
 		for _, e := range page {
 			d.collect[e.Name] = dirEntry{ino: e.Ino, typ: e.Type}
+			d.st.learn(e.Name, dirEntry{ino: e.Ino, typ: e.Type})
 		}
 		if page == nil {
 			d.st.listed(d.since, d.collect)
@@ -212,6 +213,9 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		for k, r := range res {
 			if r.Err == nil {
 				d.inodes[inos[k]] = r.Inode
+				if d.st != nil {
+					f.delegs.learnAttr(d.st, d.page[k].Name, r.Inode)
+				}
 				if d.fromMem {
 					// The paths of a listing from memory were not read
 					// now: only the attributes are fresh.
@@ -240,7 +244,11 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		uncached(out) // see node.Lookup
 	}
 	// newChild needs no deadline: it only registers the kernel's node.
-	return d.n.newChild(ctx, store.Node{Dentry: e, Attr: a}, out), 0
+	child := d.n.newChild(ctx, store.Node{Dentry: e, Attr: a}, out)
+	if d.st != nil && delegable(a) {
+		f.delegs.attr(d.n.ino(), name, e.Ino, child) // the kernel was told them
+	}
+	return child, 0
 }
 
 // Seekdir restarts the listing and skips to entry off (offsets are entry

@@ -78,6 +78,12 @@ type FS struct {
 	// writes then fail instead of filling buffers nobody will flush.
 	closed atomic.Bool
 
+	// parents remembers, for each file this mount has told the kernel
+	// about, the directory it was found in, whose change lock a change
+	// of the file's attributes takes (see lockAttrs).
+	parentsMu sync.Mutex
+	parents   map[uint64]uint64
+
 	mu sync.Mutex // protects the following
 	// open holds the shared state of every inode with open handles in this
 	// mount (data buffers, size), so that handles see each other's writes
@@ -101,7 +107,7 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
-	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}}
+	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}, parents: map[uint64]uint64{}}
 	// A rename that replaced a file, finished by this mount, drops the
 	// replaced inode's link as unlink does: kept while open here.
 	co.Journal.SetDropLink(f.dropLink)
@@ -283,6 +289,12 @@ func (f *FS) updateInode(ctx context.Context, ino uint64, change func(*store.Ino
 // instead of reading it: one round trip instead of two while nobody else
 // changed it, and the usual re-read if someone did.
 func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode, change func(*store.Inode) error) (store.Inode, error) {
+	end, err := f.lockAttrs(ctx, ino)
+	if err != nil {
+		return store.Inode{}, err
+	}
+	defer end()
+	f.delegs.forgetAttr(ino)
 	for attempt := 0; ; attempt++ {
 		var n store.Inode
 		remembered := attempt == 0 && known != nil && known.Ino == ino && known.Ver.Known()
@@ -311,8 +323,40 @@ func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode
 		}
 		n.Ver = v
 		f.cache.PutInode(n, f.cache.Gen())
+		f.delegs.forgetAttr(ino) // a lookup may have learned it meanwhile
 		return n, nil
 	}
 }
 
 func now() int64 { return time.Now().UnixNano() }
+
+// noteParent records that file ino was found in directory dir; dir 0
+// forgets the file (it is gone).
+func (f *FS) noteParent(ino, dir uint64) {
+	f.parentsMu.Lock()
+	if dir == 0 {
+		delete(f.parents, ino)
+	} else {
+		f.parents[ino] = dir
+	}
+	f.parentsMu.Unlock()
+}
+
+// lockAttrs takes the change lock of the directory file ino was found in
+// (joining this mount's lease on it), so that other mounts' delegations,
+// which may hold the file's attributes, are recalled before they change.
+// Directories' attributes are never delegated: they need none. The lock
+// is released (lease ended) by the returned function.
+func (f *FS) lockAttrs(ctx context.Context, ino uint64) (func(), error) {
+	f.parentsMu.Lock()
+	dir, ok := f.parents[ino]
+	f.parentsMu.Unlock()
+	if !ok {
+		return func() {}, nil
+	}
+	h, err := f.co.Share(ctx, []locking.Request{locking.Change(dir, "")})
+	if err != nil {
+		return nil, err
+	}
+	return h.End, nil
+}

@@ -110,11 +110,15 @@ func (f *FS) addDirLinks(ctx context.Context, ino uint64, delta int, t int64) {
 // unless this mount still has it open (then the last close deletes it).
 func (f *FS) dropLink(ctx context.Context, ino uint64) error {
 	f.cache.InvalidateInode(ino)
+	f.delegs.forgetAttr(ino)
 	a, err := locking.DropLink(ctx, f.st, ino, f.keepUnlinked)
 	if err == nil && a.Ino != 0 {
 		f.cache.PutInode(a, f.cache.Gen())
 	} else {
 		f.cache.InvalidateInode(ino)
+	}
+	if err == nil && a.Ino == 0 {
+		f.noteParent(ino, 0)
 	}
 	return err
 }

@@ -83,6 +83,9 @@ func (n *node) dirPath(ctx context.Context, fresh bool) (string, error) {
 func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) *gofs.Inode {
 	child := n.NewInode(ctx, &node{f: n.f}, gofs.StableAttr{Mode: typeBits(sn.Type), Ino: sn.Ino})
 	n.f.fillAttr(sn.Attr, &out.Attr)
+	if sn.Type != store.TypeDir {
+		n.f.noteParent(sn.Ino, n.ino())
+	}
 	return child
 }
 
@@ -136,6 +139,14 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		st.learn(name, dirEntry{absent: true})
 	case err == nil:
 		st.learn(name, dirEntry{ino: sn.Ino, typ: sn.Type})
+		if delegable(sn.Attr) {
+			// The inode may have come from the cache, read before
+			// the grant: only a fresh read is known to hold.
+			if a, ferr := n.f.freshInode(ctx, sn.Ino); ferr == nil && a.Type == sn.Type {
+				sn.Attr = a
+				n.f.delegs.learnAttr(st, name, a)
+			}
+		}
 	}
 	if st.told(name, n.EmbeddedInode()) {
 		defer st.done()
@@ -162,20 +173,24 @@ func (n *node) lookupDelegated(ctx context.Context, st *dirState, name string, o
 	if e.absent {
 		return nil, syscall.ENOENT, true
 	}
-	a, ok := n.f.cache.Inode(e.ino)
-	if !ok {
+	a := e.attr
+	if !e.hasAttr {
 		ctx, cancel := n.f.ctxOf(ctx)
 		defer cancel()
 		var err error
-		a, err = n.f.inode(ctx, e.ino, n.f.cache.Gen())
-		if err != nil {
+		if a, err = n.f.freshInode(ctx, e.ino); err != nil {
 			return nil, 0, false // let the ordinary lookup find out
 		}
+		n.f.delegs.learnAttr(st, name, a)
 	}
 	if a.Type != e.typ {
 		return nil, 0, false
 	}
-	return n.newChild(ctx, store.Node{Dentry: store.Dentry{Ino: e.ino, Type: e.typ, Name: name}, Attr: a}, out), 0, true
+	child := n.newChild(ctx, store.Node{Dentry: store.Dentry{Ino: e.ino, Type: e.typ, Name: name}, Attr: a}, out)
+	if delegable(a) {
+		n.f.delegs.attr(n.ino(), name, e.ino, child) // the kernel was told them
+	}
+	return child, 0, true
 }
 
 // lookupCached answers a lookup from the daemon's cache alone, when both
