@@ -27,6 +27,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	mounttest.RemoveBinary()
+	removeLoopback()
 	os.Exit(code)
 }
 

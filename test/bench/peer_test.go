@@ -240,6 +240,13 @@ var loopback struct {
 	err  error
 }
 
+// removeLoopback deletes the loopback binary mountLoopback built.
+func removeLoopback() {
+	if loopback.path != "" {
+		os.RemoveAll(filepath.Dir(loopback.path))
+	}
+}
+
 // mountLoopback mounts go-fuse's example loopback filesystem (built from
 // the go-fuse version esfs uses, with its defaults: 1 s entry and
 // attribute timeouts, as esfs's) over a directory on the local disk.
