@@ -136,7 +136,7 @@ func TestSuite(t *testing.T) {
 	}
 	only := os.Getenv("ESFS_BENCH_ONLY")
 	started := time.Now()
-	load := loadAverage()
+	load := watchLoad()
 	for _, c := range cases {
 		if only != "" && !strings.Contains(","+only+",", ","+c.group+",") {
 			continue
@@ -151,7 +151,7 @@ func TestSuite(t *testing.T) {
 			}
 		})
 	}
-	run := runInfo{only: only, took: time.Since(started), load: load + " at the start, " + loadAverage() + " at the end"}
+	run := runInfo{only: only, took: time.Since(started), load: load()}
 	out := envOr("ESFS_BENCH_OUT", filepath.Join(mounttest.RepoRoot(), "test", "bench", "RESULTS.md"))
 	old, _ := os.ReadFile(out)
 	var main, peer *table
@@ -184,12 +184,43 @@ func (s *suite) command(only string) string {
 }
 
 // loadAverage is the machine's 1-minute load average, from /proc.
-func loadAverage() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(raw)); err == nil && len(f) > 0 {
-		return f[0]
+func loadAverage() float64 {
+	raw, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(raw)); len(f) > 0 {
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			return v
+		}
 	}
-	return "?"
+	return -1
+}
+
+// watchLoad samples the load average every ten seconds from now on; the
+// function it returns stops and describes it (at the start, the highest,
+// at the end): on a shared machine, the figures are only as good as the
+// share the run had.
+func watchLoad() func() string {
+	start, highest := loadAverage(), loadAverage()
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				highest = max(highest, loadAverage())
+			}
+		}
+	}()
+	return func() string {
+		close(done)
+		<-stopped
+		end := loadAverage()
+		return fmt.Sprintf("%.2f at the start, at most %.2f, %.2f at the end", start, max(highest, end), end)
+	}
 }
 
 func envOr(k, def string) string {
