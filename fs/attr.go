@@ -92,12 +92,7 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 
 func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	if n.f.delegs != nil {
-		if name, parent := n.Parent(); parent != nil {
-			if a, ok := n.f.delegs.attr(parent.StableAttr().Ino, name, n.ino(), n.EmbeddedInode()); ok {
-				n.f.fillAttr(a, &out.Attr)
-				return 0
-			}
-		}
+		return n.getattrDelegated(ctx, out)
 	}
 	if a, ok := n.f.cache.Inode(n.ino()); ok {
 		n.f.fillAttr(a, &out.Attr)
@@ -116,6 +111,76 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 	} else if err != nil {
 		return n.f.toErrno("getattr", err)
 	}
+	n.f.fillAttr(a, &out.Attr)
+	return 0
+}
+
+// attrs returns this node's attributes for an answer to the kernel: from
+// the delegation that holds them; with delegations, else read in real
+// time (the daemon's cache may be older than a change no recall told us
+// of); without, from the cache or the store.
+func (n *node) attrs(ctx context.Context) (store.Inode, error) {
+	ds := n.f.delegs
+	if ds == nil {
+		return n.f.inode(ctx, n.ino(), n.f.cache.Gen())
+	}
+	if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		if a, ok := ds.selfAttr(n.ino(), nil); ok {
+			return a, nil
+		}
+	} else if name, parent := n.Parent(); parent != nil {
+		if a, ok := ds.attr(parent.StableAttr().Ino, name, n.ino(), nil); ok {
+			return a, nil
+		}
+	}
+	return n.f.freshInode(ctx, n.ino())
+}
+
+// getattrDelegated is Getattr with delegations: from the delegation that
+// holds the attributes (the directory's own for a directory, its
+// parent's for a file), else read in real time and not kept by the
+// kernel, since nothing would tell us when they change.
+func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	ds := n.f.delegs
+	isDir := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
+	if isDir {
+		if a, ok := ds.selfAttr(n.ino(), n.EmbeddedInode()); ok {
+			n.f.fillAttr(a, &out.Attr)
+			return 0
+		}
+	} else if name, parent := n.Parent(); parent != nil {
+		if a, ok := ds.attr(parent.StableAttr().Ino, name, n.ino(), n.EmbeddedInode()); ok {
+			n.f.fillAttr(a, &out.Attr)
+			return 0
+		}
+	}
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	var st *dirState
+	var changes uint64
+	if isDir {
+		if st = ds.state(n.ino()); st != nil {
+			changes = st.changeCount()
+		}
+	}
+	a, err := n.f.freshInode(ctx, n.ino())
+	if errors.Is(err, store.ErrNotFound) {
+		if of := n.f.openState(n.ino()); of != nil {
+			a = of.lastAttr() // unlinked while open here
+		} else {
+			return syscall.ESTALE
+		}
+	} else if err != nil {
+		return n.f.toErrno("getattr", err)
+	}
+	if st != nil && err == nil {
+		st.learnSelf(a, changes)
+		if _, ok := ds.selfAttr(n.ino(), n.EmbeddedInode()); ok {
+			n.f.fillAttr(a, &out.Attr)
+			return 0
+		}
+	}
+	out.SetTimeout(time.Nanosecond)
 	n.f.fillAttr(a, &out.Attr)
 	return 0
 }
@@ -171,6 +236,9 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		return n.f.toErrno("setattr", err)
 	}
 	n.f.noteInode(a)
+	if n.f.delegs != nil {
+		out.SetTimeout(time.Nanosecond) // see getattrDelegated
+	}
 	n.f.fillAttr(a, &out.Attr)
 	return 0
 }

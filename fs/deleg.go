@@ -67,6 +67,11 @@ type dirState struct {
 	// attrTold: the kernel nodes whose attributes it was told under the
 	// delegation, by inode.
 	attrTold map[uint64]*gofs.Inode
+	// self: the directory's own attributes (its times and link count
+	// change only with its entries, which the delegation covers), read
+	// after the grant.
+	self    store.Inode
+	hasSelf bool
 	// answering counts lookups between their check of the delegation and
 	// their reply to the kernel; a recall waits for them before it
 	// invalidates, so that no reply lands after the invalidation.
@@ -135,6 +140,35 @@ func (ds *delegs) attr(dir uint64, name string, ino uint64, node *gofs.Inode) (s
 	return e.attr, true
 }
 
+// selfAttr returns directory ino's own attributes, if its delegation
+// holds them; node, the directory's kernel node, is told them.
+func (ds *delegs) selfAttr(ino uint64, node *gofs.Inode) (store.Inode, bool) {
+	st := ds.state(ino)
+	if st == nil {
+		return store.Inode{}, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.hasSelf || st.d.Revoked() {
+		return store.Inode{}, false
+	}
+	if node != nil {
+		st.attrTold[ino] = node
+	}
+	return st.self, true
+}
+
+// learnSelf records directory st's own attributes, read in real time
+// after the grant, unless this mount changed the directory since
+// (changes, read before the read began).
+func (st *dirState) learnSelf(a store.Inode, changes uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.changed == changes && a.Ino == st.ino {
+		st.self, st.hasSelf = a, true
+	}
+}
+
 // forgetAttr drops what a delegation holds of inode ino's attributes:
 // this mount is changing them.
 func (ds *delegs) forgetAttr(ino uint64) {
@@ -142,6 +176,12 @@ func (ds *delegs) forgetAttr(ino uint64) {
 		return
 	}
 	ds.mu.Lock()
+	if own := ds.by[ino]; own != nil {
+		own.mu.Lock()
+		own.changed++
+		own.hasSelf = false
+		own.mu.Unlock()
+	}
 	dir, ok := ds.attrsIn[ino]
 	delete(ds.attrsIn, ino)
 	st := ds.by[dir]
@@ -252,6 +292,7 @@ func (st *dirState) changedHere(name string, e dirEntry, ok bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.changed++
+	st.hasSelf = false // its times, and link count for a subdirectory
 	if !ok {
 		delete(st.names, name)
 		st.complete = false
@@ -344,6 +385,14 @@ func (ds *delegs) recall(ctx context.Context, d *locking.Delegation) {
 		names = append(names, n)
 	}
 	kn := st.node
+	// The daemon's inode cache may hold attributes of the entries read
+	// under the delegation (xattrs and symlink targets are read from it):
+	// they change once the delegation is gone.
+	for _, e := range st.names {
+		if e.ino != 0 {
+			ds.f.cache.InvalidateInode(e.ino)
+		}
+	}
 	attrNodes := make([]*gofs.Inode, 0, len(st.attrTold))
 	for _, c := range st.attrTold {
 		attrNodes = append(attrNodes, c)

@@ -245,9 +245,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	}
 	// newChild needs no deadline: it only registers the kernel's node.
 	child := d.n.newChild(ctx, store.Node{Dentry: e, Attr: a}, out)
-	if d.st != nil && delegable(a) {
-		f.delegs.attr(d.n.ino(), name, e.Ino, child) // the kernel was told them
-	}
+	d.n.tellAttrs(child, name, e.Ino, e.Type, out)
 	return child, 0
 }
 

@@ -111,6 +111,7 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 	// A rename that replaced a file, finished by this mount, drops the
 	// replaced inode's link as unlink does: kept while open here.
 	co.Journal.SetDropLink(f.dropLink)
+	f.parents[store.RootIno] = store.RootIno
 	if o.Delegations {
 		f.delegs = newDelegs(f)
 		co.Delegations.Recall = f.delegs.recall
@@ -204,7 +205,15 @@ func (f *FS) resolve(ctx context.Context, path string) (store.Node, error) {
 }
 
 // resolveFresh reads path from the store, bypassing the cache, and caches it.
+// The inode may come from the cache, except with delegations (see
+// resolveNow).
 func (f *FS) resolveFresh(ctx context.Context, path string) (store.Node, error) {
+	return f.resolveRead(ctx, path, f.delegs != nil)
+}
+
+// resolveRead reads path from the store, and its inode too if now (else
+// from the cache if there), and caches them.
+func (f *FS) resolveRead(ctx context.Context, path string, now bool) (store.Node, error) {
 	gen := f.cache.Gen()
 	e, err := f.co.View.Get(ctx, path)
 	if err != nil {
@@ -215,7 +224,15 @@ func (f *FS) resolveFresh(ctx context.Context, path string) (store.Node, error) 
 		return store.Node{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
 	}
 	d := e.Dentry
-	attr, err := f.inode(ctx, d.Ino, gen)
+	var attr store.Inode
+	if now {
+		attr, err = f.st.GetInode(ctx, d.Ino)
+		if err == nil {
+			f.cache.PutInode(attr, gen)
+		}
+	} else {
+		attr, err = f.inode(ctx, d.Ino, gen)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		// Either another mount removed the entry between our two reads
 		// (then it is simply gone), or a path points at a missing inode (a

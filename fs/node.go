@@ -85,8 +85,27 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 	n.f.fillAttr(sn.Attr, &out.Attr)
 	if sn.Type != store.TypeDir {
 		n.f.noteParent(sn.Ino, n.ino())
+	} else {
+		n.f.noteParent(sn.Ino, sn.Ino) // its attributes go with its own entries
 	}
 	return child
+}
+
+// replyCreated settles what the kernel may keep of the reply to a create
+// of name here, with delegations: the entry is told under this
+// directory's delegation (and invalidated on recall), or not kept; the
+// attributes are not kept (the next stat asks, and gets them from the
+// delegation or the store). Call the result once the reply is made.
+func (n *node) replyCreated(name string, out *fuse.EntryOut) func() {
+	if n.f.delegs == nil {
+		return func() {}
+	}
+	out.SetAttrTimeout(time.Nanosecond)
+	if st := n.f.delegs.state(n.ino()); st != nil && st.told(name, n.EmbeddedInode()) {
+		return st.done
+	}
+	out.SetEntryTimeout(time.Nanosecond)
+	return func() {}
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -139,14 +158,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		st.learn(name, dirEntry{absent: true})
 	case err == nil:
 		st.learn(name, dirEntry{ino: sn.Ino, typ: sn.Type})
-		if delegable(sn.Attr) {
-			// The inode may have come from the cache, read before
-			// the grant: only a fresh read is known to hold.
-			if a, ferr := n.f.freshInode(ctx, sn.Ino); ferr == nil && a.Type == sn.Type {
-				sn.Attr = a
-				n.f.delegs.learnAttr(st, name, a)
-			}
-		}
+		n.f.delegs.learnAttr(st, name, sn.Attr) // read now (resolveFresh)
 	}
 	if st.told(name, n.EmbeddedInode()) {
 		defer st.done()
@@ -158,7 +170,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if err != nil {
 		return nil, n.f.toErrno("lookup", err)
 	}
-	return n.newChild(ctx, sn, out), 0
+	child := n.newChild(ctx, sn, out)
+	n.tellAttrs(child, name, sn.Ino, sn.Type, out)
+	return child, 0
 }
 
 // lookupDelegated answers a lookup from what the directory's delegation
@@ -173,24 +187,54 @@ func (n *node) lookupDelegated(ctx context.Context, st *dirState, name string, o
 	if e.absent {
 		return nil, syscall.ENOENT, true
 	}
-	a := e.attr
-	if !e.hasAttr {
+	ds := n.f.delegs
+	a, covered := e.attr, e.hasAttr
+	var sub *dirState // the entry's own delegation, for a directory
+	var changes uint64
+	if e.typ == store.TypeDir {
+		a, covered = ds.selfAttr(e.ino, nil)
+		if sub = ds.state(e.ino); sub != nil {
+			changes = sub.changeCount()
+		}
+	}
+	if !covered {
 		ctx, cancel := n.f.ctxOf(ctx)
 		defer cancel()
 		var err error
 		if a, err = n.f.freshInode(ctx, e.ino); err != nil {
 			return nil, 0, false // let the ordinary lookup find out
 		}
-		n.f.delegs.learnAttr(st, name, a)
+		ds.learnAttr(st, name, a)
+		if sub != nil {
+			sub.learnSelf(a, changes)
+		}
 	}
 	if a.Type != e.typ {
 		return nil, 0, false
 	}
 	child := n.newChild(ctx, store.Node{Dentry: store.Dentry{Ino: e.ino, Type: e.typ, Name: name}, Attr: a}, out)
-	if delegable(a) {
-		n.f.delegs.attr(n.ino(), name, e.ino, child) // the kernel was told them
-	}
+	n.tellAttrs(child, name, e.ino, e.typ, out)
 	return child, 0, true
+}
+
+// tellAttrs settles what the kernel may keep of the attributes of child
+// (entry name here) it is being told: if a delegation holds them, it is
+// told under it (and they are invalidated on recall); if none does, it
+// must not keep them.
+func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.FileType, out *fuse.EntryOut) {
+	ds := n.f.delegs
+	if ds == nil {
+		return
+	}
+	var ok bool
+	if typ == store.TypeDir {
+		_, ok = ds.selfAttr(ino, child)
+	} else {
+		_, ok = ds.attr(n.ino(), name, ino, child)
+	}
+	if !ok {
+		out.SetAttrTimeout(time.Nanosecond)
+	}
 }
 
 // lookupCached answers a lookup from the daemon's cache alone, when both
@@ -251,6 +295,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err != nil {
 		return nil, n.f.toErrno("mkdir", err)
 	}
+	defer n.replyCreated(name, out)()
 	return n.newChild(ctx, sn, out), 0
 }
 
@@ -263,6 +308,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err != nil {
 		return nil, n.f.toErrno("symlink", err)
 	}
+	defer n.replyCreated(name, out)()
 	return n.newChild(ctx, sn, out), 0
 }
 
@@ -287,13 +333,14 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if err != nil {
 		return nil, n.f.toErrno("mknod", err)
 	}
+	defer n.replyCreated(name, out)()
 	return n.newChild(ctx, sn, out), 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	a, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
+	a, err := n.attrs(ctx)
 	if err != nil {
 		return nil, n.f.toErrno("readlink", err)
 	}
@@ -331,6 +378,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.f.toErrno("create", err)
 	}
+	defer n.replyCreated(name, out)()
 	child := n.newChild(ctx, sn, out)
 	fh, err := n.f.openHandle(ctx, sn.Attr, flags, created)
 	if err != nil {
@@ -356,6 +404,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if err != nil {
 		return nil, n.f.toErrno("link", err)
 	}
+	defer n.replyCreated(name, out)()
 	n.f.fillAttr(sn.Attr, &out.Attr)
 	return tn.EmbeddedInode(), 0
 }

@@ -50,7 +50,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	a, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
+	a, err := n.attrs(ctx)
 	if err != nil {
 		return 0, n.f.toErrno("getxattr", err)
 	}
@@ -135,7 +135,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	a, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
+	a, err := n.attrs(ctx)
 	if err != nil {
 		return 0, n.f.toErrno("listxattr", err)
 	}

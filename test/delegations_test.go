@@ -206,7 +206,7 @@ func TestDelegationsSeeOtherMountsAtOnce(t *testing.T) {
 		}
 		// B takes its delegation back before the next round (a recalled
 		// directory is granted again once the changes stop).
-		waitDelegated(t, bm, 1, func() { names(t, b.Path("d")) })
+		waitDelegated(t, bm, 2, func() { names(t, b.Path("d")) })
 	}
 	fams := mounttest.Scrape(t, bm)
 	t.Logf("B: %v recall answers, %v grants refused, %v cooling",
@@ -269,7 +269,10 @@ func TestDelegationsBornDirectoryNeedsNoLookups(t *testing.T) {
 		t.Fatalf("esfs locks does not list the delegation: %v\n%s", err, out)
 	}
 	t.Logf("esfs locks:\n%s", out)
-	before := nameReads(t, am)
+	// The root too, where "new" is looked up on the way (asked for in the
+	// background by the first lookup there).
+	waitDelegated(t, am, 2, func() { _, _ = os.Lstat(a.Path("new", "f0")) })
+	before, counts := nameReads(t, am), requestCounts(t, am)
 	for i := 0; i < 30; i++ {
 		if _, err := os.Lstat(a.Path("new", fmt.Sprintf("f%d", i))); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("f%d: %v", i, err)
@@ -277,6 +280,7 @@ func TestDelegationsBornDirectoryNeedsNoLookups(t *testing.T) {
 	}
 	if got := nameReads(t, am) - before; got != 0 {
 		t.Errorf("30 lookups of missing names in a directory made here read %v documents, want 0", got)
+		logRequests(t, am, counts)
 	}
 	// And a listing of it after creates comes from memory too.
 	for i := 0; i < 3; i++ {
@@ -285,7 +289,7 @@ func TestDelegationsBornDirectoryNeedsNoLookups(t *testing.T) {
 		}
 	}
 	searches := nameReads(t, am)
-	counts := requestCounts(t, am)
+	counts = requestCounts(t, am)
 	if got := names(t, a.Path("new")); !slices.Equal(got, []string{"f0", "f1", "f2"}) {
 		t.Fatalf("listing: %q", got)
 	}
@@ -293,4 +297,108 @@ func TestDelegationsBornDirectoryNeedsNoLookups(t *testing.T) {
 		t.Errorf("listing a directory made here searched %v times, want 0", got)
 		logRequests(t, am, counts)
 	}
+}
+
+// TestDelegationsSeeAttributeChangesAtOnce: a delegated directory's file
+// is stated from memory (mount C, whose kernel and daemon caches are off:
+// only the delegation can answer), and each change of its attributes on
+// mount A (a write, chmod, truncate, utimes, an xattr) is seen at once by C
+// and by mount B, whose kernel and daemon would keep them an hour.
+func TestDelegationsSeeAttributeChangesAtOnce(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, _ := delegMount(t, f)
+	b, bm := delegMount(t, f)
+	caddr := mounttest.FreeAddr(t)
+	c := f.Mount(t, "--delegations", "--cache-ttl=0", "--negative-timeout=0", "--entry-timeout=0", "--attr-timeout=0",
+		"--metrics-addr", caddr, "--lease", "2s")
+	cm := "http://" + caddr + "/metrics"
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a.Path("d", "f"), []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stat := func(m *mounttest.Mount) os.FileInfo {
+		t.Helper()
+		fi, err := os.Lstat(m.Path("d", "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi
+	}
+	held := func() {
+		mounttest.WaitFor(t, "delegations on / and d held by B and C", 20*time.Second, func() bool {
+			stat(b)
+			stat(c)
+			return mounttest.Sample(mounttest.Scrape(t, bm), "esfs_delegations_held", "mode", "read") >= 2 &&
+				mounttest.Sample(mounttest.Scrape(t, cm), "esfs_delegations_held", "mode", "read") >= 2
+		})
+	}
+	held()
+	stat(c)
+	before := inodeReads(t, cm)
+	for i := 0; i < 20; i++ {
+		if fi := stat(c); fi.Size() != 1 {
+			t.Fatalf("size %d, want 1", fi.Size())
+		}
+	}
+	if got := inodeReads(t, cm) - before; got != 0 {
+		t.Errorf("20 stats of a delegated directory's file, no cache but the delegation, read %v inodes, want 0", got)
+	}
+
+	steps := []struct {
+		what   string
+		change func() error
+		check  func(os.FileInfo) bool
+	}{
+		{"write", func() error { return os.WriteFile(a.Path("d", "f"), []byte("22"), 0o644) }, func(fi os.FileInfo) bool { return fi.Size() == 2 }},
+		{"chmod", func() error { return os.Chmod(a.Path("d", "f"), 0o600) }, func(fi os.FileInfo) bool { return fi.Mode().Perm() == 0o600 }},
+		{"truncate", func() error { return os.Truncate(a.Path("d", "f"), 0) }, func(fi os.FileInfo) bool { return fi.Size() == 0 }},
+		{"utimes", func() error {
+			return os.Chtimes(a.Path("d", "f"), time.Unix(1e9, 0), time.Unix(1e9, 0))
+		}, func(fi os.FileInfo) bool { return fi.ModTime().Equal(time.Unix(1e9, 0)) }},
+	}
+	for round := 0; round < 3; round++ {
+		for _, s := range steps {
+			held()
+			if err := s.change(); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []*mounttest.Mount{b, c} {
+				if fi := stat(m); !s.check(fi) {
+					time.Sleep(time.Second)
+					later := stat(m)
+					t.Fatalf("round %d: %s sees size %d, mode %v, mtime %v right after A's %s (a second later: %d, %v, %v)", round, m.Path(), fi.Size(), fi.Mode(), fi.ModTime(), s.what, later.Size(), later.Mode(), later.ModTime())
+				}
+			}
+			// Put it back, so that the next round changes it again.
+			if err := os.WriteFile(a.Path("d", "f"), []byte("1"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(a.Path("d", "f"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	held()
+	for _, m := range []*mounttest.Mount{b, c} {
+		if out, err := exec.Command("getfattr", "-n", "user.k", m.Path("d", "f")).CombinedOutput(); err == nil {
+			t.Fatalf("user.k is there before it was set: %s", out)
+		}
+	}
+	if out, err := exec.Command("setfattr", "-n", "user.k", "-v", "v1", a.Path("d", "f")).CombinedOutput(); err != nil {
+		t.Fatalf("setfattr: %v %s", err, out)
+	}
+	for _, m := range []*mounttest.Mount{b, c} {
+		if out, err := exec.Command("getfattr", "--only-values", "-n", "user.k", m.Path("d", "f")).Output(); err != nil || string(out) != "v1" {
+			t.Fatalf("%s reads user.k = %q, %v right after A set it", m.Path(), out, err)
+		}
+	}
+	t.Logf("recalls answered: B %v, C %v", mounttest.Sample(mounttest.Scrape(t, bm), "esfs_recall_answer_seconds"),
+		mounttest.Sample(mounttest.Scrape(t, cm), "esfs_recall_answer_seconds"))
+}
+
+// inodeReads counts a mount's requests to the inode index.
+func inodeReads(t *testing.T, metrics string) float64 {
+	return max(0, mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_es_request_duration_seconds", "index", "inode"))
 }
