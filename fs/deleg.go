@@ -13,16 +13,24 @@ import (
 )
 
 // Read delegations (see locking.Delegations): while this mount holds one
-// on a directory, no other mount can change the directory's entries
-// without recalling it first, so what this mount learned of them since the
-// grant stays true: a name's inode and type, or its absence, and, once a
-// whole listing was read after the grant (or the directory was made here,
-// empty), every name. Lookups, negative lookups and listings are then
-// answered from memory. Attributes are not covered: they keep the cache's
-// TTL. On recall the state is dropped, and every name the kernel was told
-// about under the delegation is invalidated in the kernel before the
-// delegation is given back, so a change made after the recall is seen at
-// once by this mount too.
+// on a directory, no other mount can change the directory's entries, or
+// their attributes, without recalling it first, so what this mount learned
+// of them since the grant stays true: a name's inode and type, or its
+// absence; once a whole listing was read after the grant (or the directory
+// was made here, empty), every name; the attributes of its files with one
+// link (a file with more may change through another directory), and the
+// directory's own attributes (its times and link count change with its
+// entries). Lookups, negative lookups, listings and stats are then
+// answered from memory. Every change of an entry's attributes takes its
+// directory's change lock (FS.lockAttrs), so it recalls first. On recall
+// the state is dropped, and every name and attribute the kernel was told
+// under the delegation is invalidated in the kernel before the delegation
+// is given back, so a change made after the recall is seen at once by this
+// mount too.
+//
+// With delegations on, whatever no delegation covers is read in real time
+// and the kernel is told not to keep it: nothing would tell this mount
+// when it changes.
 //
 // A directory is asked for in the background, at the first lookup or
 // listing that finds none held: a grant costs two round trips, which the
