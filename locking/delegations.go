@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/esfs/esfs/store"
@@ -93,6 +94,11 @@ type Delegations struct {
 	// called once per delegation, outside any lock of this type; the
 	// delegation is already revoked, so nothing new is cached under it.
 	Recall func(ctx context.Context, d *Delegation)
+
+	// closing: the mount is ending; its kernel connection may be gone,
+	// and nobody reads what it cached: delegations are released without
+	// the Recall callback.
+	closing atomic.Bool
 
 	mu      sync.Mutex
 	held    map[uint64]*Delegation
@@ -222,7 +228,7 @@ func (ds *Delegations) Give(ctx context.Context, d *Delegation) {
 
 func (ds *Delegations) give(ctx context.Context, d *Delegation) {
 	d.revoke()
-	if ds.Recall != nil {
+	if ds.Recall != nil && !ds.closing.Load() {
 		ds.Recall(ctx, d)
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -310,9 +316,20 @@ func (ds *Delegations) noteRecallLocked(ino uint64, t time.Time) {
 
 // closeAll gives every delegation back (the mount is ending).
 func (ds *Delegations) closeAll(ctx context.Context) {
+	ds.closing.Store(true)
+	// One release each: a few at a time, so that a mount holding many
+	// ends in a few round trips' time.
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
 	for _, d := range ds.List() {
-		ds.Give(ctx, d)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ds.Give(ctx, d)
+		}()
 	}
+	wg.Wait()
 }
 
 // answerRecalls runs until the coordinator stops.

@@ -16,6 +16,8 @@
 #                                rename_disjoint, lock_rt, memory, and the
 #                                peer groups mdtest, real_tools
 #   ESFS_BENCH_OUT=FILE          where the table goes
+#   ESFS_BENCH_ESFS_FLAGS="..."  extra mount flags for esfs in the peer
+#                                groups (say --delegations)
 #
 # The peer groups run the same workloads on JuiceFS with Redis and on
 # go-fuse's loopback too. For them this script installs, once (it needs

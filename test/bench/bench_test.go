@@ -180,6 +180,9 @@ func (s *suite) command(only string) string {
 	if only != "" {
 		c += " ESFS_BENCH_ONLY=" + only
 	}
+	if f := os.Getenv("ESFS_BENCH_ESFS_FLAGS"); f != "" {
+		c += fmt.Sprintf(" ESFS_BENCH_ESFS_FLAGS=%q", f)
+	}
 	return c + " test/bench.sh`"
 }
 

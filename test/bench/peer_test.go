@@ -299,11 +299,11 @@ func mountLoopback(t testing.TB) string {
 }
 
 // peers mounts the three filesystems of a peer case: esfs (a fresh
-// filesystem, one mount with the default options), JuiceFS and the
-// loopback.
+// filesystem, one mount with the default options and those of
+// ESFS_BENCH_ESFS_FLAGS, say --delegations), JuiceFS and the loopback.
 func (s *suite) peerMounts() (esfs, juice, loop string) {
 	f := mounttest.NewFS(s.t)
-	esfs = f.MountAt(s.t, s.t.TempDir(), nil).Dir
+	esfs = f.MountAt(s.t, s.t.TempDir(), nil, strings.Fields(os.Getenv("ESFS_BENCH_ESFS_FLAGS"))...).Dir
 	juice, v := mountJuiceFS(s.t)
 	s.peerVersions = v
 	return esfs, juice, mountLoopback(s.t)
