@@ -71,6 +71,9 @@ func cmdFsck() *cli.Command {
 			for _, f := range rep.InFlight {
 				fmt.Printf("in flight: %s\n", f)
 			}
+			for _, l := range rep.Leases {
+				fmt.Printf("lease of a dead mount (nothing to finish; dropped by whoever needs the lock): %s\n", l)
+			}
 			for _, p := range rep.Problems {
 				fmt.Println(p.String())
 			}

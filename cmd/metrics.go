@@ -98,6 +98,13 @@ func statsOf(reg prometheus.Gatherer) map[string]float64 {
 				out["renames"] += m.GetCounter().GetValue()
 			case "esfs_rename_documents_total":
 				out["rename_documents"] += m.GetCounter().GetValue()
+			case "esfs_delegations_held":
+				out["delegations_"+label(m, "mode")] += m.GetGauge().GetValue()
+			case "esfs_recalls_sent_total":
+				out["recalls_sent"] += m.GetCounter().GetValue()
+			case "esfs_recall_answer_seconds":
+				out["recalls_answered"] += float64(m.GetHistogram().GetSampleCount())
+				out["recall_answer_seconds"] += m.GetHistogram().GetSampleSum()
 			case "process_resident_memory_bytes":
 				out["rss_bytes"] += m.GetGauge().GetValue()
 			}
@@ -148,6 +155,9 @@ func statusLines(s map[string]float64) []string {
 			s["locks_held"], s["lock_acquires"], avg(s["lock_wait_seconds"], s["lock_acquires"]), s["lock_timeouts"]),
 		fmt.Sprintf("renames %.0f, in flight %.0f, path documents moved %.0f",
 			s["renames"], s["renames_in_flight"], s["rename_documents"]),
+		fmt.Sprintf("delegations held %.0f (read %.0f, write %.0f); recalls sent %.0f, answered %.0f (mean %s)",
+			s["delegations_read"]+s["delegations_write"], s["delegations_read"], s["delegations_write"],
+			s["recalls_sent"], s["recalls_answered"], avg(s["recall_answer_seconds"], s["recalls_answered"])),
 	}
 	if rss := s["rss_bytes"]; rss > 0 {
 		lines = append(lines, fmt.Sprintf("daemon memory (RSS) %.0f MiB", rss/(1<<20)))

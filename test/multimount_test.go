@@ -245,6 +245,10 @@ type lkFile struct {
 type lkUnknown struct {
 	content string
 	locs    []lkFile
+	// mayBeEmpty: a create that opened its file and failed later (at
+	// write or close): the file may exist without its content, as after a
+	// write-back error on any filesystem.
+	mayBeEmpty bool
 }
 
 type lkStormRun struct {
@@ -359,6 +363,9 @@ func lkStormOn(t *testing.T, f *mounttest.FS, cfg lkStormCfg) {
 	for _, u := range s.unknown {
 		for _, l := range u.locs {
 			want.Maybe[u.content] = append(want.Maybe[u.content], where(l))
+			if u.mayBeEmpty {
+				want.Maybe[""] = append(want.Maybe[""], where(l)) // where(slot -1) is "": may be absent
+			}
 		}
 	}
 	if s.dirsUnknown {
@@ -519,6 +526,7 @@ func (s *lkStormRun) fileWorker(k int, m *mounttest.Mount, rng *rand.Rand) {
 				s.unexpected(err, "storm: file worker %d: create %s: unexpected %v (opened: %v)", k, p, err, opened)
 				live = append(live, f)
 				freeze(len(live)-1, f, lkFile{slot: -1})
+				unknown[len(unknown)-1].mayBeEmpty = opened
 			}
 		case op < 35:
 			i := rng.IntN(len(live))

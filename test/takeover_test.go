@@ -59,9 +59,9 @@ func TestTakeoverByAdminDropsReplacedLink(t *testing.T) {
 			f := mounttest.NewFS(t)
 			a := f.MountAt(t, t.TempDir(), []string{"ESFS_CRASH_POINT=rename-after-commit"},
 				"--lease", "2s", "--attr-timeout=0", "--entry-timeout=0", "--negative-timeout=0", "--cache-ttl=0")
-			// The files are made in the root, which no lock covers: A
-			// dies holding the rename's locks and nothing else (a create
-			// lease on a directory would be a leftover of its own).
+			// A dies holding the rename's locks, and the lease its
+			// creates took on the root's change lock: a lease covers no
+			// journaled work, so fsck lists it and is still clean.
 			inos := map[string]uint64{}
 			for _, name := range []string{"src", "dst"} {
 				if err := os.WriteFile(a.Path(name), []byte(strings.Repeat(name, 1000)), 0o644); err != nil {

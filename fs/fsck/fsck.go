@@ -8,6 +8,7 @@ package fsck
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/esfs/esfs/locking"
@@ -48,7 +49,12 @@ func (p Problem) String() string {
 type Report struct {
 	Paths, Inodes, Locks, Ops int
 	InFlight                  []string // operations of live mounts, not problems
-	Problems                  []Problem
+	// Leases: lock entries of dead mounts that cover no journaled
+	// operation (create leases, delegations, a rename that never wrote
+	// its record). Nothing was done under them that needs finishing:
+	// whoever needs such a lock drops the entry; --repair drops them.
+	Leases   []string
+	Problems []Problem
 
 	Chunks int // data chunks checked
 }
@@ -127,7 +133,10 @@ func (c *checker) ops(ctx context.Context) error {
 	}
 	c.rep.Ops = len(recs)
 	for _, rec := range recs {
-		if rec.State == store.OpDone {
+		if rec.State == store.OpDone || (rec.State == store.OpAborted && rec.SrcIno == 0) {
+			// Done, or the fence written when a dead mount's lock entry
+			// was dropped for an operation that had no record: nothing
+			// to finish or undo (the sweeper collects both).
 			continue
 		}
 		if !c.dead(ctx, rec.Owner) {
@@ -163,6 +172,25 @@ func (c *checker) locks(ctx context.Context) error {
 			if !c.dead(ctx, h.Session) {
 				keep = append(keep, h)
 				continue
+			}
+			_, err := c.fb.GetOp(ctx, h.Op)
+			if errors.Is(err, store.ErrNotFound) {
+				lease := fmt.Sprintf("%s: %s entry of dead mount %s, operation %s", lockName(d), h.Mode, h.Session, h.Op)
+				if c.repair {
+					if gone, err := c.co.Locks.HolderGone(ctx, h); err == nil && gone {
+						lease += " (dropped)"
+						changed = true
+					} else {
+						keep = append(keep, h)
+					}
+				} else {
+					keep = append(keep, h)
+				}
+				c.rep.Leases = append(c.rep.Leases, lease)
+				continue
+			}
+			if err != nil {
+				return err
 			}
 			p := Problem{Kind: "leftover lock", Subject: lockName(d), Detail: fmt.Sprintf("%s entry of dead mount %s, operation %s", h.Mode, h.Session, h.Op)}
 			if c.repair {
