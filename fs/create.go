@@ -88,7 +88,13 @@ func (f *FS) create(ctx context.Context, parent dirRef, name string, e Entry) (s
 		return store.Node{}, err
 	}
 	sn, err := f.createEntry(ctx, parent, name, e)
+	// What this mount just wrote it knows exactly: the name, and the new
+	// inode's attributes (a new directory's own, under the delegation it
+	// was born with).
 	f.delegs.changedHere(parent.ino(), name, dirEntry{ino: sn.Ino, typ: sn.Type}, err == nil)
+	if err == nil {
+		f.delegs.wrote(parent.ino(), name, sn.Attr)
+	}
 	return sn, err
 }
 

@@ -148,6 +148,24 @@ func (ds *delegs) attr(dir uint64, name string, ino uint64, node *gofs.Inode) (s
 	return e.attr, true
 }
 
+// wrote records the attributes this mount just wrote for entry name of
+// directory dir (a create): a file's with the directory's delegation, a
+// directory's with its own.
+func (ds *delegs) wrote(dir uint64, name string, a store.Inode) {
+	if ds == nil {
+		return
+	}
+	if a.Type == store.TypeDir {
+		if st := ds.state(a.Ino); st != nil {
+			st.learnSelf(a, 0) // only if nothing changed it since its birth
+		}
+		return
+	}
+	if st := ds.state(dir); st != nil {
+		ds.learnAttr(st, name, a)
+	}
+}
+
 // selfAttr returns directory ino's own attributes, if its delegation
 // holds them; node, the directory's kernel node, is told them.
 func (ds *delegs) selfAttr(ino uint64, node *gofs.Inode) (store.Inode, bool) {

@@ -92,15 +92,15 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 }
 
 // replyCreated settles what the kernel may keep of the reply to a create
-// of name here, with delegations: the entry is told under this
-// directory's delegation (and invalidated on recall), or not kept; the
-// attributes are not kept (the next stat asks, and gets them from the
-// delegation or the store). Call the result once the reply is made.
-func (n *node) replyCreated(name string, out *fuse.EntryOut) func() {
+// of name here (child, made from sn), with delegations: the entry is told
+// under this directory's delegation (and invalidated on recall), or not
+// kept; so are the attributes (tellAttrs). Call the result once the reply
+// is made.
+func (n *node) replyCreated(name string, sn store.Node, child *gofs.Inode, out *fuse.EntryOut) func() {
 	if n.f.delegs == nil {
 		return func() {}
 	}
-	out.SetAttrTimeout(time.Nanosecond)
+	n.tellAttrs(child, name, sn.Ino, sn.Type, out)
 	if st := n.f.delegs.state(n.ino()); st != nil && st.told(name, n.EmbeddedInode()) {
 		return st.done
 	}
@@ -295,8 +295,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err != nil {
 		return nil, n.f.toErrno("mkdir", err)
 	}
-	defer n.replyCreated(name, out)()
-	return n.newChild(ctx, sn, out), 0
+	child := n.newChild(ctx, sn, out)
+	defer n.replyCreated(name, sn, child, out)()
+	return child, 0
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -308,8 +309,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err != nil {
 		return nil, n.f.toErrno("symlink", err)
 	}
-	defer n.replyCreated(name, out)()
-	return n.newChild(ctx, sn, out), 0
+	child := n.newChild(ctx, sn, out)
+	defer n.replyCreated(name, sn, child, out)()
+	return child, 0
 }
 
 // Mknod makes FIFOs, UNIX sockets (bind(2) on a path makes one), devices
@@ -333,8 +335,9 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if err != nil {
 		return nil, n.f.toErrno("mknod", err)
 	}
-	defer n.replyCreated(name, out)()
-	return n.newChild(ctx, sn, out), 0
+	child := n.newChild(ctx, sn, out)
+	defer n.replyCreated(name, sn, child, out)()
+	return child, 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
@@ -378,8 +381,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.f.toErrno("create", err)
 	}
-	defer n.replyCreated(name, out)()
 	child := n.newChild(ctx, sn, out)
+	defer n.replyCreated(name, sn, child, out)()
 	fh, err := n.f.openHandle(ctx, sn.Attr, flags, created)
 	if err != nil {
 		return nil, nil, 0, n.f.toErrno("create", err)
@@ -404,8 +407,8 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if err != nil {
 		return nil, n.f.toErrno("link", err)
 	}
-	defer n.replyCreated(name, out)()
 	n.f.fillAttr(sn.Attr, &out.Attr)
+	defer n.replyCreated(name, sn, tn.EmbeddedInode(), out)()
 	return tn.EmbeddedInode(), 0
 }
 
