@@ -268,8 +268,9 @@ func (ds *delegs) want(ino uint64, path string, node *gofs.Inode) {
 }
 
 // lookup answers name from the state: ok false when nothing is known. A
-// positive answer is the name's inode and type; absent means the name does
-// not exist. answered must be called once the kernel has its reply.
+// positive answer is the name's inode and type (and attributes, if held);
+// absent means the name does not exist. An answer given to the kernel
+// goes through told and done.
 func (st *dirState) lookup(name string) (e dirEntry, ok bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -176,8 +176,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 }
 
 // lookupDelegated answers a lookup from what the directory's delegation
-// knows (ok false: it knows nothing of name). Attributes still come from
-// the cache or the store.
+// knows (ok false: it knows nothing of name). Attributes come from the
+// delegation that holds them (the directory's for a file, a
+// subdirectory's own), else from the store, read now.
 func (n *node) lookupDelegated(ctx context.Context, st *dirState, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno, bool) {
 	e, ok := st.lookup(name)
 	if !ok || !st.told(name, n.EmbeddedInode()) {
