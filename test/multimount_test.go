@@ -245,9 +245,9 @@ type lkFile struct {
 type lkUnknown struct {
 	content string
 	locs    []lkFile
-	// mayBeEmpty: a create that opened its file and failed later (at
-	// write or close): the file may exist without its content, as after a
-	// write-back error on any filesystem.
+	// mayBeEmpty: a create whose outcome is unknown (EIO at open: the
+	// create may have landed; or at write or close, as a write-back error
+	// on any filesystem): the file may exist without its content.
 	mayBeEmpty bool
 }
 
@@ -526,7 +526,7 @@ func (s *lkStormRun) fileWorker(k int, m *mounttest.Mount, rng *rand.Rand) {
 				s.unexpected(err, "storm: file worker %d: create %s: unexpected %v (opened: %v)", k, p, err, opened)
 				live = append(live, f)
 				freeze(len(live)-1, f, lkFile{slot: -1})
-				unknown[len(unknown)-1].mayBeEmpty = opened
+				unknown[len(unknown)-1].mayBeEmpty = true
 			}
 		case op < 35:
 			i := rng.IntN(len(live))
