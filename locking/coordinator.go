@@ -47,11 +47,11 @@ type Coordinator struct {
 	obs  *Observer
 
 	shares  *shares
-	tending chan struct{} // closed when tendShares has returned
+	tending chan struct{} // closed when the shares' tending has returned
 
 	// Delegations are this mount's delegations on directories.
 	Delegations *Delegations
-	answering   chan struct{} // closed when answerRecalls has returned
+	answering   chan struct{} // closed when answering recalls has returned
 
 	stop chan struct{}
 	done chan struct{}
@@ -93,8 +93,8 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 	c.Delegations = newDelegations(c)
 	c.answering = make(chan struct{})
 	go c.run()
-	go c.tendShares()
-	go c.answerRecalls()
+	go c.every(sharePoll, c.tending, c.shares.tend)
+	go c.every(recallPoll, c.answering, c.Delegations.answer)
 	return c, nil
 }
 
@@ -378,10 +378,13 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	return c.Session().Close(ctx)
 }
 
-// tendShares looks after the shared leases (see shares.go).
-func (c *Coordinator) tendShares() {
-	defer close(c.tending)
-	t := time.NewTicker(sharePoll)
+// every runs fn each period until the coordinator stops, each run bounded
+// by the lease, and closes done when it returns. The shared leases are
+// looked after this way (shares.go), and recalls answered
+// (delegations.go).
+func (c *Coordinator) every(period time.Duration, done chan struct{}, fn func(context.Context)) {
+	defer close(done)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -390,7 +393,7 @@ func (c *Coordinator) tendShares() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Lease)
-		c.shares.tend(ctx)
+		fn(ctx)
 		cancel()
 	}
 }

@@ -332,23 +332,6 @@ func (ds *Delegations) closeAll(ctx context.Context) {
 	wg.Wait()
 }
 
-// answerRecalls runs until the coordinator stops.
-func (c *Coordinator) answerRecalls() {
-	defer close(c.answering)
-	t := time.NewTicker(recallPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Lease)
-		c.Delegations.answer(ctx)
-		cancel()
-	}
-}
-
 // Born returns the write that grants this mount a read delegation on
 // directory ino as it is made: sent in the same bulk as the directory's
 // documents, it costs no round trip, and since nobody else can know the
