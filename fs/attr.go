@@ -124,16 +124,27 @@ func (n *node) attrs(ctx context.Context) (store.Inode, error) {
 	if ds == nil {
 		return n.f.inode(ctx, n.ino(), n.f.cache.Gen())
 	}
-	if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		if a, ok := ds.selfAttr(n.ino(), nil); ok {
-			return a, nil
-		}
-	} else if name, parent := n.Parent(); parent != nil {
-		if a, ok := ds.attr(parent.StableAttr().Ino, name, n.ino(), nil); ok {
-			return a, nil
-		}
+	if a, ok := n.heldAttrs(false); ok {
+		return a, nil
 	}
 	return n.f.freshInode(ctx, n.ino())
+}
+
+// heldAttrs returns this node's attributes if a delegation holds them (a
+// directory's own, a file's its directory's); tell records that the
+// kernel is being told them, to be invalidated on recall.
+func (n *node) heldAttrs(tell bool) (store.Inode, bool) {
+	var kn *gofs.Inode
+	if tell {
+		kn = n.EmbeddedInode()
+	}
+	if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		return n.f.delegs.selfAttr(n.ino(), kn)
+	}
+	if name, parent := n.Parent(); parent != nil {
+		return n.f.delegs.attr(parent.StableAttr().Ino, name, n.ino(), kn)
+	}
+	return store.Inode{}, false
 }
 
 // getattrDelegated is Getattr with delegations: from the delegation that
@@ -141,19 +152,12 @@ func (n *node) attrs(ctx context.Context) (store.Inode, error) {
 // parent's for a file), else read in real time and not kept by the
 // kernel, since nothing would tell us when they change.
 func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	if a, ok := n.heldAttrs(true); ok {
+		n.f.fillAttr(a, &out.Attr)
+		return 0
+	}
 	ds := n.f.delegs
 	isDir := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
-	if isDir {
-		if a, ok := ds.selfAttr(n.ino(), n.EmbeddedInode()); ok {
-			n.f.fillAttr(a, &out.Attr)
-			return 0
-		}
-	} else if name, parent := n.Parent(); parent != nil {
-		if a, ok := ds.attr(parent.StableAttr().Ino, name, n.ino(), n.EmbeddedInode()); ok {
-			n.f.fillAttr(a, &out.Attr)
-			return 0
-		}
-	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	var st *dirState
@@ -175,7 +179,7 @@ func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.
 	}
 	if st != nil && err == nil {
 		st.learnSelf(a, changes)
-		if _, ok := ds.selfAttr(n.ino(), n.EmbeddedInode()); ok {
+		if _, ok := n.heldAttrs(true); ok {
 			n.f.fillAttr(a, &out.Attr)
 			return 0
 		}

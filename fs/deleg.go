@@ -10,6 +10,7 @@ import (
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // Read delegations (see locking.Delegations): while this mount holds one
@@ -303,11 +304,27 @@ func (st *dirState) told(name string, node *gofs.Inode) bool {
 
 func (st *dirState) done() { st.answering.Add(-1) }
 
+// tell is told for an answer about name being built in out: it returns
+// the function to call once the reply is made. If the delegation was
+// revoked meanwhile, the answer may be overtaken by the change that
+// recalled it, so the kernel is told not to keep it.
+func (st *dirState) tell(name string, node *gofs.Inode, out *fuse.EntryOut) func() {
+	if st.told(name, node) {
+		return st.done
+	}
+	uncached(out)
+	return func() {}
+}
+
 // learn records what a read started after the grant found of name.
 func (st *dirState) learn(name string, e dirEntry) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if _, had := st.names[name]; had || len(st.names) < maxDelegNames {
+	old, had := st.names[name]
+	if had && !old.absent && !e.absent && old.ino == e.ino && old.typ == e.typ {
+		return // the same entry: keep the attributes held with it
+	}
+	if had || len(st.names) < maxDelegNames {
 		st.names[name] = e
 	}
 }
@@ -345,16 +362,23 @@ func (st *dirState) listing() ([]string, map[string]dirEntry, bool) {
 	return names, st.names, true
 }
 
-// listed makes the state complete with a listing that started (after a
-// refresh) at own-change count since and read to its end.
-func (st *dirState) listed(since uint64, entries map[string]dirEntry) {
+// listed makes the state complete after a listing of n entries that
+// started (after a refresh) at own-change count since, was learned entry
+// by entry and read to its end: unless this mount changed the directory
+// meanwhile, or the bound on names dropped some.
+func (st *dirState) listed(since uint64, n int) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.changed != since || len(entries) > maxDelegNames || st.d.Revoked() {
+	if st.changed != since || st.d.Revoked() {
 		return
 	}
-	st.names = entries
-	st.complete = true
+	present := 0
+	for _, e := range st.names {
+		if !e.absent {
+			present++
+		}
+	}
+	st.complete = present == n
 }
 
 // changeCount is the own-change count, read before a listing.

@@ -32,11 +32,14 @@ type dirHandle struct {
 	// pages not returned yet), instead of sc.
 	mem     []store.Dentry
 	fromMem bool
-	// collect: a listing read under a delegation that did not know every
-	// name yet; read to its end, it makes the state complete.
-	collect map[string]dirEntry
-	st      *dirState
-	since   uint64
+	// collecting: a listing read under delegation st, which did not
+	// know every name yet: its names are learned as they come, and read
+	// to its end (listed entries, since own changes counted) it makes
+	// the state complete.
+	collecting bool
+	listed     int
+	st         *dirState
+	since      uint64
 }
 
 var (
@@ -72,11 +75,9 @@ func (d *dirHandle) start(ctx context.Context) error {
 		// that made it returns: the listing must see every change that
 		// completed before it began, which search shows after a refresh.
 		f.delegs.want(d.n.ino(), d.path, d.n.EmbeddedInode())
-		start := f.writes.Load()
-		if err := f.st.Refresh(ctx); err != nil {
+		if err := f.refreshNow(ctx); err != nil {
 			return err
 		}
-		f.refreshed.Store(start)
 	case st == nil:
 		// Read-your-writes: this mount's own creates must be listed, and
 		// search is near-realtime. Refresh only if this mount wrote since
@@ -97,12 +98,10 @@ func (d *dirHandle) start(ctx context.Context) error {
 		}
 		// Every change made before the grant is in the index; a refresh
 		// makes it searchable, and a listing after it is then complete.
-		d.since, d.collect = st.changeCount(), map[string]dirEntry{}
-		start := f.writes.Load()
-		if err := f.st.Refresh(ctx); err != nil {
+		d.since, d.collecting = st.changeCount(), true
+		if err := f.refreshNow(ctx); err != nil {
 			return err
 		}
-		f.refreshed.Store(start)
 	}
 	d.sc = f.co.View.List(d.path, store.DefaultPageSize)
 	return nil
@@ -125,16 +124,16 @@ func (d *dirHandle) next(ctx context.Context) ([]store.Dentry, error) {
 	}
 	for _, b := range bad {
 		d.n.f.log.Error("corrupt document skipped in listing", "dir", d.path, "err", b)
-		d.collect = nil // the listing is not the directory's whole truth
+		d.collecting = false // the listing is not the directory's whole truth
 	}
-	if d.collect != nil {
+	if d.collecting {
 		for _, e := range page {
-			d.collect[e.Name] = dirEntry{ino: e.Ino, typ: e.Type}
 			d.st.learn(e.Name, dirEntry{ino: e.Ino, typ: e.Type})
 		}
+		d.listed += len(page)
 		if page == nil {
-			d.st.listed(d.since, d.collect)
-			d.collect = nil
+			d.st.listed(d.since, d.listed)
+			d.collecting = false
 		}
 	}
 	return page, nil
@@ -234,12 +233,8 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	switch {
 	case d.st != nil:
 		// A listing made under a delegation: the kernel's entry is
-		// invalidated on recall, or, if the recall came first, not kept.
-		if d.st.told(name, d.n.EmbeddedInode()) {
-			defer d.st.done()
-		} else {
-			uncached(out)
-		}
+		// invalidated on recall.
+		defer d.st.tell(name, d.n.EmbeddedInode(), out)()
 	case f.delegs != nil:
 		uncached(out) // see node.Lookup
 	}

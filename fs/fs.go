@@ -143,6 +143,12 @@ func (f *FS) refreshIfDirty(ctx context.Context) error {
 	if f.refreshed.Load() >= w {
 		return nil // someone refreshed after our writes while we waited
 	}
+	return f.refreshNow(ctx)
+}
+
+// refreshNow makes every path write that completed before it was called,
+// this mount's and others', visible to search.
+func (f *FS) refreshNow(ctx context.Context) error {
 	start := f.writes.Load()
 	if err := f.st.Refresh(ctx); err != nil {
 		return err

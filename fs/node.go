@@ -101,10 +101,10 @@ func (n *node) replyCreated(name string, sn store.Node, child *gofs.Inode, out *
 		return func() {}
 	}
 	n.tellAttrs(child, name, sn.Ino, sn.Type, out)
-	if st := n.f.delegs.state(n.ino()); st != nil && st.told(name, n.EmbeddedInode()) {
-		return st.done
+	if st := n.f.delegs.state(n.ino()); st != nil {
+		return st.tell(name, n.EmbeddedInode(), out)
 	}
-	out.SetEntryTimeout(time.Nanosecond)
+	uncached(out)
 	return func() {}
 }
 
@@ -160,13 +160,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		st.learn(name, dirEntry{ino: sn.Ino, typ: sn.Type})
 		n.f.delegs.learnAttr(st, name, sn.Attr) // read now (resolveFresh)
 	}
-	if st.told(name, n.EmbeddedInode()) {
-		defer st.done()
-	} else {
-		// Recalled while we read: the answer may be overtaken by the
-		// change that recalled us, so the kernel must not keep it.
-		uncached(out)
-	}
+	defer st.tell(name, n.EmbeddedInode(), out)()
 	if err != nil {
 		return nil, n.f.toErrno("lookup", err)
 	}

@@ -52,16 +52,12 @@ const (
 // ErrCooling refuses a grant on a directory recalled too often lately.
 var ErrCooling = errors.New("directory recalled too often lately")
 
-// Delegation is one held delegation. Data cached under it is valid while
-// Valid returns true.
+// Delegation is one held delegation. What was cached under it is valid
+// until it is Revoked.
 type Delegation struct {
 	Ino  uint64
 	Path string // the directory's path when granted, for display
 	Mode store.LockMode
-	// Seq numbers the grants of this mount: a cache entry tagged with the
-	// Seq of the delegation it was read under is valid as long as that
-	// delegation is (see Delegations.Valid).
-	Seq  uint64
 	sess *Session
 	op   string
 	n    int64
@@ -105,7 +101,6 @@ type Delegations struct {
 	pending map[uint64]chan struct{} // grants under way
 	recalls map[uint64][]time.Time   // recent recalls, by directory
 	cool    map[uint64]time.Time     // no grant until
-	seq     uint64
 }
 
 func newDelegations(c *Coordinator) *Delegations {
@@ -122,12 +117,6 @@ func (ds *Delegations) Held(ino uint64) *Delegation {
 		return nil
 	}
 	return d
-}
-
-// Valid reports whether a delegation on ino granted as seq still holds.
-func (ds *Delegations) Valid(ino, seq uint64) bool {
-	d := ds.Held(ino)
-	return d != nil && d.Seq == seq
 }
 
 // Grant returns a delegation of mode (store.ReadDeleg or store.Exclusive)
@@ -193,11 +182,7 @@ func (ds *Delegations) grant(ctx context.Context, ino uint64, path string, mode 
 		sess.EndOp(n)
 		return nil, err
 	}
-	ds.mu.Lock()
-	ds.seq++
-	seq := ds.seq
-	ds.mu.Unlock()
-	return &Delegation{Ino: ino, Path: path, Mode: mode, Seq: seq, sess: sess, op: op, n: n, held: held,
+	return &Delegation{Ino: ino, Path: path, Mode: mode, sess: sess, op: op, n: n, held: held,
 		recalled: make(chan struct{})}, nil
 }
 
@@ -353,8 +338,6 @@ func (ds *Delegations) Born(ino uint64, path string) (store.BulkOp, func(res sto
 		d := &Delegation{Ino: ino, Path: path, Mode: req.Mode, sess: sess, op: op, n: n,
 			held: &Held{Op: op, Session: sess.ID(), docs: []store.LockDoc{doc}, reqs: []Request{req}}, recalled: make(chan struct{})}
 		ds.mu.Lock()
-		ds.seq++
-		d.Seq = ds.seq
 		old := ds.held[ino]
 		if made && old == nil {
 			ds.held[ino] = d

@@ -62,7 +62,7 @@ func TestChangeRecallsReadDelegations(t *testing.T) {
 	if _, err := b.Delegations.Grant(ctx, dir, "/d", store.ReadDeleg); err != nil {
 		t.Fatalf("a second read delegation: %v", err)
 	}
-	if !a.Delegations.Valid(dir, da.Seq) {
+	if a.Delegations.Held(dir) != da || da.Revoked() {
 		t.Fatal("a's delegation is not valid after its grant")
 	}
 	start := time.Now()
@@ -76,7 +76,7 @@ func TestChangeRecallsReadDelegations(t *testing.T) {
 	if len(got) != 3 || got[2] != "c changed" {
 		t.Fatalf("events %q: want both holders to give back before the change is granted", got)
 	}
-	if a.Delegations.Valid(dir, da.Seq) || a.Delegations.Held(dir) != nil {
+	if !da.Revoked() || a.Delegations.Held(dir) != nil {
 		t.Fatal("a still believes it holds its delegation")
 	}
 	// A grant yields to the change in progress.
