@@ -66,7 +66,11 @@ func (s *Store) do(ctx context.Context, what string, r request) (response, error
 	defer res.Body.Close()
 	s.answered.Store(true)
 	data, err := io.ReadAll(res.Body)
-	s.metrics.observe(r.path, s.idx.roleName(r.path), time.Since(start), res.StatusCode)
+	took := time.Since(start)
+	s.metrics.observe(r.path, s.idx.roleName(r.path), took, res.StatusCode)
+	// At debug level every request is logged with what asked for it: the
+	// way to see which round trips a call costs.
+	s.log.Debug("elasticsearch request", "what", what, "method", r.method, "path", r.path, "status", res.StatusCode, "took", took)
 	if err != nil {
 		return response{}, s.transportError(ctx, what, err)
 	}
