@@ -74,6 +74,9 @@ type Manager struct {
 	// Recover takes over and finishes (or undoes) an operation whose owner
 	// is dead; it must release the operation's locks. Set by the journal.
 	Recover func(ctx context.Context, rec store.OpRecord) error
+	// known: the lock documents as this mount last wrote them, which a
+	// first attempt sends its writes against without reading them.
+	known knownDocs
 }
 
 // NewManager returns a lock manager.
@@ -104,8 +107,10 @@ func dedupe(reqs []Request) []Request {
 }
 
 // Acquire takes every lock of reqs for operation op of session sess, in
-// two round trips when nothing conflicts (one mget, one bulk of conditional
-// writes), whatever their number. When a lock is held in a conflicting mode
+// one round trip when this mount's last writes of their documents (or
+// their absence) are still what the store holds (a bulk of conditional
+// writes against them, see knownDocs), else in two when nothing conflicts
+// (one mget, one bulk), whatever their number. When a lock is held in a conflicting mode
 // it takes none, records exclusive requests as waiting (so that younger
 // shared requests yield), backs off with jitter and retries until the
 // deadline. Nobody waits while holding locks, so there is no deadlock.
@@ -131,6 +136,15 @@ func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []
 	for attempt := 0; ; attempt++ {
 		if err := sess.Check(); err != nil {
 			return nil, err
+		}
+		if attempt == 0 {
+			if docs, ok := m.known.guess(sess.ID(), op, reqs); ok {
+				held, _, err := m.tryGrant(ctx, sess, op, reqs, docs, w)
+				if err != nil || held != nil {
+					return held, err
+				}
+				// Refused: someone else wrote one of the documents since.
+			}
 		}
 		docs, err := m.b.GetLocks(ctx, ids)
 		if err != nil {
@@ -231,8 +245,10 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 		if r.Err == nil {
 			granted[i] = writes[i].Doc
 			granted[i].Found, granted[i].Ver = true, r.Ver
+			m.known.wrote(granted[i], false)
 			continue
 		}
+		m.known.forget(reqs[i].ID)
 		if errors.Is(r.Err, store.ErrConflict) || errors.Is(r.Err, store.ErrExists) || errors.Is(r.Err, store.ErrUnavailable) {
 			lost = append(lost, i)
 			continue
@@ -308,8 +324,10 @@ func (m *Manager) retryItems(ctx context.Context, sess *Session, op string, reqs
 			if r.Err == nil {
 				granted[i] = todo[k].Doc
 				granted[i].Found, granted[i].Ver = true, r.Ver
+				m.known.wrote(granted[i], false)
 				continue
 			}
+			m.known.forget(reqs[i].ID)
 			if errors.Is(r.Err, store.ErrConflict) || errors.Is(r.Err, store.ErrExists) || errors.Is(r.Err, store.ErrUnavailable) {
 				items = append(items, i)
 				continue

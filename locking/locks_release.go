@@ -66,7 +66,15 @@ func (m *Manager) release(ctx context.Context, h *Held, partial bool, pre []stor
 		}
 		var again []string
 		for i, r := range res {
-			if r.Err != nil && !errors.Is(r.Err, store.ErrNotFound) {
+			switch {
+			case r.Err == nil:
+				d := writes[i].Doc
+				d.Found, d.Ver = true, r.Ver
+				m.known.wrote(d, writes[i].Delete)
+			case errors.Is(r.Err, store.ErrNotFound):
+				m.known.wrote(writes[i].Doc, true)
+			default:
+				m.known.forget(docs[i].ID)
 				again = append(again, docs[i].ID)
 			}
 		}
