@@ -87,6 +87,7 @@ func (f *FS) create(ctx context.Context, parent dirRef, name string, e Entry) (s
 	if err := store.CheckName(name); err != nil {
 		return store.Node{}, err
 	}
+	defer f.changing.begin(parent.ino())()
 	sn, err := f.createEntry(ctx, parent, name, e)
 	// What this mount just wrote it knows exactly: the name, and the new
 	// inode's attributes (a new directory's own, under the delegation it

@@ -79,6 +79,11 @@ func (f *FS) checkDirAt(ctx context.Context, ino uint64, p string, fresh bool) e
 	if err != nil {
 		return err
 	}
+	return dirIs(d.Dentry, ino, p)
+}
+
+// dirIs checks that d, read at path p, is directory inode ino.
+func dirIs(d store.Dentry, ino uint64, p string) error {
 	if d.Ino != ino {
 		return errnoErr(syscall.ESTALE, "directory %q is now inode %d, not %d", p, d.Ino, ino)
 	}
@@ -86,6 +91,35 @@ func (f *FS) checkDirAt(ctx context.Context, ino uint64, p string, fresh bool) e
 		return errnoErr(syscall.ENOTDIR, "%q is not a directory", p)
 	}
 	return nil
+}
+
+// entryUnder reads, in real time and in one round trip, directory dir
+// (checked to be inode ino, as checkDirAt does) and its entry path. Only
+// the path document is read: what the caller needs of the inode it reads
+// itself, at the version it acts on.
+func (f *FS) entryUnder(ctx context.Context, ino uint64, dir, path string) (store.Dentry, error) {
+	paths := []string{path}
+	if dir != "/" {
+		paths = append(paths, dir)
+	}
+	gen := f.cache.Gen()
+	es, err := f.co.View.GetMany(ctx, paths)
+	if err != nil {
+		return store.Dentry{}, err
+	}
+	if dir != "/" {
+		if !es[1].Found {
+			return store.Dentry{}, errnoErr(syscall.ESTALE, "directory %q is gone", dir)
+		}
+		if err := dirIs(es[1].Dentry, ino, dir); err != nil {
+			return store.Dentry{}, err
+		}
+	}
+	if !es[0].Found {
+		f.cache.PutNegative(path, gen)
+		return store.Dentry{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
+	}
+	return es[0].Dentry, nil
 }
 
 // lockEntry takes the locks for changing entry name of directory parent. A

@@ -65,6 +65,8 @@ type FS struct {
 	metrics *Metrics
 	// delegs is nil when delegations are off.
 	delegs *delegs
+	// changing: this mount's entry changes under way, by directory.
+	changing entryChanges
 
 	// writes counts path-index writes of this mount and refreshed the value
 	// of writes when the last refresh started: a listing refreshes first
@@ -225,12 +227,19 @@ func (f *FS) resolveRead(ctx context.Context, path string, now bool) (store.Node
 	if err != nil {
 		return store.Node{}, err
 	}
+	return f.nodeOf(ctx, path, e, gen, now)
+}
+
+// nodeOf completes entry e of path, read at cache generation gen, with
+// its inode: read now if now, else from the cache if there.
+func (f *FS) nodeOf(ctx context.Context, path string, e locking.Entry, gen uint64, now bool) (store.Node, error) {
 	if !e.Found {
 		f.cache.PutNegative(path, gen)
 		return store.Node{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
 	}
 	d := e.Dentry
 	var attr store.Inode
+	var err error
 	if now {
 		attr, err = f.st.GetInode(ctx, d.Ino)
 		if err == nil {
@@ -304,6 +313,9 @@ func (f *FS) freshInode(ctx context.Context, ino uint64) (store.Inode, error) {
 // re-reading and re-applying on conflict: concurrent setattrs, writes and
 // link count changes from any mount all serialize on the inode document.
 func (f *FS) updateInode(ctx context.Context, ino uint64, change func(*store.Inode) error) (store.Inode, error) {
+	if n, ok := f.cache.Inode(ino); ok {
+		return f.updateInodeFrom(ctx, ino, &n, change)
+	}
 	return f.updateInodeFrom(ctx, ino, nil, change)
 }
 
@@ -331,6 +343,11 @@ func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode
 			}
 		}
 		if err := change(&n); err != nil {
+			if remembered {
+				// Refused on what this mount remembers, which may be
+				// stale (another mount chowned it): decide on a fresh read.
+				continue
+			}
 			return store.Inode{}, err
 		}
 		f.cache.InvalidateInode(ino)

@@ -18,6 +18,7 @@ func (f *FS) link(ctx context.Context, parent dirRef, name string, ino uint64) (
 	if err := store.CheckName(name); err != nil {
 		return store.Node{}, err
 	}
+	defer f.changing.begin(parent.ino())()
 	dir, path, txn, err := f.lockEntry(ctx, parent, name)
 	if err != nil {
 		return store.Node{}, err

@@ -109,9 +109,13 @@ func (f *FS) addDirLinks(ctx context.Context, ino uint64, delta int, t int64) {
 // replaced it, and deletes the inode and its data when none is left,
 // unless this mount still has it open (then the last close deletes it).
 func (f *FS) dropLink(ctx context.Context, ino uint64) error {
+	// The cached inode, if any, is tried at its version first: right, it
+	// saves a read; stale, its compare-and-set fails and DropLink reads.
+	known, _ := f.cache.Inode(ino)
+	known.Ino = ino
 	f.cache.InvalidateInode(ino)
 	f.delegs.forgetAttr(ino)
-	a, err := locking.DropLink(ctx, f.st, ino, f.keepUnlinked)
+	a, err := locking.DropLinkFrom(ctx, f.st, known, f.keepUnlinked)
 	if err == nil && a.Ino != 0 {
 		f.cache.PutInode(a, f.cache.Gen())
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"syscall"
 
 	"github.com/esfs/esfs/store"
@@ -19,6 +20,7 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 	if err := store.CheckName(name); err != nil {
 		return err
 	}
+	defer f.changing.begin(parent.ino())()
 	dir, path, txn, err := f.lockEntry(ctx, parent, name)
 	if err != nil {
 		return err
@@ -30,21 +32,21 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 }
 
 func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, wantDir bool) error {
-	if err := f.checkDirAt(ctx, parent.ino(), dir, true); err != nil {
-		return err
-	}
 	for attempt := 0; ; attempt++ {
-		sn, err := f.resolveFresh(ctx, path)
+		// The directory and the entry in one read; the inode is not
+		// needed to remove the name (the path document has its type), and
+		// dropLink acts on it at the version it finds.
+		d, err := f.entryUnder(ctx, parent.ino(), dir, path)
 		if err != nil {
 			return err
 		}
-		if wantDir && sn.Type != store.TypeDir {
+		if wantDir && d.Type != store.TypeDir {
 			return syscall.ENOTDIR
 		}
-		if !wantDir && sn.Type == store.TypeDir {
+		if !wantDir && d.Type == store.TypeDir {
 			return syscall.EISDIR
 		}
-		if wantDir {
+		if wantDir && !f.knownEmpty(d.Ino) {
 			empty, err := f.isEmptyDir(ctx, path)
 			if err != nil {
 				return err
@@ -53,12 +55,12 @@ func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, 
 				return syscall.ENOTEMPTY
 			}
 		}
-		opPath := store.DeleteDentry(path, sn.Ver)
+		opPath := store.DeleteDentry(path, d.Ver)
 		if err := opPath.Err(); err != nil {
 			return err
 		}
 		subdirs := 0
-		if sn.Type == store.TypeDir {
+		if d.Type == store.TypeDir {
 			subdirs = -1
 		}
 		// The directory's times, and its count for a subdirectory, ride
@@ -84,8 +86,63 @@ func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, 
 		if err != nil {
 			return err
 		}
-		return f.dropLink(ctx, sn.Ino)
+		return f.dropLink(ctx, d.Ino)
 	}
+}
+
+// knownEmpty reports that directory ino has no entries, known without a
+// request: this mount holds a delegation on it whose listing is complete
+// and empty, and makes no change in it now. The caller holds the locks of
+// removing it, which every entry change in it, from any mount, conflicts
+// with; a change another mount made before recalled the delegation first
+// (a new one is complete only after a listing that sees the change), and
+// one of this mount's own is in the listing once it is no longer under
+// way.
+func (f *FS) knownEmpty(ino uint64) bool {
+	if f.changing.busy(ino) {
+		return false
+	}
+	st := f.delegs.state(ino)
+	if st == nil {
+		return false
+	}
+	names, _, complete := st.listing()
+	return complete && len(names) == 0
+}
+
+// entryChanges counts this mount's entry changes under way (from before
+// their locks to after their outcome is recorded), by directory inode.
+type entryChanges struct {
+	mu sync.Mutex
+	n  map[uint64]int
+}
+
+// begin counts a change of the entries of dirs; the returned func ends it.
+func (c *entryChanges) begin(dirs ...uint64) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[uint64]int{}
+	}
+	for _, d := range dirs {
+		c.n[d]++
+	}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, d := range dirs {
+			if c.n[d]--; c.n[d] <= 0 {
+				delete(c.n, d)
+			}
+		}
+	}
+}
+
+// busy reports a change of dir's entries under way.
+func (c *entryChanges) busy(dir uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[dir] > 0
 }
 
 // isEmptyDir reports whether a directory has no entries. The search must

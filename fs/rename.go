@@ -46,6 +46,7 @@ func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, ne
 	if err := store.CheckName(newName); err != nil {
 		return err
 	}
+	defer f.changing.begin(from.ino(), to.ino())()
 	for attempt := 0; ; attempt++ {
 		srcDir, ok1 := from.path()
 		dstDir, ok2 := to.path()
@@ -202,7 +203,7 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef
 			return syscall.ENOTDIR
 		case s.Type != store.TypeDir && d.Type == store.TypeDir:
 			return syscall.EISDIR
-		case d.Type == store.TypeDir:
+		case d.Type == store.TypeDir && !f.knownEmpty(d.Ino):
 			empty, err := f.isEmptyDir(ctx, dst)
 			if err != nil {
 				return err

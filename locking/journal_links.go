@@ -71,22 +71,49 @@ type InodeBackend interface {
 // Inode once it is gone. An inode already gone is no error: someone else
 // dropped its last link.
 func DropLink(ctx context.Context, b InodeBackend, ino uint64, keep func(store.Inode) bool) (store.Inode, error) {
+	return DropLinkFrom(ctx, b, store.Inode{Ino: ino}, keep)
+}
+
+// DropLinkFrom is DropLink starting from known, the inode as the caller
+// last read it: its first compare-and-set is made at that version, which
+// saves the read when nobody changed the inode since (and costs one
+// failed write when someone did). known with an unknown version is read
+// first. An inode that goes with this link is deleted at the version read,
+// in one write: no intermediate count of zero, since nobody keeps it.
+func DropLinkFrom(ctx context.Context, b InodeBackend, known store.Inode, keep func(store.Inode) bool) (store.Inode, error) {
 	t := time.Now().UnixNano()
-	var a store.Inode
+	a := known
 	for attempt := 0; ; attempt++ {
-		var err error
-		a, err = b.GetInode(ctx, ino)
-		if errors.Is(err, store.ErrNotFound) {
-			return store.Inode{}, nil
+		if attempt > 0 || !a.Ver.Known() {
+			var err error
+			a, err = b.GetInode(ctx, known.Ino)
+			if errors.Is(err, store.ErrNotFound) {
+				return store.Inode{}, nil
+			}
+			if err != nil {
+				return store.Inode{}, err
+			}
 		}
-		if err != nil {
-			return store.Inode{}, err
-		}
+		read := a
 		if a.Nlink > 0 {
 			a.Nlink--
 		}
 		a.Ctime = t
-		v, err := b.Write(ctx, store.PutInode(a, a.Ver))
+		goes := a.Nlink == 0 || a.Type == store.TypeDir
+		if goes && (keep == nil || !keep(a)) {
+			_, err := b.Write(ctx, store.DeleteInode(a.Ino, read.Ver))
+			switch {
+			case errors.Is(err, store.ErrConflict) && attempt < 50:
+				store.Backoff(ctx, attempt, store.InodeBackoff)
+				continue
+			case errors.Is(err, store.ErrNotFound):
+				return store.Inode{}, nil
+			case err != nil:
+				return store.Inode{}, err
+			}
+			return store.Inode{}, deleteData(ctx, b, read)
+		}
+		v, err := b.Write(ctx, store.PutInode(a, read.Ver))
 		if errors.Is(err, store.ErrConflict) && attempt < 50 {
 			store.Backoff(ctx, attempt, store.InodeBackoff)
 			continue
@@ -98,15 +125,8 @@ func DropLink(ctx context.Context, b InodeBackend, ino uint64, keep func(store.I
 			return store.Inode{}, err
 		}
 		a.Ver = v
-		break
-	}
-	if a.Nlink > 0 && a.Type != store.TypeDir {
 		return a, nil
 	}
-	if keep != nil && keep(a) {
-		return a, nil
-	}
-	return store.Inode{}, DeleteUnlinked(ctx, b, a)
 }
 
 // DeleteUnlinked removes an inode document with no links left, and its
@@ -147,10 +167,16 @@ func RemoveUnlinked(ctx context.Context, b InodeBackend, a store.Inode) (kept bo
 		}
 		break
 	}
-	if a.Type == store.TypeFile && a.Size > 0 {
-		cs := b.ChunkSize()
-		_, err := b.DeleteChunks(ctx, a.Ino, 0, (a.Size-1)/cs, store.DataVersion(a.Dgen+1, 0))
-		return false, err
+	return false, deleteData(ctx, b, a)
+}
+
+// deleteData deletes the data chunks of a, an inode just deleted, at a
+// data version above every generation it handed out.
+func deleteData(ctx context.Context, b InodeBackend, a store.Inode) error {
+	if a.Type != store.TypeFile || a.Size <= 0 {
+		return nil
 	}
-	return false, nil
+	cs := b.ChunkSize()
+	_, err := b.DeleteChunks(ctx, a.Ino, 0, (a.Size-1)/cs, store.DataVersion(a.Dgen+1, 0))
+	return err
 }
