@@ -194,6 +194,9 @@ func (f *FS) MountAt(t testing.TB, dir string, env []string, extra ...string) *M
 		t.Fatal(err)
 	}
 	args := append([]string{"mount", "--es-url", f.URL, "--index", f.Index}, extra...)
+	// ESFS_TEST_MOUNT_FLAGS adds flags to every mount of a run: the whole
+	// suite, or a part of it, with --delegations for instance.
+	args = append(args, strings.Fields(os.Getenv("ESFS_TEST_MOUNT_FLAGS"))...)
 	args = append(args, dir)
 	cmd := exec.Command(f.Bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -1,0 +1,187 @@
+package test
+
+// The synchronous path's round trips: what each metadata call costs in
+// requests to Elasticsearch on a directory no delegation covers, counted
+// through the mount's metrics. The bounds are the protocol's minimum as
+// built, so that a change that adds a round trip to a call fails here and
+// says which call and which requests.
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/esfs/esfs/test/mounttest"
+)
+
+// callCost is one call's measured requests per call, by endpoint and index.
+type callCost struct {
+	name  string
+	per   float64
+	parts map[string]float64
+}
+
+func (c callCost) String() string {
+	keys := make([]string, 0, len(c.parts))
+	for k := range c.parts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return c.parts[keys[i]] > c.parts[keys[j]] })
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-12s %5.2f requests per call:", c.name, c.per)
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %.2f %s;", c.parts[k], k)
+	}
+	return b.String()
+}
+
+// TestRoundTripsPerCall counts the requests of each metadata call that
+// shell tools make, on a mount whose kernel and daemon caches already hold
+// the names (so that only the call itself is counted, not the kernel's
+// lookups before it): create, mkdir, chmod, rename within a directory and
+// across two, unlink and rmdir; without delegations, and with them (where
+// rmdir knows from the delegation that the directory is empty).
+// Background requests (session renewal, the sweeper, the polls of a
+// delegation holder's recall document) are counted apart and left out.
+func TestRoundTripsPerCall(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { roundTrips(t, false) })
+	t.Run("delegations", func(t *testing.T) { roundTrips(t, true) })
+}
+
+func roundTrips(t *testing.T, delegations bool) {
+	f := mounttest.NewFS(t)
+	addr := mounttest.FreeAddr(t)
+	flags := []string{"--cache-ttl=1h", "--entry-timeout=1h", "--attr-timeout=1h", "--metrics-addr", addr}
+	if delegations {
+		flags = append(flags, "--delegations")
+	}
+	m := f.Mount(t, flags...)
+	metrics := "http://" + addr + "/metrics"
+	rmdirBound := 7.0 // unlink's, plus a refresh and a search for emptiness
+	if delegations {
+		rmdirBound = 6 // unlink's: the delegation knows the directory is empty
+	}
+	const n = 20
+	for _, d := range []string{"d", "e"} {
+		if err := os.Mkdir(m.Path(d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(prefix string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s%02d", prefix, i)
+		}
+		return out
+	}
+	// Each step: its name, the bound (requests per call), the call.
+	// records: the call reads or writes documents of the lock index one
+	// by one (a rename's record), as a delegation holder's polls of its
+	// recall document do in the background: with delegations, such a
+	// call's count is logged, not bounded.
+	steps := []struct {
+		name    string
+		bound   float64
+		call    func(i int) error
+		records bool
+	}{
+		// The kernel's lookup of the new name (a miss; none under a
+		// delegation), one bulk (the directory's shared locks are a lease
+		// across the burst), and a read of the directory's inode, whose
+		// times the create before changed with a partial update.
+		{"create", 3, func(i int) error { return os.WriteFile(m.Path("d", names("f")[i]), nil, 0o644) }, false},
+		// create's; the directory's link count is a compare-and-set at
+		// the version the mkdir before left in the cache.
+		{"mkdir", 3, func(i int) error { return os.Mkdir(m.Path("d", names("s")[i]), 0o755) }, false},
+		// One compare-and-set of the inode at the cached version.
+		{"chmod", 1, func(i int) error { return os.Chmod(m.Path("d", names("f")[i]), 0o600) }, false},
+		// The kernel's lookup of the target, the locks (one bulk), the
+		// re-check (one mget), then the journal: record, stage, commit,
+		// finish, done with the release; and a read of the directory's
+		// inode, whose times the rename changed.
+		{"rename", 10, func(i int) error { return os.Rename(m.Path("d", names("f")[i]), m.Path("d", names("g")[i])) }, true},
+		{"rename2dir", 11, func(i int) error { return os.Rename(m.Path("d", names("g")[i]), m.Path("e", names("g")[i])) }, true},
+		// Locks (one bulk), the directory and the name (one mget), the
+		// delete with the directory's times (one bulk), the inode's
+		// delete, the release (one bulk); and a read of the inode, which
+		// the rename before changed (without it, the delete is made at
+		// the version in the daemon's cache).
+		{"unlink", 6, func(i int) error { return os.Remove(m.Path("e", names("g")[i])) }, false},
+		{"rmdir", rmdirBound, func(i int) error { return os.Remove(m.Path("d", names("s")[i])) }, false},
+	}
+	var costs []callCost
+	for _, s := range steps {
+		before := requestCounts(t, metrics)
+		for i := 0; i < n; i++ {
+			if err := s.call(i); err != nil {
+				t.Fatalf("%s %d: %v", s.name, i, err)
+			}
+		}
+		after := requestCounts(t, metrics)
+		c := callCost{name: s.name, parts: map[string]float64{}}
+		for k, v := range after {
+			if background(k) || delegations && !s.records && strings.Contains(k, "endpoint=_doc,index=lock") {
+				continue
+			}
+			if d := v - before[k]; d > 0 {
+				c.parts[k] = d / n
+				c.per += d / n
+			}
+		}
+		costs = append(costs, c)
+		// What background requests remain (lock reads of the sweeper and
+		// of a lease's tending) stay well under one per call over n calls.
+		if c.per > s.bound+0.5 && !(delegations && s.records) {
+			t.Errorf("%s costs %.2f requests per call, more than its %v\n%v", s.name, c.per, s.bound, c)
+		}
+		// Each step but the last reads the names the next step acts on;
+		// a stat keeps them in the kernel's cache (not counted above).
+		for _, d := range []string{"d", "e"} {
+			ents, err := os.ReadDir(m.Path(d))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if _, err := os.Lstat(m.Path(d, e.Name())); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if delegations {
+			// The lookups above ask for delegations in the background:
+			// let those grants end before the next step is counted.
+			settled(t, metrics, "esfs_delegation_grants_total")
+		}
+	}
+	for _, c := range costs {
+		t.Log(c)
+	}
+}
+
+// settled waits until counter name of the mount behind metrics stops
+// moving for a while.
+func settled(t *testing.T, metrics, name string) {
+	last := mounttest.Sample(mounttest.Scrape(t, metrics), name)
+	still := 0
+	mounttest.WaitFor(t, name+" settled", 20*time.Second, func() bool {
+		time.Sleep(100 * time.Millisecond)
+		now := mounttest.Sample(mounttest.Scrape(t, metrics), name)
+		if now != last {
+			last, still = now, 0
+			return false
+		}
+		still++
+		return still >= 3
+	})
+}
+
+// background: requests no call makes, but the mount's own timers: session
+// renewal and the sweeper (which alone read sessions and refresh the lock
+// index) and a delegation holder's polls of its recall document.
+func background(key string) bool {
+	return strings.Contains(key, "index=session") || strings.Contains(key, "endpoint=_refresh,index=lock") ||
+		strings.Contains(key, "endpoint=_search,index=lock")
+}
