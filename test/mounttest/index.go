@@ -187,6 +187,12 @@ func CheckIndex(ctx context.Context, f *FS, check IndexCheck) (IndexReport, erro
 		return rep, fmt.Errorf("listing locks: %w", err)
 	}
 	for _, l := range locks {
+		if delegationsOnly(l) {
+			// A delegation is a lease a mount keeps while it lives (and
+			// that the next change drops once its holder is dead), not
+			// the leftover of an operation.
+			continue
+		}
 		rep.Locks++
 		bad("lock document left on %q: holders %s, waiters %s", lockName(l), holders(l.Holders), waiters(l.Waiters))
 	}
@@ -362,4 +368,18 @@ func searchAll(ctx context.Context, f *FS, suffix string, keys, fields []string,
 		}
 		after = page.Hits.Hits[len(page.Hits.Hits)-1].Sort
 	}
+}
+
+// delegationsOnly: l is a directory's delegation document holding only
+// delegations (read or write), nothing waiting.
+func delegationsOnly(l store.LockDoc) bool {
+	if !store.IsDelegLock(l.ID) || len(l.Waiters) > 0 {
+		return false
+	}
+	for _, h := range l.Holders {
+		if h.Mode != store.ReadDeleg && h.Mode != store.Exclusive {
+			return false
+		}
+	}
+	return true
 }

@@ -85,7 +85,7 @@ func CheckInvariantsWant(t testing.TB, f *FS, want Want) {
 	// A live mount whose sweeper recovers what dead mounts left, and
 	// through which the tree is read (no cache: nothing it shows is older
 	// than the index).
-	m := f.Mount(t, append([]string{"--lease", "2s"}, NoCache...)...)
+	m := f.mountAt(t, t.TempDir(), nil, append([]string{"--lease", "2s"}, NoCache...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), invariantLimit+time.Minute)
 	defer cancel()
 

@@ -189,14 +189,20 @@ func (f *FS) Mount(t testing.TB, extra ...string) *Mount {
 // MountAt mounts at dir with extra environment variables.
 func (f *FS) MountAt(t testing.TB, dir string, env []string, extra ...string) *Mount {
 	t.Helper()
+	// ESFS_TEST_MOUNT_FLAGS adds flags to every mount of a run: the whole
+	// suite, or a part of it, with --delegations for instance.
+	return f.mountAt(t, dir, env, append(extra, strings.Fields(os.Getenv("ESFS_TEST_MOUNT_FLAGS"))...)...)
+}
+
+// mountAt is MountAt without ESFS_TEST_MOUNT_FLAGS, for the mounts of the
+// checks themselves.
+func (f *FS) mountAt(t testing.TB, dir string, env []string, extra ...string) *Mount {
+	t.Helper()
 	logf, err := os.CreateTemp(t.TempDir(), "mount-*.log")
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"mount", "--es-url", f.URL, "--index", f.Index}, extra...)
-	// ESFS_TEST_MOUNT_FLAGS adds flags to every mount of a run: the whole
-	// suite, or a part of it, with --delegations for instance.
-	args = append(args, strings.Fields(os.Getenv("ESFS_TEST_MOUNT_FLAGS"))...)
 	args = append(args, dir)
 	cmd := exec.Command(f.Bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
