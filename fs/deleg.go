@@ -367,10 +367,18 @@ func (st *dirState) changeCount() uint64 {
 }
 
 // changedHere records an own change of name in directory dir, if this
-// mount holds a delegation on it.
+// mount holds a delegation on it. A directory that the change names (moved
+// there by a rename) has a new ctime: its own delegation drops it.
 func (ds *delegs) changedHere(dir uint64, name string, e dirEntry, ok bool) {
 	if st := ds.state(dir); st != nil {
 		st.changedHere(name, e, ok, false)
+	}
+	if e.typ == store.TypeDir && e.ino != 0 {
+		if sub := ds.state(e.ino); sub != nil {
+			sub.mu.Lock()
+			sub.dropSelf()
+			sub.mu.Unlock()
+		}
 	}
 }
 

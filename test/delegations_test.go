@@ -422,7 +422,8 @@ func inodeReads(t *testing.T, metrics string) float64 {
 // mount changes under its delegation (mkdir, create, rmdir and unlink in
 // it) keeps its own attributes: the stat the kernel makes of it after each
 // change reads nothing, and shows what is stored, as another mount reading
-// the index in real time shows (times to the nanosecond, link count).
+// the index in real time shows (times to the nanosecond, link count). A
+// directory this mount moves shows the new ctime the move gave it.
 func TestDelegationsKeepDirectoryAttributesAcrossOwnChanges(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a, am := delegMount(t, f)
@@ -480,4 +481,16 @@ func TestDelegationsKeepDirectoryAttributesAcrossOwnChanges(t *testing.T) {
 	}
 	same("after a chmod and a mkdir", "d")
 
+	// A directory made here, moved here: the move sets its ctime.
+	if err := os.MkdirAll(a.Path("p", "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	same("made", "p", "x")
+	time.Sleep(10 * time.Millisecond) // a ctime the move changes visibly
+	if err := os.Rename(a.Path("p", "x"), a.Path("d", "x")); err != nil {
+		t.Fatal(err)
+	}
+	same("moved", "d", "x")
+	same("after a directory moved in", "d")
+	same("after a directory moved out", "p")
 }
