@@ -89,10 +89,10 @@ func (f *FS) create(ctx context.Context, parent dirRef, name string, e Entry) (s
 	}
 	defer f.changing.begin(parent.ino())()
 	sn, err := f.createEntry(ctx, parent, name, e)
-	// What this mount just wrote it knows exactly: the name, and the new
+	// What this mount just wrote it knows exactly: the name, the new
 	// inode's attributes (a new directory's own, under the delegation it
-	// was born with).
-	f.delegs.changedHere(parent.ino(), name, dirEntry{ino: sn.Ino, typ: sn.Type}, err == nil)
+	// was born with), and the directory's (followed by dirLinksOp).
+	f.delegs.changedThroughDirLinks(parent.ino(), name, dirEntry{ino: sn.Ino, typ: sn.Type}, err == nil)
 	if err == nil {
 		f.delegs.wrote(parent.ino(), name, sn.Attr)
 	}
@@ -224,7 +224,7 @@ func (f *FS) createShared(ctx context.Context, parent dirRef, name string, e Ent
 // and nothing was left behind.
 func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (store.Node, error) {
 	typ, mode := e.Type, e.Mode
-	parent, err := f.inode(ctx, dir, f.cache.Gen())
+	parent, err := f.dirAttrs(ctx, dir)
 	if err != nil {
 		return store.Node{}, err
 	}
@@ -267,6 +267,7 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 	f.noteWrite()
 	res, err := f.st.Bulk(ctx, ops)
 	if err != nil {
+		f.settleDirLinks(ctx, pl, store.BulkResult{Err: err}, false)
 		if born != nil {
 			born(store.BulkResult{Err: err}, false)
 		}

@@ -81,6 +81,9 @@ type dirState struct {
 	// after the grant.
 	self    store.Inode
 	hasSelf bool
+	// writes: this mount's writes of the directory's own document under
+	// way (see deleg_self.go).
+	writes selfWrites
 	// answering counts lookups between their check of the delegation and
 	// their reply to the kernel; a recall waits for them before it
 	// invalidates, so that no reply lands after the invalidation.
@@ -167,35 +170,6 @@ func (ds *delegs) wrote(dir uint64, name string, a store.Inode) {
 	}
 }
 
-// selfAttr returns directory ino's own attributes, if its delegation
-// holds them; node, the directory's kernel node, is told them.
-func (ds *delegs) selfAttr(ino uint64, node *gofs.Inode) (store.Inode, bool) {
-	st := ds.state(ino)
-	if st == nil {
-		return store.Inode{}, false
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if !st.hasSelf || st.d.Revoked() {
-		return store.Inode{}, false
-	}
-	if node != nil {
-		st.attrTold[ino] = node
-	}
-	return st.self, true
-}
-
-// learnSelf records directory st's own attributes, read in real time
-// after the grant, unless this mount changed the directory since
-// (changes, read before the read began).
-func (st *dirState) learnSelf(a store.Inode, changes uint64) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.changed == changes && a.Ino == st.ino {
-		st.self, st.hasSelf = a, true
-	}
-}
-
 // forgetAttr drops what a delegation holds of inode ino's attributes:
 // this mount is changing them.
 func (ds *delegs) forgetAttr(ino uint64) {
@@ -205,8 +179,7 @@ func (ds *delegs) forgetAttr(ino uint64) {
 	ds.mu.Lock()
 	if own := ds.by[ino]; own != nil {
 		own.mu.Lock()
-		own.changed++
-		own.hasSelf = false
+		own.dropSelf()
 		own.mu.Unlock()
 	}
 	dir, ok := ds.attrsIn[ino]
@@ -331,12 +304,17 @@ func (st *dirState) learn(name string, e dirEntry) {
 
 // changedHere records this mount's own change of name: its outcome e if
 // known (ok), else the name is forgotten, and the directory is no longer
-// known complete.
-func (st *dirState) changedHere(name string, e dirEntry, ok bool) {
+// known complete. The directory's own attributes (its times, and link
+// count for a subdirectory) are dropped, unless followed is set: the change
+// wrote them through dirLinksOp, which follows them.
+func (st *dirState) changedHere(name string, e dirEntry, ok, followed bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.changed++
-	st.hasSelf = false // its times, and link count for a subdirectory
+	if followed {
+		st.changed++
+	} else {
+		st.dropSelf()
+	}
 	if !ok {
 		delete(st.names, name)
 		st.complete = false
@@ -389,10 +367,27 @@ func (st *dirState) changeCount() uint64 {
 }
 
 // changedHere records an own change of name in directory dir, if this
-// mount holds a delegation on it.
+// mount holds a delegation on it. A directory that the change names (moved
+// there by a rename) has a new ctime: its own delegation drops it.
 func (ds *delegs) changedHere(dir uint64, name string, e dirEntry, ok bool) {
 	if st := ds.state(dir); st != nil {
-		st.changedHere(name, e, ok)
+		st.changedHere(name, e, ok, false)
+	}
+	if e.typ == store.TypeDir && e.ino != 0 {
+		if sub := ds.state(e.ino); sub != nil {
+			sub.mu.Lock()
+			sub.dropSelf()
+			sub.mu.Unlock()
+		}
+	}
+}
+
+// changedThroughDirLinks is changedHere for a change (a create) that wrote
+// the directory's own document through dirLinksOp only, which follows it:
+// the directory's attributes stay held if that write's outcome is known.
+func (ds *delegs) changedThroughDirLinks(dir uint64, name string, e dirEntry, ok bool) {
+	if st := ds.state(dir); st != nil {
+		st.changedHere(name, e, ok, true)
 	}
 }
 

@@ -35,16 +35,20 @@ type parentLinks struct {
 	counted bool        // the bulk item is a compare-and-set of the count
 	after   store.Inode // the directory as that item writes it
 	gen     uint64      // cache generation when the item was made
+	// self: the directory's delegation, following the write (writingSelf).
+	self *dirState
 }
 
 // dirLinksOp returns the bulk item that adds delta links to directory ino
-// and sets its mtime and ctime to t: a compare-and-set at the version in
-// this mount's cache (or read now), or, for a delta of 0 or a directory
-// whose count is not kept, the partial update of its times.
+// and sets its mtime and ctime to t: a compare-and-set at the version its
+// delegation holds or in this mount's cache (or read now), or, for a delta
+// of 0 or a directory whose count is not kept, the partial update of its
+// times. Once it is made, settleDirLinks must follow, even when the bulk
+// failed as a whole.
 func (f *FS) dirLinksOp(ctx context.Context, ino uint64, delta int, t int64) (store.BulkOp, parentLinks, error) {
 	pl := parentLinks{ino: ino, delta: delta, t: t}
 	if delta != 0 {
-		dir, err := f.inode(ctx, ino, f.cache.Gen())
+		dir, err := f.dirAttrs(ctx, ino)
 		if err != nil {
 			return store.BulkOp{}, pl, err
 		}
@@ -57,11 +61,22 @@ func (f *FS) dirLinksOp(ctx context.Context, ino uint64, delta int, t int64) (st
 			pl.counted = true
 			f.cache.InvalidateInode(ino)
 			pl.gen = f.cache.Gen()
+			pl.self = f.delegs.writingSelf(ino)
 			return op, pl, nil
 		}
 	}
 	f.cache.InvalidateInode(ino)
+	pl.self = f.delegs.writingSelf(ino)
 	return store.TouchInode(ino, t, t), pl, nil
+}
+
+// dirAttrs returns directory ino's attributes: its own, if its delegation
+// holds them (exactly as stored), else from the cache or the store.
+func (f *FS) dirAttrs(ctx context.Context, ino uint64) (store.Inode, error) {
+	if a, ok := f.delegs.selfAttr(ino, nil); ok {
+		return a, nil
+	}
+	return f.inode(ctx, ino, f.cache.Gen())
 }
 
 // settleDirLinks finishes what dirLinksOp began, given the bulk item's
@@ -69,6 +84,18 @@ func (f *FS) dirLinksOp(ctx context.Context, ino uint64, delta int, t int64) (st
 // that landed for an entry change that did not is taken back, one that
 // lost its compare-and-set is done again with a fresh read.
 func (f *FS) settleDirLinks(ctx context.Context, pl parentLinks, res store.BulkResult, applied bool) {
+	// The directory's delegation holds its attributes on where the write
+	// leaves them exactly known: the document a compare-and-set wrote,
+	// or the times a partial update set (whether or not the entry change
+	// took effect). Anything else is redone or undone below by a
+	// read-modify-write, which drops them.
+	out := selfWrite{known: res.Err == nil && (!pl.counted || applied), times: pl.t, ver: res.Ver}
+	if pl.counted && out.known {
+		after := pl.after
+		after.Ver = res.Ver
+		out.full = &after
+	}
+	f.delegs.wroteSelf(pl.ino, pl.self, out)
 	switch {
 	case !pl.counted:
 		if applied && res.Err != nil {
@@ -96,6 +123,7 @@ func (f *FS) addDirLinks(ctx context.Context, ino uint64, delta int, t int64) {
 	f.cache.InvalidateInode(ino)
 	gen := f.cache.Gen()
 	n, err := f.st.AddDirLinks(ctx, ino, delta, t)
+	f.delegs.forgetAttr(ino)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", ino, "delta", delta, "err", err)
 		return

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/esfs/esfs/test/mounttest"
+	"golang.org/x/sys/unix"
 )
 
 // delegMount mounts with delegations, long daemon and kernel caches (what
@@ -415,4 +416,81 @@ func TestDelegationsSeeAttributeChangesAtOnce(t *testing.T) {
 // inodeReads counts a mount's requests to the inode index.
 func inodeReads(t *testing.T, metrics string) float64 {
 	return max(0, mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_es_request_duration_seconds", "index", "inode"))
+}
+
+// TestDelegationsKeepDirectoryAttributesAcrossOwnChanges: a directory this
+// mount changes under its delegation (mkdir, create, rmdir and unlink in
+// it) keeps its own attributes: the stat the kernel makes of it after each
+// change reads nothing, and shows what is stored, as another mount reading
+// the index in real time shows (times to the nanosecond, link count). A
+// directory this mount moves shows the new ctime the move gave it.
+func TestDelegationsKeepDirectoryAttributesAcrossOwnChanges(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, am := delegMount(t, f)
+	c := f.Mount(t, "--cache-ttl=0", "--negative-timeout=0", "--entry-timeout=0", "--attr-timeout=0")
+	same := func(what string, p ...string) {
+		t.Helper()
+		var sa, sc unix.Stat_t
+		if err := unix.Lstat(a.Path(p...), &sa); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Lstat(c.Path(p...), &sc); err != nil {
+			t.Fatal(err)
+		}
+		if sa.Nlink != sc.Nlink || sa.Mtim != sc.Mtim || sa.Ctim != sc.Ctim || sa.Mode != sc.Mode {
+			t.Errorf("%s: %v is nlink %d, mtime %v, ctime %v, mode %o here; the index holds nlink %d, mtime %v, ctime %v, mode %o",
+				what, p, sa.Nlink, sa.Mtim, sa.Ctim, sa.Mode, sc.Nlink, sc.Mtim, sc.Ctim, sc.Mode)
+		}
+	}
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil { // delegated from birth
+		t.Fatal(err)
+	}
+	same("made", "d")
+	before, counts := inodeReads(t, am), requestCounts(t, am)
+	const n = 20
+	for i := 0; i < n; i++ {
+		if err := os.Mkdir(a.Path("d", fmt.Sprintf("s%d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(a.Path("d", fmt.Sprintf("f%d", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(a.Path("d")); err != nil {
+		t.Fatal(err)
+	}
+	if got := inodeReads(t, am) - before; got > spareReads {
+		t.Errorf("%d mkdirs and creates in a delegated directory and its stat read the inode index %v times, want 0", n, got)
+		logRequests(t, am, counts)
+	}
+	same(fmt.Sprintf("after %d mkdirs and creates", n), "d")
+	if err := os.Remove(a.Path("d", "s0")); err != nil {
+		t.Fatal(err)
+	}
+	same("after an rmdir", "d")
+	if err := os.Remove(a.Path("d", "f0")); err != nil {
+		t.Fatal(err)
+	}
+	same("after an unlink", "d")
+	if err := os.Chmod(a.Path("d"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	same("after a chmod", "d")
+	if err := os.Mkdir(a.Path("d", "s0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	same("after a chmod and a mkdir", "d")
+
+	// A directory made here, moved here: the move sets its ctime.
+	if err := os.MkdirAll(a.Path("p", "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	same("made", "p", "x")
+	time.Sleep(10 * time.Millisecond) // a ctime the move changes visibly
+	if err := os.Rename(a.Path("p", "x"), a.Path("d", "x")); err != nil {
+		t.Fatal(err)
+	}
+	same("moved", "d", "x")
+	same("after a directory moved in", "d")
+	same("after a directory moved out", "p")
 }
