@@ -385,8 +385,8 @@ func (f *FS) noteParent(ino, dir uint64) {
 // lockAttrs takes the change lock of the directory file ino was found in
 // (joining this mount's lease on it), so that other mounts' delegations,
 // which may hold the file's attributes, are recalled before they change.
-// Directories' attributes are never delegated: they need none. The lock
-// is released (lease ended) by the returned function.
+// A directory maps to itself there: its own attributes are held by its own
+// delegation. The lock is released (lease ended) by the returned function.
 func (f *FS) lockAttrs(ctx context.Context, ino uint64) (func(), error) {
 	f.parentsMu.Lock()
 	dir, ok := f.parents[ino]

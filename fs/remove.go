@@ -27,7 +27,9 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 	}
 	err = f.removeLocked(ctx, parent, dir, path, wantDir)
 	f.end(ctx, txn, &err)
-	f.delegs.changedHere(parent.ino(), name, dirEntry{absent: true}, err == nil)
+	// The directory's own document was written through dirLinksOp only,
+	// which follows it.
+	f.delegs.changedThroughDirLinks(parent.ino(), name, dirEntry{absent: true}, err == nil)
 	return err
 }
 
@@ -73,6 +75,7 @@ func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, 
 		f.noteWrite()
 		res, err := f.st.Bulk(ctx, []store.BulkOp{opPath, opParent})
 		if err != nil {
+			f.settleDirLinks(ctx, pl, store.BulkResult{Err: err}, false)
 			return err
 		}
 		f.settleDirLinks(ctx, pl, res[1], res[0].Err == nil)
