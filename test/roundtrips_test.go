@@ -135,9 +135,15 @@ func roundTrips(t *testing.T, delegations bool) {
 			}
 		}
 		costs = append(costs, c)
-		// What background requests remain (lock reads of the sweeper and
-		// of a lease's tending) stay well under one per call over n calls.
-		if c.per > s.bound+0.5 && !(delegations && s.records) {
+		// What remains of the background stays well under one per call
+		// over n calls; creates also renew their lease now and then (a
+		// bulk and a check of the directory), more often the slower the
+		// machine.
+		slack := 0.5
+		if s.name == "create" || s.name == "mkdir" {
+			slack = 1
+		}
+		if c.per > s.bound+slack && !(delegations && s.records) {
 			t.Errorf("%s costs %.2f requests per call, more than its %v\n%v", s.name, c.per, s.bound, c)
 		}
 		// Each step but the last reads the names the next step acts on;
@@ -182,9 +188,11 @@ func settled(t *testing.T, metrics, name string) {
 }
 
 // background: requests no call makes, but the mount's own timers: session
-// renewal and the sweeper (which alone read sessions and refresh the lock
-// index) and a delegation holder's polls of its recall document.
+// renewal and the sweeper (which alone read sessions and refresh and search
+// the lock index), and the tending of a create lease (reads of its lock
+// documents every 0.1 s, for waiters; an acquire reads lock documents only
+// after a wrong guess).
 func background(key string) bool {
 	return strings.Contains(key, "index=session") || strings.Contains(key, "endpoint=_refresh,index=lock") ||
-		strings.Contains(key, "endpoint=_search,index=lock")
+		strings.Contains(key, "endpoint=_search,index=lock") || strings.Contains(key, "endpoint=_mget,index=lock")
 }
