@@ -21,7 +21,7 @@ import (
 // first; A's rmdir of d must then fail with ENOTEMPTY, and d/x stay.
 func TestDelegatedRmdirSeesOtherMountsCreate(t *testing.T) {
 	f := mounttest.NewFS(t)
-	a, am := delegMount(t, f)
+	a, _ := delegMount(t, f)
 	b := f.Mount(t)
 	for i := 0; i < 5; i++ {
 		d := fmt.Sprintf("d%d", i)
@@ -43,9 +43,6 @@ func TestDelegatedRmdirSeesOtherMountsCreate(t *testing.T) {
 		if got, err := os.ReadFile(b.Path(d, "x")); err != nil || string(got) != "from b" {
 			t.Fatalf("%s/x after the refused rmdir: %q %v", d, got, err)
 		}
-	}
-	if mounttest.Sample(mounttest.Scrape(t, am), "esfs_recalls_sent_total") < 0 {
-		t.Fatal("no metrics from A")
 	}
 	mounttest.FsckClean(t, f)
 }
