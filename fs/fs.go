@@ -227,19 +227,12 @@ func (f *FS) resolveRead(ctx context.Context, path string, now bool) (store.Node
 	if err != nil {
 		return store.Node{}, err
 	}
-	return f.nodeOf(ctx, path, e, gen, now)
-}
-
-// nodeOf completes entry e of path, read at cache generation gen, with
-// its inode: read now if now, else from the cache if there.
-func (f *FS) nodeOf(ctx context.Context, path string, e locking.Entry, gen uint64, now bool) (store.Node, error) {
 	if !e.Found {
 		f.cache.PutNegative(path, gen)
 		return store.Node{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
 	}
 	d := e.Dentry
 	var attr store.Inode
-	var err error
 	if now {
 		attr, err = f.st.GetInode(ctx, d.Ino)
 		if err == nil {
