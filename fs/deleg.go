@@ -210,6 +210,7 @@ func (ds *delegs) state(ino uint64) *dirState {
 	if st == nil || st.d.Revoked() {
 		return nil
 	}
+	ds.f.co.Delegations.Touch()
 	return st
 }
 

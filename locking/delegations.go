@@ -42,8 +42,15 @@ import (
 // of passing a delegation back and forth.
 
 const (
-	// recallPoll is how often a holder reads its recall document.
+	// recallPoll is how often a holder that used a delegation within
+	// activeFor reads its recall document; idlePoll how often one that
+	// did not does. An idle mount (the common state of most mounts of a
+	// cluster, each holding the directories it last looked at) then costs
+	// the cluster 10 reads a second instead of 40, and a change in a
+	// directory it holds waits a little longer for its answer.
 	recallPoll = 25 * time.Millisecond
+	idlePoll   = 100 * time.Millisecond
+	activeFor  = 5 * time.Second
 	coolWindow = 10 * time.Second
 	coolAfter  = 8
 	coolFor    = 5 * time.Second
@@ -60,7 +67,6 @@ type Delegation struct {
 	Mode store.LockMode
 	sess *Session
 	op   string
-	n    int64
 	held *Held
 	// recalled is closed when the delegation stops covering anything: a
 	// recall began, the session changed, or the mount is ending.
@@ -95,6 +101,11 @@ type Delegations struct {
 	// and nobody reads what it cached: delegations are released without
 	// the Recall callback.
 	closing atomic.Bool
+	// used is when a delegation was last used (Touch), lastPoll when the
+	// recall document was last read (by answer only), both on bootNow's
+	// clock.
+	used     atomic.Int64
+	lastPoll time.Duration
 
 	mu      sync.Mutex
 	held    map[uint64]*Delegation
@@ -126,6 +137,7 @@ func (ds *Delegations) Held(ino uint64) *Delegation {
 // ErrCooling. A read delegation held when a write one is asked for is kept
 // (upgrades are not made in place).
 func (ds *Delegations) Grant(ctx context.Context, ino uint64, path string, mode store.LockMode) (*Delegation, error) {
+	ds.Touch()
 	for {
 		ds.mu.Lock()
 		if d := ds.held[ino]; d != nil && !d.Revoked() {
@@ -175,14 +187,13 @@ func (ds *Delegations) Grant(ctx context.Context, ino uint64, path string, mode 
 
 func (ds *Delegations) grant(ctx context.Context, ino uint64, path string, mode store.LockMode) (*Delegation, error) {
 	sess := ds.c.Session()
-	op, n := sess.BeginOp()
+	op := sess.LeaseOp()
 	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: mode}
 	held, err := ds.c.Locks.TryAcquire(ctx, sess, op, []Request{req})
 	if err != nil {
-		sess.EndOp(n)
 		return nil, err
 	}
-	return &Delegation{Ino: ino, Path: path, Mode: mode, sess: sess, op: op, n: n, held: held,
+	return &Delegation{Ino: ino, Path: path, Mode: mode, sess: sess, op: op, held: held,
 		recalled: make(chan struct{})}, nil
 }
 
@@ -220,7 +231,6 @@ func (ds *Delegations) give(ctx context.Context, d *Delegation) {
 	if err := ds.c.Locks.Release(ctx, d.held); err != nil {
 		ds.c.log.Debug("giving back a delegation", "dir", d.Ino, "err", err)
 	}
-	d.sess.EndOp(d.n)
 	ds.mu.Lock()
 	if ds.held[d.Ino] == d {
 		delete(ds.held, d.Ino)
@@ -228,6 +238,10 @@ func (ds *Delegations) give(ctx context.Context, d *Delegation) {
 	ds.mu.Unlock()
 	ds.c.Locks.metrics.delegHeld(d.Mode, -1)
 }
+
+// Touch records that the mount answered something from a delegation: it
+// is active, and reads its recall document at the faster pace.
+func (ds *Delegations) Touch() { ds.used.Store(int64(bootNow())) }
 
 // answer reads this mount's recall document and gives back every
 // delegation asked for.
@@ -252,6 +266,11 @@ func (ds *Delegations) answer(ctx context.Context) {
 	if !any {
 		return
 	}
+	now := bootNow()
+	if now-time.Duration(ds.used.Load()) > activeFor && now-ds.lastPoll < idlePoll {
+		return
+	}
+	ds.lastPoll = now
 	r, err := ds.c.b.GetRecalls(ctx, sess.ID())
 	if err != nil || len(r.Wanted) == 0 {
 		return
@@ -325,17 +344,16 @@ func (ds *Delegations) closeAll(ctx context.Context) {
 // delegation is given back at once). It returns nil when nothing is held.
 func (ds *Delegations) Born(ino uint64, path string) (store.BulkOp, func(res store.BulkResult, made bool) *Delegation) {
 	sess := ds.c.Session()
-	op, n := sess.BeginOp()
+	op := sess.LeaseOp()
 	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: store.ReadDeleg}
 	doc := store.LockDoc{ID: req.ID, Path: path, Holders: []store.Holder{{Session: sess.ID(), Op: op, Mode: req.Mode, Since: time.Now().UnixNano()}}}
 	write := store.WriteLock(store.LockWrite{Doc: doc})
 	return write, func(res store.BulkResult, made bool) *Delegation {
 		if res.Err != nil {
-			sess.EndOp(n)
 			return nil
 		}
 		doc.Found, doc.Ver = true, res.Ver
-		d := &Delegation{Ino: ino, Path: path, Mode: req.Mode, sess: sess, op: op, n: n,
+		d := &Delegation{Ino: ino, Path: path, Mode: req.Mode, sess: sess, op: op,
 			held: &Held{Op: op, Session: sess.ID(), docs: []store.LockDoc{doc}, reqs: []Request{req}}, recalled: make(chan struct{})}
 		ds.mu.Lock()
 		old := ds.held[ino]
@@ -350,12 +368,9 @@ func (ds *Delegations) Born(ino uint64, path string) (store.BulkOp, func(res sto
 				if err := ds.c.Locks.Release(ctx, d.held); err != nil {
 					ds.c.log.Debug("giving back the delegation of a directory not made", "dir", ino, "err", err)
 				}
-				sess.EndOp(n)
 			}()
 			return nil
 		}
-		d.held.counted = true
-		ds.c.Locks.metrics.held.Inc()
 		ds.c.Locks.metrics.delegHeld(req.Mode, 1)
 		return d
 	}

@@ -231,3 +231,43 @@ func TestUnansweredRecallWaitsForDeath(t *testing.T) {
 	}
 	_ = txn.End(ctx)
 }
+
+// TestIdleHolderPollsLess: a mount that holds a delegation but has not used
+// one for a while reads its recall document at the idle pace (at most every
+// 100 ms), not every 25 ms, and answers a recall all the same.
+func TestIdleHolderPollsLess(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := ctxT(t)
+	c := &counting{Store: st}
+	a := coordinator(t, c, "tree", 10*time.Second)
+	b := coordinator(t, st, "tree", 10*time.Second)
+	const dir = 43
+	if _, err := a.Delegations.Grant(ctx, dir, "/d", store.ReadDeleg); err != nil {
+		t.Fatal(err)
+	}
+	const window = 2 * time.Second
+	reads := func() int64 {
+		before := c.recallReads.Load()
+		time.Sleep(window)
+		return c.recallReads.Load() - before
+	}
+	active := reads() // granted just now: active
+	time.Sleep(5 * time.Second)
+	idle := reads()
+	t.Logf("recall document reads in %s: %d while active, %d idle", window, active, idle)
+	// At most one read per 100 ms (plus the one under way at the start),
+	// whatever the machine's load; the active pace is four times that.
+	if limit := int64(window/(100*time.Millisecond)) + 1; idle > limit {
+		t.Errorf("an idle holder read its recall document %d times in %s, want at most %d", idle, window, limit)
+	}
+	start := time.Now()
+	txn, err := b.Begin(ctx, []locking.Request{locking.Change(dir, "")})
+	if err != nil {
+		t.Fatalf("a change of a directory an idle mount holds: %v", err)
+	}
+	t.Logf("idle holder recalled, change granted after %s", time.Since(start).Round(time.Millisecond))
+	if a.Delegations.Held(dir) != nil {
+		t.Error("the idle holder still holds its delegation after the change was granted")
+	}
+	_ = txn.End(ctx)
+}

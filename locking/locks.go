@@ -172,6 +172,17 @@ func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []
 	}
 }
 
+// hasMarker reports whether d carries the waiting marker of session's
+// operation op in mode.
+func hasMarker(d store.LockDoc, session, op string, mode store.LockMode) bool {
+	for _, w := range d.Waiters {
+		if w.Session == session && w.Op == op && w.Mode == mode {
+			return true
+		}
+	}
+	return false
+}
+
 // tryGrant evaluates the lock documents just read. It returns the held
 // locks, or the name of what blocks us.
 func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs []Request, docs []store.LockDoc, w *waiting) (*Held, string, error) {
@@ -206,11 +217,18 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 		if w.once {
 			return nil, blocked, nil
 		}
-		// Take nothing. Exclusive and change requests leave (or refresh) a
-		// waiting marker; the attempt number shows observers the waiter is
-		// alive.
+		// Take nothing. Exclusive and change requests leave a waiting
+		// marker, once: it goes when its operation ends or its session
+		// dies, which is how others judge it, not by its age.
 		for i, r := range reqs {
 			if !leavesMarker(r.Mode) {
+				continue
+			}
+			if hasMarker(docs[i], sess.ID(), op, waiterMode(r.Mode)) {
+				// Already there from an earlier attempt: rewriting it
+				// would cost a bulk per attempt (every 16 ms while a
+				// recall is answered) and tell nobody anything new.
+				w.marked[docs[i].ID] = true
 				continue
 			}
 			d := withoutOwn(docs[i], sess.ID(), op)
@@ -411,9 +429,11 @@ func (m *Manager) HolderGone(ctx context.Context, h store.Holder) (bool, error) 
 	}
 	rec, err := m.b.GetOp(ctx, h.Op)
 	if errors.Is(err, store.ErrNotFound) {
-		// No record: fence the operation by creating it as aborted, so
-		// that a paused owner that wakes up cannot start journaling it.
-		_, err = m.b.Write(ctx, store.CreateOp(store.OpRecord{ID: h.Op, State: store.OpAborted, Owner: h.Session, Epoch: 1,
+		// No record: fence the operation by creating its record as done
+		// and aborted (nothing was staged without one), so that a paused
+		// owner that wakes up cannot start journaling it, and the sweeper
+		// collects the record like any finished one.
+		_, err = m.b.Write(ctx, store.CreateOp(store.OpRecord{ID: h.Op, State: store.OpDone, Aborted: true, Owner: h.Session, Epoch: 1,
 			SrcType: store.TypeFile, Created: time.Now().UnixNano()}))
 		if err == nil || errors.Is(err, store.ErrExists) {
 			if err == nil {

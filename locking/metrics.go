@@ -29,7 +29,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "esfs_locks_held",
-			Help: "Lock entries this mount holds now (one per lock document an operation holds)."}),
+			Help: "Lock entries operations of this mount hold now (one per lock document; delegations are counted in esfs_delegations_held)."}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "esfs_lock_acquire_seconds",
 			Help:    "Time to acquire an operation's locks, waiting included; result is granted, timeout or error.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"result"}),

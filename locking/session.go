@@ -121,6 +121,20 @@ func (s *Session) BeginOp() (id string, n int64) {
 	return fmt.Sprintf("%s-%d", s.id, n), n
 }
 
+// LeaseOp returns the id of a lease this session holds for as long as it
+// likes (a delegation): unlike BeginOp's, it is not in flight, so holding
+// it does not keep the heartbeat's "finished below" from moving on (and
+// the leftovers of later operations from being collected), and its id has
+// no number, so nobody takes a live session's lease for a finished
+// operation's leftover.
+func (s *Session) LeaseOp() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nextOp
+	s.nextOp++
+	return fmt.Sprintf("%s-lease%d", s.id, n)
+}
+
 // EndOp marks operation n finished, so that the next heartbeat publishes
 // that nothing below the oldest unfinished one is in flight.
 func (s *Session) EndOp(n int64) {
