@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
@@ -153,6 +154,74 @@ func (f *FS) dropLink(ctx context.Context, ino uint64) error {
 		f.noteParent(ino, 0)
 	}
 	return err
+}
+
+// dropLinkAndEnd drops the link of inode ino, whose name the caller has
+// just removed under txn, and ends txn. An inode known from the cache to go
+// with this link (its last link, or a directory), and not open here, is
+// deleted in the release's bulk at the cached version: no round trip of its
+// own. That needs no path lock (the name is gone, and inodes are changed
+// by compare-and-set); a stale cached version fails, and the link is then
+// dropped the long way, which reads the inode.
+//
+// The name is gone whatever happens here, so the call has happened: a
+// link drop that fails (the cluster unavailable for a moment) is retried
+// in the background instead of failing it, which would tell the caller
+// the name is still there. Only the release's own error is returned
+// (someone judged this mount dead: EIO, as for any operation).
+func (f *FS) dropLinkAndEnd(ctx context.Context, txn *locking.Txn, ino uint64) error {
+	known, ok := f.cache.Inode(ino)
+	if !ok || !known.Ver.Known() || (known.Nlink > 1 && known.Type != store.TypeDir) || f.openState(ino) != nil {
+		f.dropLinkOrRetry(ctx, ino)
+		var err error
+		f.end(ctx, txn, &err)
+		return err
+	}
+	f.cache.InvalidateInode(ino)
+	f.delegs.forgetAttr(ino)
+	res, err := txn.EndWith(ctx, []store.BulkOp{store.DeleteInode(ino, known.Ver)})
+	switch {
+	case res != nil && res[0].Err == nil:
+		f.noteParent(ino, 0)
+		if derr := locking.DeleteData(ctx, f.st, known); derr != nil {
+			// Leftover chunks of a deleted inode: fsck --repair
+			// removes them once this mount has ended.
+			f.log.Warn("deleting the data of an unlinked file failed", "ino", ino, "err", derr)
+		}
+	case res != nil && errors.Is(res[0].Err, store.ErrNotFound):
+		f.noteParent(ino, 0) // someone else's drop came first
+	default:
+		// A stale version, or an unknown outcome: the long way reads.
+		f.dropLinkOrRetry(ctx, ino)
+	}
+	return err
+}
+
+// dropLinkOrRetry drops a link of inode ino whose name is already gone;
+// if that fails it keeps trying in the background, with backoff, for a
+// few leases (an inode still left then is unreachable: fsck --repair
+// removes it).
+func (f *FS) dropLinkOrRetry(ctx context.Context, ino uint64) {
+	err := f.dropLink(ctx, ino)
+	if err == nil {
+		return
+	}
+	f.log.Warn("dropping the link of a removed name failed; retrying in the background", "ino", ino, "err", err)
+	go func() {
+		lease := f.co.Session().Lease()
+		deadline := time.Now().Add(3 * lease)
+		for attempt := 0; time.Now().Before(deadline) && !f.closed.Load(); attempt++ {
+			time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, lease/2))
+			ctx, cancel := context.WithTimeout(context.Background(), lease)
+			err = f.dropLink(ctx, ino)
+			cancel()
+			if err == nil {
+				f.log.Info("dropped the link of a removed name after all", "ino", ino, "attempts", attempt+2)
+				return
+			}
+		}
+		f.log.Warn("gave up dropping the link of a removed name; esfs fsck --repair removes the inode", "ino", ino, "err", err)
+	}()
 }
 
 // keepUnlinked reports whether an inode whose last link is gone must

@@ -25,41 +25,47 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 	if err != nil {
 		return err
 	}
-	err = f.removeLocked(ctx, parent, dir, path, wantDir)
-	f.end(ctx, txn, &err)
+	ino, err := f.removeLocked(ctx, parent, dir, path, wantDir)
+	if err == nil {
+		err = f.dropLinkAndEnd(ctx, txn, ino)
+	} else {
+		f.end(ctx, txn, &err)
+	}
 	// The directory's own document was written through dirLinksOp only,
 	// which follows it.
 	f.delegs.changedThroughDirLinks(parent.ino(), name, dirEntry{absent: true}, err == nil)
 	return err
 }
 
-func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, wantDir bool) error {
+// removeLocked removes the name under the caller's locks and returns the
+// inode whose link the caller drops next.
+func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, wantDir bool) (uint64, error) {
 	for attempt := 0; ; attempt++ {
 		// The directory and the entry in one read; the inode is not
 		// needed to remove the name (the path document has its type), and
 		// dropLink acts on it at the version it finds.
 		d, err := f.entryUnder(ctx, parent.ino(), dir, path)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if wantDir && d.Type != store.TypeDir {
-			return syscall.ENOTDIR
+			return 0, syscall.ENOTDIR
 		}
 		if !wantDir && d.Type == store.TypeDir {
-			return syscall.EISDIR
+			return 0, syscall.EISDIR
 		}
 		if wantDir && !f.knownEmpty(d.Ino) {
 			empty, err := f.isEmptyDir(ctx, path)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			if !empty {
-				return syscall.ENOTEMPTY
+				return 0, syscall.ENOTEMPTY
 			}
 		}
 		opPath := store.DeleteDentry(path, d.Ver)
 		if err := opPath.Err(); err != nil {
-			return err
+			return 0, err
 		}
 		subdirs := 0
 		if d.Type == store.TypeDir {
@@ -69,14 +75,14 @@ func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, 
 		// with the delete.
 		opParent, pl, err := f.dirLinksOp(ctx, parent.ino(), subdirs, now())
 		if err != nil {
-			return err
+			return 0, err
 		}
 		f.cache.InvalidatePath(path)
 		f.noteWrite()
 		res, err := f.st.Bulk(ctx, []store.BulkOp{opPath, opParent})
 		if err != nil {
 			f.settleDirLinks(ctx, pl, store.BulkResult{Err: err}, false)
-			return err
+			return 0, err
 		}
 		f.settleDirLinks(ctx, pl, res[1], res[0].Err == nil)
 		err = res[0].Err
@@ -84,12 +90,12 @@ func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, 
 			continue // changed between our read and delete: look again
 		}
 		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("%q changed while being removed: %w", path, store.ErrNotFound)
+			return 0, fmt.Errorf("%q changed while being removed: %w", path, store.ErrNotFound)
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
-		return f.dropLink(ctx, d.Ino)
+		return d.Ino, nil
 	}
 }
 

@@ -164,6 +164,20 @@ func (t *Txn) End(ctx context.Context) error {
 	return t.c.Locks.Release(ctx, t.Held)
 }
 
+// EndWith is End with writes of the caller's (ops) sent in the release's
+// bulk, ahead of the lock writes, so that they cost no round trip of their
+// own. It returns their results, or nil when the bulk failed as a whole
+// (their outcome is unknown then).
+func (t *Txn) EndWith(ctx context.Context, ops []store.BulkOp) ([]store.BulkResult, error) {
+	if t.done {
+		return nil, errors.New("transaction already ended")
+	}
+	t.done = true
+	defer t.Sess.EndOp(t.n)
+	ctx = context.WithoutCancel(ctx)
+	return t.c.Locks.ReleaseWith(ctx, t.Held, ops)
+}
+
 // Rename runs a journaled rename under the transaction's locks; on success
 // the journal has released them.
 func (t *Txn) Rename(ctx context.Context, spec RenameSpec) error {

@@ -172,6 +172,13 @@ func RemoveUnlinked(ctx context.Context, b InodeBackend, a store.Inode) (kept bo
 
 // deleteData deletes the data chunks of a, an inode just deleted, at a
 // data version above every generation it handed out.
+// DeleteData removes the data chunks of a file whose inode document a
+// (as last read) is gone, at a data version above every generation it
+// handed out (see DeleteUnlinked).
+func DeleteData(ctx context.Context, b InodeBackend, a store.Inode) error {
+	return deleteData(ctx, b, a)
+}
+
 func deleteData(ctx context.Context, b InodeBackend, a store.Inode) error {
 	if a.Type != store.TypeFile || a.Size <= 0 {
 		return nil

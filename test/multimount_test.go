@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -534,7 +535,13 @@ func (s *lkStormRun) fileWorker(k int, m *mounttest.Mount, rng *rand.Rand) {
 			if !ok {
 				return
 			}
-			err := os.Remove(p)
+			// unlink(2) itself: os.Remove tries rmdir after a failed
+			// unlink and returns rmdir's errno (ENOENT when the unlink
+			// removed the name before failing), which would hide it.
+			var err error
+			if uerr := syscall.Unlink(p); uerr != nil {
+				err = &os.PathError{Op: "unlink", Path: p, Err: uerr}
+			}
 			note("file-delete", err)
 			switch {
 			case err == nil:
