@@ -88,5 +88,5 @@ func (f *FS) Rename(ctx context.Context, src, dst string, noReplace bool) error 
 	if err != nil {
 		return err
 	}
-	return f.rename(ctx, from, name, to, newName, noReplace)
+	return f.rename(ctx, from, name, to, newName, 0, noReplace)
 }

@@ -31,7 +31,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if flags&renameExchange != 0 || flags&^(renameNoReplace|renameExchange) != 0 {
 		return syscall.EINVAL
 	}
-	err := n.f.rename(ctx, n, name, np, newName, flags&renameNoReplace != 0)
+	// The kernel looked the source up before asking: its inode, if a
+	// directory, is the first guess at the directory whose own change
+	// lock the rename needs (see rename).
+	var movedDir uint64
+	if c := n.GetChild(name); c != nil && c.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
+		movedDir = c.StableAttr().Ino
+	}
+	err := n.f.rename(ctx, n, name, np, newName, movedDir, flags&renameNoReplace != 0)
 	return n.f.toErrno("rename", err)
 }
 
@@ -39,7 +46,14 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 // path, as one journaled operation under the strategy's locks (see
 // locking.Journal): other mounts see either the old paths or the new ones.
 // File data and attributes are keyed by inode and never move.
-func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, newName string, noReplace bool) error {
+//
+// Besides the strategy's locks it takes the change locks of both
+// directories, and of the moved directory itself when it is one: its own
+// attributes (ctime) change, and other mounts holding a delegation on it
+// keep them, so they must be recalled first. movedDir is the caller's
+// guess at that directory's inode (0: none); a wrong guess is found under
+// the locks and the rename runs again with the right one.
+func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, newName string, movedDir uint64, noReplace bool) error {
 	if err := store.CheckName(name); err != nil {
 		return err
 	}
@@ -68,6 +82,9 @@ func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, ne
 			}
 		}
 		reqs := append(f.co.Strategy.Rename(src, dst, subtree), locking.Change(from.ino(), srcDir), locking.Change(to.ino(), dstDir))
+		if movedDir != 0 {
+			reqs = append(reqs, locking.Change(movedDir, src))
+		}
 		txn, err := f.co.Begin(ctx, reqs)
 		if err != nil {
 			return err
@@ -85,7 +102,7 @@ func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, ne
 		if moved {
 			err = errSubtreeGrew
 		} else {
-			err = f.renameLocked(ctx, txn, from, to, src, dst, noReplace, subtree)
+			err = f.renameLocked(ctx, txn, from, to, src, dst, &movedDir, noReplace, subtree)
 		}
 		if errors.Is(err, errSubtreeGrew) {
 			_ = txn.End(ctx)
@@ -139,7 +156,7 @@ func (f *FS) subtreePaths(ctx context.Context, src string) ([]string, map[string
 	}
 }
 
-func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef, src, dst string, noReplace bool, subtree []string) error {
+func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef, src, dst string, movedDir *uint64, noReplace bool, subtree []string) error {
 	// Re-check everything with realtime reads now that nothing can change
 	// (the source may have been moved away while we waited for the locks):
 	// both directories, source and destination, in one mget.
@@ -170,6 +187,10 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef
 	s := docs[2]
 	if src == dst {
 		return nil
+	}
+	if s.Type == store.TypeDir && s.Ino != *movedDir {
+		*movedDir = s.Ino // not the directory whose change lock we hold
+		return errSubtreeGrew
 	}
 	if f.co.Strategy.NeedsSubtree() && s.Type == store.TypeDir {
 		// Entries made between our listing and our grant are harmless if
