@@ -225,11 +225,11 @@ func TestFsckDirLinkCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Nlink = 1
+	// Written behind the mounts' backs, as no esfs writes: b holds a
+	// delegation on the directory it made and goes on showing what it
+	// knows, until fsck --repair below, which recalls it.
 	if _, err := f.Store.Write(ctx, store.PutInode(old, old.Ver)); err != nil {
 		t.Fatal(err)
-	}
-	if n := mounttest.Links(t, b.Path("old", "x")); n != 1 {
-		t.Errorf("a directory stored with 1 link (not counted) reports %d, want 1", n)
 	}
 
 	out, err := f.Run("fsck", "--no-wait")

@@ -176,7 +176,7 @@ func (c *checker) dirLinks(ctx context.Context) error {
 			// mkdir or rmdir that lands meanwhile makes the write fail
 			// rather than be undone by it.
 			n.Nlink = fs.DirLinks(subs)
-			_, werr := c.fb.Write(ctx, store.PutInode(n, n.Ver))
+			werr := c.changeDir(ctx, d.Ino, d.Path, store.PutInode(n, n.Ver))
 			p.Repaired = werr == nil
 			if werr != nil {
 				p.Detail += ": changed while being counted (run fsck again): " + werr.Error()
@@ -185,6 +185,21 @@ func (c *checker) dirLinks(ctx context.Context) error {
 		c.rep.Problems = append(c.rep.Problems, p)
 	}
 	return nil
+}
+
+// changeDir writes o, a change of directory ino's own attributes, under
+// the directory's change lock: mounts holding a delegation on it keep its
+// attributes, so they are recalled first, as for any mount's change.
+func (c *checker) changeDir(ctx context.Context, ino uint64, path string, o store.BulkOp) error {
+	txn, err := c.co.Begin(ctx, []locking.Request{locking.Change(ino, path)})
+	if err != nil {
+		return err
+	}
+	_, err = c.fb.Write(ctx, o)
+	if rerr := txn.End(ctx); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // unreachable reports the inodes no path names (but the root's), and

@@ -95,7 +95,18 @@ func (imp *Import) Run(ctx context.Context, st *store.Store, co *locking.Coordin
 	dest, explain := imp.dest, imp.o.explain
 	imp.st, imp.chunk = st, st.ChunkSize()
 	parent, _ := store.Split(dest)
-	txn, err := co.Begin(ctx, co.Strategy.Entry(parent, dest))
+	// The parent's change lock too: mounts holding a delegation on it
+	// know its names, and must be recalled before DEST appears there.
+	// Its inode is read before the lock and checked again under it.
+	pd, err := co.View.Get(ctx, parent)
+	if err != nil {
+		return imp.stats, explain(err)
+	}
+	reqs := co.Strategy.Entry(parent, dest)
+	if pd.Found {
+		reqs = append(reqs, locking.Change(pd.Ino, parent))
+	}
+	txn, err := co.Begin(ctx, reqs)
 	if err != nil {
 		return imp.stats, explain(fmt.Errorf("import: locking %s: %w", dest, err))
 	}
@@ -105,6 +116,9 @@ func (imp *Import) Run(ctx context.Context, st *store.Store, co *locking.Coordin
 	parentIno, err := imp.check(ctx, co.View, parent)
 	if err != nil {
 		return imp.stats, explain(err)
+	}
+	if parentIno != pd.Ino {
+		return imp.stats, explain(fmt.Errorf("import: %s was replaced while the import started; run it again", parent))
 	}
 	if err := imp.clearLeftovers(ctx); err != nil {
 		return imp.stats, explain(fmt.Errorf("import: removing what an earlier import left below %s: %w", dest, err))
