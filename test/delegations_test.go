@@ -427,7 +427,8 @@ func inodeReads(t *testing.T, metrics string) float64 {
 func TestDelegationsKeepDirectoryAttributesAcrossOwnChanges(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a, am := delegMount(t, f)
-	c := f.Mount(t, "--cache-ttl=0", "--negative-timeout=0", "--entry-timeout=0", "--attr-timeout=0")
+	// The index as it is: no cache, no delegation.
+	c := f.Mount(t, "--delegations=false", "--cache-ttl=0", "--negative-timeout=0", "--entry-timeout=0", "--attr-timeout=0")
 	same := func(what string, p ...string) {
 		t.Helper()
 		var sa, sc unix.Stat_t
@@ -493,4 +494,38 @@ func TestDelegationsKeepDirectoryAttributesAcrossOwnChanges(t *testing.T) {
 	same("moved", "d", "x")
 	same("after a directory moved in", "d")
 	same("after a directory moved out", "p")
+
+	// Moved by another mount: the move changes its ctime, which this
+	// mount holds under its delegation on the directory, so that
+	// delegation is recalled first, not only those of the two parents.
+	if err := os.Mkdir(a.Path("p", "y"), 0o755); err != nil { // delegated from birth
+		t.Fatal(err)
+	}
+	same("made", "p", "y")
+	// Through an open descriptor: fstat asks for the inode's attributes
+	// without a lookup, which a recall of the parents alone would redo.
+	dh, err := os.Open(a.Path("p", "y"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dh.Close()
+	var premove unix.Stat_t
+	if err := unix.Fstat(int(dh.Fd()), &premove); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if err := os.Rename(c.Path("p", "y"), c.Path("d", "y")); err != nil {
+		t.Fatal(err)
+	}
+	var held, stored unix.Stat_t
+	if err := unix.Fstat(int(dh.Fd()), &held); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Lstat(c.Path("d", "y"), &stored); err != nil {
+		t.Fatal(err)
+	}
+	if held.Ctim != stored.Ctim || held.Ctim == premove.Ctim {
+		t.Errorf("a directory another mount moved: ctime %v through an open descriptor here (%v before the move); the index holds %v", held.Ctim, premove.Ctim, stored.Ctim)
+	}
+	same("moved by another mount", "d", "y")
 }
