@@ -125,12 +125,14 @@ func helperArgs(args []string) ([]string, bool, error) {
 				continue
 			}
 			return nil, true, usagef("mount option %q is not an esfs option (see esfs mount --help; '_' and '-' are alike)", name)
-		case kind == "bool" && hasValue:
-			return nil, true, usagef("mount option %q takes no value", name)
+		case kind == "bool" && hasValue && value != "true" && value != "false":
+			// true and false are allowed, for a switch that is on by
+			// default (delegations=false).
+			return nil, true, usagef("mount option %q takes no value, or true or false", name)
 		case kind != "bool" && !hasValue:
 			return nil, true, usagef("mount option %q needs a value (%s=...)", name, name)
 		}
-		if kind == "bool" {
+		if kind == "bool" && !hasValue {
 			out = append(out, "--"+flag)
 		} else {
 			out = append(out, "--"+flag+"="+value)

@@ -33,6 +33,8 @@ func TestHelperArgs(t *testing.T) {
 			[]string{"mount.fuse.esfs", "mount", "--daemon", "--index", "myfs", dir}, ""},
 		{"value missing", []string{"mount.fuse.esfs", "myfs", dir, "-o", "lease"}, true, nil, "needs a value"},
 		{"value on a switch", []string{"mount.fuse.esfs", "myfs", dir, "-o", "allow_other=1"}, true, nil, "takes no value"},
+		{"a switch that is on by default turned off", []string{"mount.fuse.esfs", "myfs", dir, "-o", "delegations=false,allow_other=true"}, true,
+			[]string{"mount.fuse.esfs", "mount", "--daemon", "--index", "myfs", "--delegations=false", "--allow-other=true", dir}, ""},
 		{"daemon is ours to set", []string{"mount.fuse.esfs", "myfs", dir, "-o", "daemon"}, true, nil, "not an esfs option"},
 		{"missing mount point", []string{"mount.fuse.esfs", "myfs"}, true, nil, "want SOURCE MOUNTPOINT"},
 	} {

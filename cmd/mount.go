@@ -40,7 +40,7 @@ func cmdMount() *cli.Command {
 			&cli.DurationFlag{Name: "negative-timeout", Value: time.Second, EnvVars: []string{"ESFS_NEGATIVE_TIMEOUT"}, Usage: "how long the kernel caches missing names"},
 			&cli.DurationFlag{Name: "cache-ttl", Value: time.Second, EnvVars: []string{"ESFS_CACHE_TTL"}, Usage: "how long the daemon caches metadata (0 disables)"},
 			&cli.IntFlag{Name: "cache-size", Value: 64, EnvVars: []string{"ESFS_CACHE_SIZE"}, Usage: "daemon metadata cache size in MiB"},
-			&cli.BoolFlag{Name: "delegations", EnvVars: []string{"ESFS_DELEGATIONS"}, Usage: "hold read delegations on directories: names and listings are answered from memory until another mount changes the directory, which recalls them first (experimental)"},
+			&cli.BoolFlag{Name: "delegations", Value: true, EnvVars: []string{"ESFS_DELEGATIONS"}, Usage: "hold read delegations on directories: names and listings are answered from memory until another mount changes the directory, which recalls them first (--delegations=false: cache for the timeouts below instead)"},
 			&cli.StringFlag{Name: "locking", Value: "tree", EnvVars: []string{"ESFS_LOCKING"}, Usage: "cross-mount locking strategy: tree, document or global"},
 			&cli.DurationFlag{Name: "lease", Value: 10 * time.Second, EnvVars: []string{"ESFS_LEASE"}, Usage: "session lease: a mount silent this long (plus half of it) is declared dead and its work recovered"},
 			&cli.DurationFlag{Name: "lock-timeout", Value: 30 * time.Second, EnvVars: []string{"ESFS_LOCK_TIMEOUT"}, Usage: "how long an operation waits for locks before failing with EAGAIN"},

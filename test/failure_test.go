@@ -214,7 +214,14 @@ func TestOutageNetworkFaultsFailFastAndRecover(t *testing.T) {
 			name string
 			do   func() error
 		}{
-			{"stat of an unknown name", func() error { _, err := os.Stat(m.Path(fmt.Sprintf("unknown%d", n))); return err }},
+			// In a directory the other mount made and this one never
+			// listed: a directory this mount holds a delegation on
+			// answers for an unknown name from memory (ENOENT) while
+			// its lease lasts, correctly, and is not what this checks.
+			{"stat of an unknown name", func() error {
+				_, err := os.Stat(m.Path(fmt.Sprintf("elsewhere%d/unknown", n)))
+				return err
+			}},
 			{"create", func() error { return os.WriteFile(m.Path(fmt.Sprintf("new%d", n)), []byte("x"), 0o644) }},
 			{"mkdir", func() error { return os.Mkdir(m.Path(fmt.Sprintf("dir%d", n)), 0o755) }},
 			{"rename", func() error { return os.Rename(m.Path("small"), m.Path(fmt.Sprintf("small%d", n))) }},
@@ -243,6 +250,11 @@ func TestOutageNetworkFaultsFailFastAndRecover(t *testing.T) {
 		checkSynced(phase)
 	}
 
+	for i := 1; i <= 5; i++ {
+		if err := os.Mkdir(other.Path(fmt.Sprintf("elsewhere%d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	writeSynced("big", 3<<20+777)
 	writeSynced("small", 100)
 
@@ -587,7 +599,9 @@ func TestLateLockBulkIsCollected(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
 	b := mounttest.MountUncached(t, f, nil)
-	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String())
+	// Without delegations: their grants and recalls are lock bulks too,
+	// made in the background, and the fault below must hold the mkdir's.
+	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--delegations=false")
 
 	// In a directory: a create at the root takes no lock at all (the root
 	// is never locked, and the name is decided by create-if-absent), one
