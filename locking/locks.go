@@ -190,7 +190,11 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 	blocked := ""
 	var recalls []store.BulkOp
 	w.recalling = false
+	// Our waiting markers from earlier attempts, as read (plan drops
+	// them from what it returns).
+	hadMarker := make([]bool, len(docs))
 	for i := range docs {
+		hadMarker[i] = hasMarker(docs[i], sess.ID(), op, waiterMode(reqs[i].Mode))
 		doc, conflict, blockers, err := m.plan(ctx, sess, op, reqs[i], docs[i], w.ticket)
 		if err != nil {
 			return nil, "", err
@@ -224,7 +228,7 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 			if !leavesMarker(r.Mode) {
 				continue
 			}
-			if hasMarker(docs[i], sess.ID(), op, waiterMode(r.Mode)) {
+			if hadMarker[i] {
 				// Already there from an earlier attempt: rewriting it
 				// would cost a bulk per attempt (every 16 ms while a
 				// recall is answered) and tell nobody anything new.
