@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"sync"
@@ -133,7 +134,13 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 		}
 	}
 	what := fmt.Sprintf("bulk of %d items", len(ops))
-	res, err := s.do(ctx, what, request{method: "POST", path: "/_bulk", body: buf.Bytes(), ndjson: true})
+	var items []string
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		for _, o := range ops {
+			items = append(items, o.what)
+		}
+	}
+	res, err := s.do(ctx, what, request{method: "POST", path: "/_bulk", body: buf.Bytes(), ndjson: true, items: items})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,8 @@ type request struct {
 	query  url.Values
 	body   []byte
 	ndjson bool
+	// items names a bulk's items, for the debug log only.
+	items []string
 }
 
 // response is a fully read answer. Bodies are small except for scans and data
@@ -70,7 +72,11 @@ func (s *Store) do(ctx context.Context, what string, r request) (response, error
 	s.metrics.observe(r.path, s.idx.roleName(r.path), took, res.StatusCode)
 	// At debug level every request is logged with what asked for it: the
 	// way to see which round trips a call costs.
-	s.log.Debug("elasticsearch request", "what", what, "method", r.method, "path", r.path, "status", res.StatusCode, "took", took)
+	if len(r.items) > 0 {
+		s.log.Debug("elasticsearch request", "what", what, "items", strings.Join(r.items, "; "), "method", r.method, "path", r.path, "status", res.StatusCode, "took", took)
+	} else {
+		s.log.Debug("elasticsearch request", "what", what, "method", r.method, "path", r.path, "status", res.StatusCode, "took", took)
+	}
 	if err != nil {
 		return response{}, s.transportError(ctx, what, err)
 	}
