@@ -139,7 +139,7 @@ func (n *node) heldAttrs(tell bool) (store.Inode, bool) {
 		kn = n.EmbeddedInode()
 	}
 	if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		return n.f.delegs.selfAttr(n.ino(), kn)
+		return n.f.wb.overlay(n.ino(), func() (store.Inode, bool) { return n.f.delegs.selfAttr(n.ino(), kn) })
 	}
 	if name, parent := n.Parent(); parent != nil {
 		return n.f.delegs.attr(parent.StableAttr().Ino, name, n.ino(), kn)

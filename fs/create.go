@@ -100,6 +100,12 @@ func (f *FS) create(ctx context.Context, parent dirRef, name string, e Entry) (s
 }
 
 func (f *FS) createEntry(ctx context.Context, parent dirRef, name string, e Entry) (store.Node, error) {
+	if sn, handled, err := f.createPending(ctx, parent, name, e); handled {
+		return sn, err
+	}
+	if err := f.settle(ctx); err != nil {
+		return store.Node{}, err
+	}
 	if sn, handled, err := f.createShared(ctx, parent, name, e); handled {
 		return sn, err
 	}
@@ -260,7 +266,13 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 		// A directory made here is delegated here from birth, and known
 		// empty: what is made in it needs no lookup of the store.
 		var op store.BulkOp
-		op, born = f.co.Delegations.Born(a.Ino, path)
+		// With write delegations, born writable: what is made in it
+		// stays in memory until a flush (see writeback.go).
+		mode := store.ReadDeleg
+		if f.wb != nil {
+			mode = store.Exclusive
+		}
+		op, born = f.co.Delegations.Born(a.Ino, path, mode)
 		ops = append(ops, op)
 	}
 	f.cache.InvalidatePath(path)

@@ -170,6 +170,30 @@ func (ds *delegs) wrote(dir uint64, name string, a store.Inode) {
 	}
 }
 
+// updateAttr replaces the attributes a delegation holds of inode ino by a,
+// which this mount just made in memory (a pending inode, see
+// writeback.go): nobody else can change them.
+func (ds *delegs) updateAttr(ino uint64, a store.Inode) {
+	if ds == nil {
+		return
+	}
+	ds.mu.Lock()
+	dir, ok := ds.attrsIn[ino]
+	st := ds.by[dir]
+	ds.mu.Unlock()
+	if !ok || st == nil {
+		return
+	}
+	st.mu.Lock()
+	for name, e := range st.names {
+		if e.ino == ino && e.hasAttr {
+			e.attr = a
+			st.names[name] = e
+		}
+	}
+	st.mu.Unlock()
+}
+
 // forgetAttr drops what a delegation holds of inode ino's attributes:
 // this mount is changing them.
 func (ds *delegs) forgetAttr(ino uint64) {
@@ -197,6 +221,17 @@ func (ds *delegs) forgetAttr(ino uint64) {
 		}
 	}
 	st.mu.Unlock()
+}
+
+// stateAny returns the state of directory ino even if its delegation was
+// revoked (a recall flushing it), or nil.
+func (ds *delegs) stateAny(ino uint64) *dirState {
+	if ds == nil {
+		return nil
+	}
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	return ds.by[ino]
 }
 
 // state returns the valid state of directory ino, or nil.
@@ -408,6 +443,11 @@ func (ds *delegs) born(d *locking.Delegation) {
 // recall is the delegation's Recall callback: the state goes, and so do
 // the kernel's entries of the names it was told about.
 func (ds *delegs) recall(ctx context.Context, d *locking.Delegation) {
+	if d.Writable() {
+		// What this mount made in memory lands before anyone reads or
+		// changes the directory.
+		ds.f.settleForRecall(ctx, d)
+	}
 	ds.mu.Lock()
 	st := ds.by[d.Ino]
 	if st != nil && st.d == d {

@@ -162,7 +162,9 @@ func (ds *delegs) selfAttr(ino uint64, node *gofs.Inode) (store.Inode, bool) {
 func (st *dirState) learnSelf(a store.Inode, changes uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.changed == changes && st.writes.pending == 0 && a.Ino == st.ino {
+	// A pending inode (no version: it is not stored yet) is not kept:
+	// the pending batch holds it, and it changes there.
+	if st.changed == changes && st.writes.pending == 0 && a.Ino == st.ino && a.Ver.Known() {
 		st.self, st.hasSelf = a, true
 	}
 }

@@ -75,8 +75,28 @@ func (d *dirHandle) start(ctx context.Context) error {
 		// that made it returns: the listing must see every change that
 		// completed before it began, which search shows after a refresh.
 		f.delegs.want(d.n.ino(), d.path, d.n.EmbeddedInode())
-		if err := f.refreshNow(ctx); err != nil {
+		// Whether another mount writes the directory (its entries may be
+		// in its memory only) is read while the refresh runs.
+		var lk []store.LockDoc
+		var lerr error
+		read := make(chan struct{})
+		go func() {
+			defer close(read)
+			lk, lerr = f.st.GetLocks(ctx, []string{store.DelegLockID(d.n.ino())})
+		}()
+		err := f.refreshNow(ctx)
+		<-read
+		if err == nil {
+			err = lerr
+		}
+		if err != nil {
 			return err
+		}
+		if lk[0].WrittenElsewhere(f.co.Session().ID()) {
+			if err := f.co.Delegations.RecallWriter(ctx, d.n.ino(), d.path); err != nil {
+				return err
+			}
+			return d.start(ctx) // flushed now
 		}
 	case st == nil:
 		// Read-your-writes: this mount's own creates must be listed, and
@@ -98,6 +118,10 @@ func (d *dirHandle) start(ctx context.Context) error {
 		}
 		// Every change made before the grant is in the index; a refresh
 		// makes it searchable, and a listing after it is then complete.
+		// Entries made here in memory are flushed into it first.
+		if err := f.settle(ctx); err != nil {
+			return err
+		}
 		d.since, d.collecting = st.changeCount(), true
 		if err := f.refreshNow(ctx); err != nil {
 			return err
@@ -200,27 +224,32 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		ctx, cancel := f.ctxOf(ctx)
 		defer cancel()
 		gen := f.cache.Gen()
-		inos := make([]uint64, len(d.page))
-		for k, de := range d.page {
-			inos[k] = de.Ino
+		d.inodes = make(map[uint64]store.Inode, len(d.page))
+		inos := make([]uint64, 0, len(d.page))
+		names := make([]string, 0, len(d.page))
+		for _, de := range d.page {
+			if a, ok := f.wb.inode(de.Ino); ok {
+				d.inodes[de.Ino] = a // made here, not flushed yet
+				continue
+			}
+			inos, names = append(inos, de.Ino), append(names, de.Name)
 		}
 		res, err := f.st.GetInodes(ctx, inos)
 		if err != nil {
 			return nil, f.toErrno("readdirplus", err)
 		}
-		d.inodes = make(map[uint64]store.Inode, len(res))
 		for k, r := range res {
 			if r.Err == nil {
 				d.inodes[inos[k]] = r.Inode
 				if d.st != nil {
-					f.delegs.learnAttr(d.st, d.page[k].Name, r.Inode)
+					f.delegs.learnAttr(d.st, names[k], r.Inode)
 				}
 				if d.fromMem {
 					// The paths of a listing from memory were not read
 					// now: only the attributes are fresh.
 					f.cache.PutInode(r.Inode, gen)
 				} else {
-					f.cache.PutNode(store.Node{Dentry: d.page[k], Attr: r.Inode}, gen)
+					f.cache.PutNode(store.Node{Dentry: d.page[d.byName[names[k]]], Attr: r.Inode}, gen)
 				}
 			}
 		}

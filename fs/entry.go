@@ -127,6 +127,11 @@ func (f *FS) entryUnder(ctx context.Context, ino uint64, dir, path string) (stor
 // ancestor (here) changes when it replies: if it changed while we waited
 // for the locks, the locks are on the old path, so take them again.
 func (f *FS) lockEntry(ctx context.Context, parent dirRef, name string) (dir, path string, txn *locking.Txn, err error) {
+	// What is pending lands first: the change may name it (an unlink of
+	// a file made in memory) or depend on it.
+	if err := f.settle(ctx); err != nil {
+		return "", "", nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		var ok bool
 		dir, ok = parent.path()

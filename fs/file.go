@@ -89,6 +89,10 @@ func (f *FS) FlushAll(ctx context.Context) error {
 			first = fmt.Errorf("flushing inode %d: %w", of.ino, err)
 		}
 	}
+	// The files' sizes may have gone to the pending batch: it lands last.
+	if err := f.sync(ctx); err != nil && first == nil {
+		first = fmt.Errorf("flushing the pending batch: %w", err)
+	}
 	return first
 }
 

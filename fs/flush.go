@@ -172,13 +172,24 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	return of.f.toErrno("flush", of.flush(ctx))
 }
 
+// Fsync makes the file durable, and with it everything this mount made in
+// memory (see writeback.go): the file's name may be pending.
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	return h.Flush(ctx)
+	if errno := h.Flush(ctx); errno != 0 {
+		return errno
+	}
+	ctx, cancel := h.of.f.ctxOf(ctx)
+	defer cancel()
+	return h.of.f.toErrno("fsync", h.of.f.sync(ctx))
 }
 
 func (n *node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
 	if h, ok := fh.(*handle); ok {
 		return h.Fsync(ctx, flags)
 	}
-	return 0 // directories and handle-less nodes: every change is already durable
+	// Directories and handle-less nodes: every change is durable once
+	// what is pending in memory is.
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	return n.f.toErrno("fsync", n.f.sync(ctx))
 }

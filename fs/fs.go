@@ -53,6 +53,13 @@ type Options struct {
 	// Delegations: hold read delegations on directories, and answer
 	// lookups and listings of those from memory (see deleg.go).
 	Delegations bool
+	// WriteDelegations: directories made here are born write-delegated,
+	// and what is made in them is flushed in batches (see writeback.go).
+	// Needs Delegations.
+	WriteDelegations bool
+	// FlushInterval is how often the pending batch is flushed (default
+	// DefaultFlushInterval).
+	FlushInterval time.Duration
 }
 
 // FS is one mounted filesystem.
@@ -63,8 +70,10 @@ type FS struct {
 	opts    Options
 	log     *slog.Logger
 	metrics *Metrics
-	// delegs is nil when delegations are off.
+	// delegs is nil when delegations are off, wb when write delegations
+	// are.
 	delegs *delegs
+	wb     *writeback
 	// changing: this mount's entry changes under way, by directory.
 	changing entryChanges
 
@@ -109,6 +118,9 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = DefaultFlushInterval
+	}
 	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}, parents: map[uint64]uint64{}}
 	// A rename that replaced a file, finished by this mount, drops the
 	// replaced inode's link as unlink does: kept while open here.
@@ -117,6 +129,9 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 	if o.Delegations {
 		f.delegs = newDelegs(f)
 		co.Delegations.Recall = f.delegs.recall
+		if o.WriteDelegations {
+			f.wb = newWriteback(f)
+		}
 	}
 	return f
 }
@@ -227,6 +242,43 @@ func (f *FS) resolveRead(ctx context.Context, path string, now bool) (store.Node
 	if err != nil {
 		return store.Node{}, err
 	}
+	return f.resolveEntry(ctx, path, e, now, gen)
+}
+
+// resolveWatching is resolveFresh of path in directory dirIno (at dir),
+// reading in the same round trip whether another mount writes the
+// directory (holds its write delegation). If one does, it recalls it
+// and reports recalled, without an answer: the caller asks again, once
+// the writer has flushed.
+func (f *FS) resolveWatching(ctx context.Context, dirIno uint64, dir, path string) (sn store.Node, recalled bool, err error) {
+	gen := f.cache.Gen()
+	d, derr, lk, err := f.st.GetDentryWithLock(ctx, path, store.DelegLockID(dirIno))
+	if err != nil {
+		return store.Node{}, false, err
+	}
+	if lk.WrittenElsewhere(f.co.Session().ID()) {
+		return store.Node{}, true, f.co.Delegations.RecallWriter(ctx, dirIno, dir)
+	}
+	var e locking.Entry
+	switch {
+	case errors.Is(derr, store.ErrNotFound):
+	case derr != nil:
+		return store.Node{}, false, derr
+	default:
+		vis, ok, err := f.co.View.Resolve(ctx, d)
+		if err != nil {
+			return store.Node{}, false, err
+		}
+		e = locking.Entry{Dentry: vis, Found: ok, Stored: true}
+	}
+	sn, err = f.resolveEntry(ctx, path, e, true, gen)
+	return sn, false, err
+}
+
+// resolveEntry is resolveRead once the path document is read (e), gen the
+// cache generation read before.
+func (f *FS) resolveEntry(ctx context.Context, path string, e locking.Entry, now bool, gen uint64) (store.Node, error) {
+	var err error
 	if !e.Found {
 		f.cache.PutNegative(path, gen)
 		return store.Node{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
@@ -280,6 +332,9 @@ func (f *FS) end(ctx context.Context, txn *locking.Txn, err *error) {
 // inode returns the attributes of ino, from the cache or the store. gen is
 // the cache generation read before the caller's first store read.
 func (f *FS) inode(ctx context.Context, ino uint64, gen uint64) (store.Inode, error) {
+	if a, ok := f.wb.inode(ino); ok {
+		return a, nil
+	}
 	if n, ok := f.cache.Inode(ino); ok {
 		return n, nil
 	}
@@ -293,6 +348,9 @@ func (f *FS) inode(ctx context.Context, ino uint64, gen uint64) (store.Inode, er
 
 // freshInode reads the attributes of ino from the store, bypassing the cache.
 func (f *FS) freshInode(ctx context.Context, ino uint64) (store.Inode, error) {
+	if a, ok := f.wb.inode(ino); ok {
+		return a, nil // pending: this mount's memory is where it lives
+	}
 	gen := f.cache.Gen()
 	n, err := f.st.GetInode(ctx, ino)
 	if err != nil {
@@ -317,6 +375,16 @@ func (f *FS) updateInode(ctx context.Context, ino uint64, change func(*store.Ino
 // instead of reading it: one round trip instead of two while nobody else
 // changed it, and the usual re-read if someone did.
 func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode, change func(*store.Inode) error) (store.Inode, error) {
+	if a, ok, err := f.wb.update(ino, change); ok {
+		if err == nil {
+			f.delegs.updateAttr(ino, a)
+		}
+		return a, err
+	}
+	// Anything pending lands first: this change may depend on it.
+	if err := f.settle(ctx); err != nil {
+		return store.Inode{}, err
+	}
 	end, err := f.lockAttrs(ctx, ino)
 	if err != nil {
 		return store.Inode{}, err

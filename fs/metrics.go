@@ -17,6 +17,24 @@ type Metrics struct {
 	// byOp caches the histogram of each opcode: a request must not pay a
 	// label lookup.
 	byOp [opCount]prometheus.Observer
+	// Write delegations' batches (see writeback.go).
+	pendingCreates prometheus.Counter
+	batchSize      prometheus.Histogram
+	batchSeconds   prometheus.Histogram
+	batches        *prometheus.CounterVec
+}
+
+// batch records one flush of a pending batch of n entries.
+func (m *Metrics) batch(n int, took time.Duration, err error) {
+	result := "landed"
+	if err != nil {
+		result = "failed"
+	}
+	m.batches.WithLabelValues(result).Inc()
+	if err == nil {
+		m.batchSize.Observe(float64(n))
+		m.batchSeconds.Observe(took.Seconds())
+	}
 }
 
 type opcode int
@@ -77,11 +95,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "FUSE requests answered with an error, by opcode and errno (ENOENT from LOOKUP is a normal miss).",
 		}, []string{"op", "errno"}),
 	}
+	m.pendingCreates = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "esfs_pending_creates_total",
+		Help: "Entries made in memory under a write delegation, to be flushed in a batch.",
+	})
+	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "esfs_batch_entries",
+		Help:    "Entries per flushed batch of a write delegation.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14), // 1 .. 8192
+	})
+	m.batchSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "esfs_batch_flush_seconds",
+		Help:    "Time to flush one batch (five round trips to Elasticsearch).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+	})
+	m.batches = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "esfs_batches_total",
+		Help: "Batch flushes of write delegations, by result (landed, failed: retried, or lost and logged).",
+	}, []string{"result"})
 	for i := range m.byOp {
 		m.byOp[i] = m.duration.WithLabelValues(opNames[i])
 	}
 	if reg != nil {
-		reg.MustRegister(m.duration, m.errors)
+		reg.MustRegister(m.duration, m.errors, m.pendingCreates, m.batchSize, m.batchSeconds, m.batches)
 	}
 	return m
 }

@@ -144,7 +144,12 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		// time and not kept: nothing would tell us when it changes.
 		n.f.delegs.want(n.ino(), dir, n.EmbeddedInode())
 		uncached(out)
-		sn, err := n.f.resolveFresh(ctx, path)
+		sn, recalled, err := n.f.resolveWatching(ctx, n.ino(), dir, path)
+		if recalled && err == nil {
+			// Another mount was writing here: now that it flushed, look
+			// again.
+			return n.Lookup(ctx, name, out)
+		}
 		if err != nil {
 			return nil, n.f.toErrno("lookup", err)
 		}
@@ -187,7 +192,7 @@ func (n *node) lookupDelegated(ctx context.Context, st *dirState, name string, o
 	var sub *dirState // the entry's own delegation, for a directory
 	var changes uint64
 	if e.typ == store.TypeDir {
-		a, covered = ds.selfAttr(e.ino, nil)
+		a, covered = n.f.wb.overlay(e.ino, func() (store.Inode, bool) { return ds.selfAttr(e.ino, nil) })
 		if sub = ds.state(e.ino); sub != nil {
 			changes = sub.changeCount()
 		}
@@ -223,7 +228,7 @@ func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.F
 	}
 	var ok bool
 	if typ == store.TypeDir {
-		_, ok = ds.selfAttr(ino, child)
+		_, ok = n.f.wb.overlay(ino, func() (store.Inode, bool) { return ds.selfAttr(ino, child) })
 	} else {
 		_, ok = ds.attr(n.ino(), name, ino, child)
 	}

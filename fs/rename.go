@@ -60,6 +60,9 @@ func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, ne
 	if err := store.CheckName(newName); err != nil {
 		return err
 	}
+	if err := f.settle(ctx); err != nil {
+		return err
+	}
 	defer f.changing.begin(from.ino(), to.ino())()
 	for attempt := 0; ; attempt++ {
 		srcDir, ok1 := from.path()

@@ -73,6 +73,45 @@ type Delegation struct {
 	recalled chan struct{}
 	once     sync.Once
 	given    sync.Once
+	// mu protects held's document between a batch's marks (see
+	// Journal.Flush) and the release.
+	mu sync.Mutex
+}
+
+// Writable reports whether d is a write delegation.
+func (d *Delegation) Writable() bool { return d.Mode == store.Exclusive }
+
+// markedDoc is d's lock document as last known, with this holder's entry
+// marked with batch op.
+func (d *Delegation) markedDoc(op string) store.LockDoc {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	doc := d.held.docs[0]
+	hs := make([]store.Holder, len(doc.Holders))
+	copy(hs, doc.Holders)
+	for i, h := range hs {
+		if h.Session == d.sess.ID() && h.Op == d.op {
+			hs[i].Batch = op
+		}
+	}
+	doc.Holders = hs
+	return doc
+}
+
+// noteMarked records the document a mark wrote, at version v.
+func (d *Delegation) noteMarked(op string, v store.Version) {
+	doc := d.markedDoc(op)
+	doc.Found, doc.Ver = true, v
+	d.mu.Lock()
+	d.held.docs[0] = doc
+	d.mu.Unlock()
+}
+
+// refresh replaces the document as last known by doc, as read.
+func (d *Delegation) refresh(doc store.LockDoc) {
+	d.mu.Lock()
+	d.held.docs[0] = doc
+	d.mu.Unlock()
 }
 
 // Revoked reports whether d no longer covers anything.
@@ -342,10 +381,10 @@ func (ds *Delegations) closeAll(ctx context.Context) {
 // directory yet it cannot conflict. made turns the write's result into the
 // delegation; pass whether the directory itself was made (if not, the
 // delegation is given back at once). It returns nil when nothing is held.
-func (ds *Delegations) Born(ino uint64, path string) (store.BulkOp, func(res store.BulkResult, made bool) *Delegation) {
+func (ds *Delegations) Born(ino uint64, path string, mode store.LockMode) (store.BulkOp, func(res store.BulkResult, made bool) *Delegation) {
 	sess := ds.c.Session()
 	op := sess.LeaseOp()
-	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: store.ReadDeleg}
+	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: mode}
 	doc := store.LockDoc{ID: req.ID, Path: path, Holders: []store.Holder{{Session: sess.ID(), Op: op, Mode: req.Mode, Since: time.Now().UnixNano()}}}
 	write := store.WriteLock(store.LockWrite{Doc: doc})
 	return write, func(res store.BulkResult, made bool) *Delegation {
@@ -374,4 +413,68 @@ func (ds *Delegations) Born(ino uint64, path string) (store.BulkOp, func(res sto
 		ds.c.Locks.metrics.delegHeld(req.Mode, 1)
 		return d
 	}
+}
+
+// BornInBatch is Born for a directory made in memory under a write
+// delegation: the delegation (mode store.Exclusive) holds from now on in
+// this mount; its document is BornDoc, sent in the stage of the batch that
+// makes the directory (see BatchSpec.Stage), and Landed records how that
+// went.
+func (ds *Delegations) BornInBatch(ino uint64, path string) *Delegation {
+	sess := ds.c.Session()
+	op := sess.LeaseOp()
+	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: store.Exclusive}
+	doc := store.LockDoc{ID: req.ID, Path: path, Holders: []store.Holder{{Session: sess.ID(), Op: op, Mode: req.Mode, Since: time.Now().UnixNano()}}}
+	d := &Delegation{Ino: ino, Path: path, Mode: req.Mode, sess: sess, op: op,
+		held: &Held{Op: op, Session: sess.ID(), docs: []store.LockDoc{doc}, reqs: []Request{req}}, recalled: make(chan struct{})}
+	ds.mu.Lock()
+	ds.held[ino] = d
+	ds.mu.Unlock()
+	ds.c.Locks.metrics.delegHeld(req.Mode, 1)
+	return d
+}
+
+// BornDoc is the write of the document of d, born in batch op: nobody
+// else can know the directory before the batch lands, so it overwrites
+// whatever an earlier try of the batch left.
+func (d *Delegation) BornDoc(op string) store.BulkOp {
+	doc := d.markedDoc(op)
+	doc.Found, doc.Ver = true, store.Version{}
+	return store.WriteLock(store.LockWrite{Doc: doc})
+}
+
+// Landed records the outcome of the write BornInBatch returned.
+func (ds *Delegations) Landed(d *Delegation, res store.BulkResult) {
+	if res.Err == nil {
+		d.mu.Lock()
+		d.held.docs[0].Found, d.held.docs[0].Ver = true, res.Ver
+		d.mu.Unlock()
+		return
+	}
+	d.revoke()
+	ds.mu.Lock()
+	if ds.held[d.Ino] == d {
+		delete(ds.held, d.Ino)
+	}
+	ds.mu.Unlock()
+	ds.c.Locks.metrics.delegHeld(d.Mode, -1)
+}
+
+// RecallWriter returns once no other mount holds directory ino (at path)
+// for writing: a reader that found it written elsewhere
+// (store.LockDoc.WrittenElsewhere) calls it before it reads, so that it
+// sees everything the writer made there. The writer is recalled, and
+// flushes before it gives the delegation back; a writer that does not
+// answer is waited for until it is declared dead. The request's own entry
+// is released at once: it conflicts with write delegations only, so it
+// never waits for changes or readers.
+func (ds *Delegations) RecallWriter(ctx context.Context, ino uint64, path string) error {
+	sess := ds.c.Session()
+	op := sess.LeaseOp()
+	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: store.Flushed}
+	held, err := ds.c.Locks.Acquire(ctx, sess, op, []Request{req})
+	if err != nil {
+		return err
+	}
+	return ds.c.Locks.Release(ctx, held)
 }

@@ -51,6 +51,11 @@ func (j *Journal) rollback(ctx context.Context, rec store.OpRecord) error {
 	if err := j.resolveDocs(ctx, rec.ID, rollbackFix(j.b)); err != nil {
 		return err
 	}
+	if rec.IsBatch() {
+		if err := j.undoBatch(ctx, rec); err != nil {
+			return err
+		}
+	}
 	_, err := j.setDone(ctx, rec, true)
 	return err
 }

@@ -431,6 +431,21 @@ func (m *Manager) HolderGone(ctx context.Context, h store.Holder) (bool, error) 
 		// release failed): a leftover, by its own published word.
 		return m.obs.Finished(ctx, h.Session, h.Op)
 	}
+	if h.Batch != "" {
+		// A write delegation's last batch is settled before its entry
+		// goes, so that it is never found half done by anyone who
+		// changes the directory after us.
+		if settled, err := m.opGone(ctx, h.Batch, h.Session); err != nil || !settled {
+			return false, err
+		}
+	}
+	return m.opGone(ctx, h.Op, h.Session)
+}
+
+// opGone reports whether operation op of the dead session is settled,
+// settling or fencing it if it is not (see HolderGone).
+func (m *Manager) opGone(ctx context.Context, op, session string) (bool, error) {
+	h := store.Holder{Session: session, Op: op}
 	rec, err := m.b.GetOp(ctx, h.Op)
 	if errors.Is(err, store.ErrNotFound) {
 		// No record: fence the operation by creating its record as done

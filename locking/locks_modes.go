@@ -15,6 +15,9 @@ import (
 // changes of a directory with changes (they are decided per name by
 // create-if-absent and compare-and-set); nothing else.
 func compatible(a, b store.LockMode) bool {
+	if a == store.Flushed || b == store.Flushed {
+		return a != store.Exclusive && b != store.Exclusive
+	}
 	return a == b && (a == store.Shared || a == store.ReadDeleg || a == store.Change)
 }
 
@@ -99,6 +102,8 @@ func modeName(m store.LockMode) string {
 		return "read delegation"
 	case store.Change:
 		return "change"
+	case store.Flushed:
+		return "flush wanted"
 	}
 	return "exclusive"
 }

@@ -26,6 +26,11 @@ const (
 	Exclusive LockMode = "X"
 	ReadDeleg LockMode = "R"
 	Change    LockMode = "C"
+	// Flushed is asked by a mount that is about to read a directory
+	// another mount writes in memory (holds it Exclusive): it conflicts
+	// with a write delegation only, so that its holder is recalled (and
+	// flushes), and with nothing else.
+	Flushed LockMode = "F"
 )
 
 // Holder is one entry of a lock document: who holds it, for which
@@ -36,6 +41,10 @@ type Holder struct {
 	Op      string   `json:"o"`
 	Mode    LockMode `json:"m"`
 	Since   int64    `json:"t"` // wall clock of the holder, for display only
+	// Batch is the operation of the last batch a write delegation's
+	// holder flushed under this entry (see locking.Journal.Flush): the
+	// recovery of a dead holder settles it before the entry goes.
+	Batch string `json:"b,omitempty"`
 }
 
 // Waiter marks an exclusive request that was refused, so that shared

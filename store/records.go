@@ -55,22 +55,42 @@ type OpRecord struct {
 	// set as LinkDropped is, makes that happen at most once.
 	SrcParent, DstParent uint64
 	DirLinksMoved        bool
+
+	// NewInos are the inodes a batch (a write delegation's flush, see
+	// locking.Journal.Flush) creates; a batch has no Src. Rolling a batch
+	// back deletes them: nothing else can name an inode made in it.
+	NewInos []uint64
+	// DirLinks are the link counts a batch's stage set on directories
+	// that existed, for its rollback to put back.
+	DirLinks []DirLinkChange
 }
 
+// DirLinkChange is a directory's link count before and after a batch.
+type DirLinkChange struct {
+	Ino    uint64 `json:"ino"`
+	Before uint32 `json:"before"`
+	After  uint32 `json:"after"`
+}
+
+// IsBatch reports whether r is a write delegation's batch, not a rename.
+func (r OpRecord) IsBatch() bool { return r.Src == "" && len(r.NewInos) > 0 }
+
 type opBody struct {
-	Src             string    `json:"src"`
-	Dst             string    `json:"dst"`
-	SrcIno          uint64    `json:"src_ino"`
-	SrcType         string    `json:"src_type"`
-	Overwritten     uint64    `json:"ovr_ino,omitempty"`
-	OverwrittenType string    `json:"ovr_type,omitempty"`
-	Aborted         bool      `json:"aborted,omitempty"`
-	LinkDropped     bool      `json:"link_dropped,omitempty"`
-	SrcParent       uint64    `json:"src_parent,omitempty"`
-	DstParent       uint64    `json:"dst_parent,omitempty"`
-	DirLinksMoved   bool      `json:"dir_links_moved,omitempty"`
-	Locks           []LockRef `json:"locks"`
-	Created         int64     `json:"created"`
+	Src             string          `json:"src"`
+	Dst             string          `json:"dst"`
+	SrcIno          uint64          `json:"src_ino"`
+	SrcType         string          `json:"src_type"`
+	Overwritten     uint64          `json:"ovr_ino,omitempty"`
+	OverwrittenType string          `json:"ovr_type,omitempty"`
+	Aborted         bool            `json:"aborted,omitempty"`
+	LinkDropped     bool            `json:"link_dropped,omitempty"`
+	SrcParent       uint64          `json:"src_parent,omitempty"`
+	DstParent       uint64          `json:"dst_parent,omitempty"`
+	DirLinksMoved   bool            `json:"dir_links_moved,omitempty"`
+	NewInos         []uint64        `json:"new_inos,omitempty"`
+	DirLinks        []DirLinkChange `json:"dir_links,omitempty"`
+	Locks           []LockRef       `json:"locks"`
+	Created         int64           `json:"created"`
 }
 
 type opJSON struct {
@@ -87,7 +107,7 @@ func opID(id string) string { return "O" + id }
 func encodeOp(r OpRecord) opJSON {
 	b := opBody{Src: encodeText(r.Src), Dst: encodeText(r.Dst), SrcIno: r.SrcIno, SrcType: r.SrcType.String(),
 		Overwritten: r.Overwritten, Aborted: r.Aborted, LinkDropped: r.LinkDropped, Locks: r.Locks, Created: r.Created,
-		SrcParent: r.SrcParent, DstParent: r.DstParent, DirLinksMoved: r.DirLinksMoved}
+		SrcParent: r.SrcParent, DstParent: r.DstParent, DirLinksMoved: r.DirLinksMoved, NewInos: r.NewInos, DirLinks: r.DirLinks}
 	if r.Overwritten != 0 {
 		b.OverwrittenType = r.OverwrittenType.String()
 	}
@@ -101,7 +121,7 @@ func decodeOp(src []byte, v Version) (OpRecord, error) {
 	}
 	r := OpRecord{ID: j.Op, State: OpState(j.State), Owner: j.Owner, Epoch: j.Epoch, SrcIno: j.Body.SrcIno,
 		Overwritten: j.Body.Overwritten, Aborted: j.Body.Aborted, LinkDropped: j.Body.LinkDropped, Locks: j.Body.Locks, Created: j.Body.Created, Ver: v,
-		SrcParent: j.Body.SrcParent, DstParent: j.Body.DstParent, DirLinksMoved: j.Body.DirLinksMoved}
+		SrcParent: j.Body.SrcParent, DstParent: j.Body.DstParent, DirLinksMoved: j.Body.DirLinksMoved, NewInos: j.Body.NewInos, DirLinks: j.Body.DirLinks}
 	var err error
 	if r.Src, err = decodeText(j.Body.Src); err != nil {
 		return OpRecord{}, err

@@ -280,3 +280,51 @@ func Links(t testing.TB, path string) uint64 {
 	}
 	return uint64(st.Nlink)
 }
+
+// FsckCleanAfterCrash waits (within limit) until esfs fsck finds the index
+// clean, once a dead mount's work is recovered. Data chunks a killed mount
+// wrote for a file whose inode never landed (a create still in memory, or
+// a size not written yet) are garbage nobody sees, which fsck reports as
+// leftover data and --repair removes: that is allowed, and repaired.
+func FsckCleanAfterCrash(t testing.TB, f *FS, limit time.Duration) {
+	t.Helper()
+	var last string
+	ok := false
+	WaitFor(t, "fsck clean after recovery", limit, func() bool {
+		out, err := f.Run("fsck")
+		last = out
+		switch {
+		case err == nil:
+			ok = true
+			return true
+		case onlyLeftoverProblems(out):
+			if out, err := f.Run("fsck", "--repair"); err == nil || !strings.Contains(out, "all repaired") {
+				t.Errorf("esfs fsck --repair of leftover data (%v):\n%s", err, out)
+			}
+			out, err := f.Run("fsck")
+			last, ok = out, err == nil
+			return true
+		}
+		return false
+	})
+	if !ok {
+		t.Errorf("esfs fsck after recovery:\n%s", last)
+	}
+}
+
+// onlyLeftoverProblems reports whether fsck's problems (its "N problems"
+// line) are all leftover data of dead mounts.
+func onlyLeftoverProblems(out string) bool {
+	leftover, problems := 0, -1
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "leftover data:") && strings.Contains(l, "dead or ended mount") {
+			leftover++
+		}
+		var n, left int
+		if _, err := fmt.Sscanf(l, "%d problems, %d left", &n, &left); err == nil {
+			problems = n
+		}
+	}
+	return problems > 0 && problems == leftover
+}

@@ -1,0 +1,582 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
+)
+
+// Write delegations (see locking.Delegations): a directory made by this
+// mount is born write-delegated to it. Nobody else can change it, or read
+// its entries, without recalling the delegation first, so what this mount
+// makes in it (create, mkdir, symlink, mknod), and the attributes of what
+// it made (chmod, utimes, sizes, xattrs), stay in memory, in the pending
+// batch, and every call that does only that returns without a round trip.
+//
+// A batch is flushed as one journaled operation (locking.Journal.Flush):
+// other mounts see all of it or none of it, and the batches of a mount
+// land in the order they were made, so another mount, and what survives a
+// crash, always shows a prefix of this mount's calls. It is flushed
+//   - every Options.FlushInterval, and at once past maxPending entries;
+//   - before anything else this mount changes in the store (an unlink, a
+//     rename, a link, a change of an inode that is not pending, a create
+//     outside a write-delegated directory): so every change lands after
+//     the pending ones it may depend on;
+//   - on fsync and fsyncdir of anything, on syncfs and unmount;
+//   - when a delegation is recalled (another mount wants to read or
+//     change a directory this mount writes), before it is given back.
+//
+// A crash loses what was not flushed: at most the calls of the last
+// flush interval, never a call that returned from fsync. A mount fenced
+// off (declared dead while frozen) loses its pending batch the same way;
+// the next fsync reports EIO.
+
+const (
+	// DefaultFlushInterval bounds how long a call made in memory stays
+	// only in memory.
+	DefaultFlushInterval = 200 * time.Millisecond
+	// maxPending: past this many pending entries a batch is flushed at
+	// once, and creates wait for it past maxPending*4.
+	maxPending = 2000
+)
+
+// pendingName is one name made in memory.
+type pendingName struct {
+	dir uint64 // its directory
+	d   store.Dentry
+}
+
+// dirDelta is what pending entries change in a directory that exists in
+// the store: subdirectories added, and its new times.
+type dirDelta struct {
+	links int
+	t     int64
+}
+
+// writeback is the pending batch of this mount.
+type writeback struct {
+	f *FS
+	// gate is held by a flush for its whole run, and by every change of
+	// the pending state: a change waits for the flush under way.
+	gate sync.Mutex
+	mu   sync.Mutex // protects the fields below; never held across a request
+	// inodes: the pending inodes, in the order made.
+	inodes map[uint64]*store.Inode
+	order  []uint64
+	names  []pendingName
+	// dirs: deltas of directories that exist in the store.
+	dirs map[uint64]*dirDelta
+	// born: write delegations of directories made in memory.
+	born map[uint64]*locking.Delegation
+	// lost is set when a batch could not land (this mount was fenced):
+	// the next fsync reports it.
+	lost error
+	// unknown: a batch whose outcome is not known yet, with what it held;
+	// the next flush learns it before it goes on.
+	unknown *pendingBatch
+
+	count atomic.Int64 // len(names), read without mu
+	kick  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// pendingBatch is a batch taken for a flush.
+type pendingBatch struct {
+	op     string
+	inodes []store.Inode
+	names  []pendingName
+	dirs   map[uint64]dirDelta
+	born   map[uint64]*locking.Delegation
+}
+
+func newWriteback(f *FS) *writeback {
+	wb := &writeback{f: f, inodes: map[uint64]*store.Inode{}, dirs: map[uint64]*dirDelta{},
+		born: map[uint64]*locking.Delegation{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go wb.run()
+	return wb
+}
+
+// run flushes every flush interval, or at once when kicked.
+func (wb *writeback) run() {
+	defer close(wb.done)
+	t := time.NewTicker(wb.f.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-wb.stop:
+			return
+		case <-t.C:
+		case <-wb.kick:
+		}
+		if wb.count.Load() == 0 && wb.unknownBatch() == nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*wb.f.st.Timeout()+wb.f.opts.LockTimeout)
+		if err := wb.flush(ctx); err != nil {
+			wb.f.log.Warn("flushing the pending batch failed; retrying", "err", err)
+		}
+		cancel()
+	}
+}
+
+func (wb *writeback) unknownBatch() *pendingBatch {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	return wb.unknown
+}
+
+// close stops the background flushes (after the last flush, at unmount).
+func (wb *writeback) close() {
+	if wb == nil {
+		return
+	}
+	close(wb.stop)
+	<-wb.done
+}
+
+// settle flushes whatever is pending: the caller is about to change the
+// store, or must make everything durable. Nothing pending costs nothing.
+func (f *FS) settle(ctx context.Context) error {
+	wb := f.wb
+	if wb == nil || (wb.count.Load() == 0 && wb.unknownBatch() == nil) {
+		return nil
+	}
+	return wb.flush(ctx)
+}
+
+// sync is settle for fsync, fsyncdir and syncfs: it also reports a batch
+// lost since the last one.
+func (f *FS) sync(ctx context.Context) error {
+	if f.wb == nil {
+		return nil
+	}
+	if err := f.settle(ctx); err != nil {
+		return err
+	}
+	f.wb.mu.Lock()
+	defer f.wb.mu.Unlock()
+	err := f.wb.lost
+	f.wb.lost = nil
+	return err
+}
+
+// inode returns a pending inode.
+func (wb *writeback) inode(ino uint64) (store.Inode, bool) {
+	if wb == nil {
+		return store.Inode{}, false
+	}
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	a, ok := wb.inodes[ino]
+	if !ok {
+		return store.Inode{}, false
+	}
+	c := *a
+	c.Xattrs = maps.Clone(a.Xattrs)
+	return c, true
+}
+
+// pending reports whether ino is pending.
+func (wb *writeback) pending(ino uint64) bool {
+	if wb == nil {
+		return false
+	}
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	_, ok := wb.inodes[ino]
+	return ok
+}
+
+// update applies change to a pending inode in memory (ok false: ino is
+// not pending).
+func (wb *writeback) update(ino uint64, change func(*store.Inode) error) (a store.Inode, ok bool, err error) {
+	if wb == nil || wb.count.Load() == 0 {
+		return store.Inode{}, false, nil
+	}
+	wb.gate.Lock()
+	defer wb.gate.Unlock()
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	p, ok := wb.inodes[ino]
+	if !ok {
+		return store.Inode{}, false, nil
+	}
+	if wb.unknown != nil {
+		return store.Inode{}, true, fmt.Errorf("inode %d: the outcome of its batch is not known yet: %w", ino, syscall.EIO)
+	}
+	c := *p
+	c.Xattrs = maps.Clone(p.Xattrs)
+	if err := change(&c); err != nil {
+		return store.Inode{}, true, err
+	}
+	*p = c
+	out := c
+	out.Xattrs = maps.Clone(c.Xattrs)
+	return out, true, nil
+}
+
+// overlay returns directory ino's attributes as this mount shows them:
+// base (as stored), with what the pending entries change.
+func (wb *writeback) overlay(ino uint64, base func() (store.Inode, bool)) (store.Inode, bool) {
+	if wb == nil {
+		return base()
+	}
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	if p, ok := wb.inodes[ino]; ok {
+		return *p, true
+	}
+	a, ok := base()
+	if !ok {
+		return a, false
+	}
+	if dd := wb.dirs[ino]; dd != nil {
+		a, _ = store.WithDirLinks(a, dd.links, dd.t)
+		if !a.DirLinksCounted() {
+			a.Mtime, a.Ctime = max(a.Mtime, dd.t), max(a.Ctime, dd.t)
+		}
+	}
+	return a, true
+}
+
+// createPending makes name in directory parent in memory, if parent is
+// write-delegated here with every name known (handled false: the caller
+// takes the synchronous path, after a settle).
+func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e Entry) (sn store.Node, handled bool, err error) {
+	wb := f.wb
+	if wb == nil {
+		return store.Node{}, false, nil
+	}
+	st := f.delegs.state(parent.ino())
+	if st == nil || !st.d.Writable() {
+		return store.Node{}, false, nil
+	}
+	dir, ok := parent.path()
+	if !ok {
+		return store.Node{}, false, nil
+	}
+	path := store.Join(dir, name)
+	if store.CheckPath(path) != nil {
+		return store.Node{}, false, nil
+	}
+	if wb.count.Load() >= 4*maxPending {
+		if err := wb.flush(ctx); err != nil {
+			return store.Node{}, true, err
+		}
+	}
+	pattr, ok := wb.overlay(parent.ino(), func() (store.Inode, bool) { return f.delegs.selfAttr(parent.ino(), nil) })
+	if !ok {
+		return store.Node{}, false, nil
+	}
+	wb.gate.Lock()
+	defer wb.gate.Unlock()
+	if wb.unknownBatch() != nil {
+		// A batch's outcome is still unknown: nothing is added until it
+		// is learnt (the synchronous path's settle reports it).
+		return store.Node{}, false, nil
+	}
+	if st.d.Revoked() {
+		// Recalled since we looked: the recall's flush may have run
+		// already, so nothing may be added under it.
+		return store.Node{}, false, nil
+	}
+	known, ok := st.lookup(name)
+	switch {
+	case !ok:
+		return store.Node{}, false, nil // not known complete
+	case !known.absent:
+		return store.Node{}, true, fmt.Errorf("%q: %w", path, store.ErrExists)
+	}
+	typ, mode, uid, gid := e.Type, e.Mode, e.Uid, e.Gid
+	if pattr.Mode&syscall.S_ISGID != 0 {
+		gid = pattr.Gid
+		if typ == store.TypeDir {
+			mode |= syscall.S_ISGID
+		}
+	}
+	t := now()
+	a := NewInode(Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid, Target: e.Target, Rdev: e.Rdev}, t)
+	if err := store.CreateInode(a).Err(); err != nil {
+		return store.Node{}, true, err
+	}
+	d := NewDentry(path, a)
+	if err := store.CreateDentry(d).Err(); err != nil {
+		return store.Node{}, true, err
+	}
+	subdirs := 0
+	if typ == store.TypeDir {
+		subdirs = 1
+	}
+	var born *locking.Delegation
+	if typ == store.TypeDir {
+		born = f.co.Delegations.BornInBatch(a.Ino, path)
+	}
+	wb.mu.Lock()
+	c := a
+	wb.inodes[a.Ino] = &c
+	wb.order = append(wb.order, a.Ino)
+	wb.names = append(wb.names, pendingName{dir: parent.ino(), d: d})
+	if p, ok := wb.inodes[parent.ino()]; ok {
+		if p.DirLinksCounted() {
+			p.Nlink += uint32(subdirs)
+		}
+		p.Mtime, p.Ctime = t, t
+	} else {
+		dd := wb.dirs[parent.ino()]
+		if dd == nil {
+			dd = &dirDelta{}
+			wb.dirs[parent.ino()] = dd
+		}
+		dd.links += subdirs
+		dd.t = t
+	}
+	if born != nil {
+		wb.born[a.Ino] = born
+	}
+	n := wb.count.Add(1)
+	wb.mu.Unlock()
+	if n >= maxPending {
+		select {
+		case wb.kick <- struct{}{}:
+		default:
+		}
+	}
+	st.changedHere(name, dirEntry{ino: a.Ino, typ: typ}, true, true)
+	if born != nil {
+		f.delegs.born(born)
+	} else {
+		f.delegs.learnAttr(st, name, a)
+	}
+	d.Parent, d.Name = store.Split(path)
+	f.metrics.pendingCreates.Inc()
+	return store.Node{Dentry: d, Attr: a}, true, nil
+}
+
+// take moves the pending state into a batch for a flush. Caller holds
+// gate.
+func (wb *writeback) take(op string) *pendingBatch {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	b := &pendingBatch{op: op, names: wb.names, dirs: map[uint64]dirDelta{}, born: wb.born}
+	for _, ino := range wb.order {
+		b.inodes = append(b.inodes, *wb.inodes[ino])
+	}
+	for ino, dd := range wb.dirs {
+		b.dirs[ino] = *dd
+	}
+	return b
+}
+
+// landed forgets a batch that became visible (or was lost): its inodes
+// are no longer pending, and the directories' attributes are as stored.
+// Caller holds gate.
+func (wb *writeback) landed(b *pendingBatch, settle func()) {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	if settle != nil {
+		settle()
+	}
+	wb.inodes = map[uint64]*store.Inode{}
+	wb.order, wb.names = nil, nil
+	wb.dirs = map[uint64]*dirDelta{}
+	wb.born = map[uint64]*locking.Delegation{}
+	wb.count.Store(0)
+}
+
+// flush runs one batch of everything pending; see the file's comment.
+func (wb *writeback) flush(ctx context.Context) error {
+	f := wb.f
+	wb.gate.Lock()
+	defer wb.gate.Unlock()
+	if u := wb.unknownBatch(); u != nil {
+		if err := wb.learnUntil(ctx, u); err != nil {
+			return err
+		}
+	}
+	if wb.count.Load() == 0 {
+		return nil
+	}
+	sess := f.co.Session()
+	op, n := sess.BeginOp()
+	defer sess.EndOp(n)
+	b := wb.take(op)
+	start := time.Now()
+	err := wb.run1(ctx, sess, b)
+	f.metrics.batch(len(b.names), time.Since(start), err)
+	return err
+}
+
+// run1 flushes batch b and settles the pending state by its outcome.
+func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pendingBatch) error {
+	f := wb.f
+	spec := locking.BatchSpec{Op: b.op, Inodes: b.inodes}
+	for _, pn := range b.names {
+		spec.Names = append(spec.Names, pn.d)
+	}
+	// The directories that exist: their delegation fences the batch,
+	// and their times and counts ride in the stage.
+	var pls []parentLinks
+	for ino, dd := range b.dirs {
+		st := f.delegs.stateAny(ino)
+		if st == nil || !st.d.Writable() {
+			// Its delegation went without a flush: only a lost session
+			// does that, and then nothing of the batch may land.
+			wb.lose(b, fmt.Errorf("the write delegation of directory %d is gone: %w", ino, locking.ErrLeaseLost))
+			return nil
+		}
+		spec.Under = append(spec.Under, st.d)
+		op, pl, err := f.dirLinksOp(ctx, ino, dd.links, dd.t)
+		if err != nil {
+			return err // nothing sent: the batch stays pending
+		}
+		spec.Stage = append(spec.Stage, op)
+		pls = append(pls, pl)
+		if pl.counted {
+			spec.DirLinks = append(spec.DirLinks, store.DirLinkChange{Ino: ino, Before: pl.after.Nlink - uint32(dd.links), After: pl.after.Nlink})
+		}
+	}
+	bornIno := make([]uint64, 0, len(b.born))
+	for ino, d := range b.born {
+		bornIno = append(bornIno, ino)
+		spec.Stage = append(spec.Stage, d.BornDoc(b.op))
+	}
+	var stageRes []store.BulkResult
+	spec.Staged = func(res []store.BulkResult) { stageRes = res }
+	err := f.co.Journal.Flush(ctx, sess, spec)
+	switch {
+	case err == nil:
+	case errors.Is(err, locking.ErrLeaseLost):
+		// Lost, as in a crash: the next fsync says so; the call that
+		// asked for this flush goes on (what it depends on may be gone,
+		// which it finds out itself).
+		wb.lose(b, err)
+		return nil
+	case errors.Is(err, locking.ErrBatchUnknown):
+		wb.mu.Lock()
+		wb.unknown = b
+		wb.mu.Unlock()
+		return wb.learnUntil(ctx, b)
+	default:
+		// Rolled back: nothing landed, and everything stays pending for
+		// the next try. Born delegations' documents may have landed in
+		// the stage; the next try overwrites them.
+		return err
+	}
+	wb.landed(b, func() {
+		wb.settleStage(ctx, b, pls, bornIno, stageRes)
+	})
+	return nil
+}
+
+// settleStage records what the stage wrote of directories: their
+// attributes as stored now, and born delegations' documents. Caller holds
+// mu.
+func (wb *writeback) settleStage(ctx context.Context, b *pendingBatch, pls []parentLinks, bornIno []uint64, res []store.BulkResult) {
+	f := wb.f
+	for i, pl := range pls {
+		r := store.BulkResult{Err: errors.New("stage result unknown")}
+		if i < len(res) {
+			r = res[i]
+		}
+		f.settleDirLinks(ctx, pl, r, true)
+	}
+	for i, ino := range bornIno {
+		r := store.BulkResult{Err: errors.New("stage result unknown")}
+		if k := len(pls) + i; k < len(res) {
+			r = res[k]
+		}
+		f.co.Delegations.Landed(b.born[ino], r)
+	}
+}
+
+// lose drops batch b, which can never land (this mount was fenced): what
+// it made is lost, as in a crash, and the next fsync says so.
+func (wb *writeback) lose(b *pendingBatch, err error) {
+	wb.f.log.Error("a pending batch was lost: this mount lost its delegations (it was cut off past its lease)",
+		"entries", len(b.names), "err", err)
+	wb.landed(b, nil)
+	for _, d := range b.born {
+		wb.f.co.Delegations.Landed(d, store.BulkResult{Err: err})
+	}
+	wb.mu.Lock()
+	wb.lost = fmt.Errorf("%d entries made since the last flush were lost: %v: %w", len(b.names), err, syscall.EIO)
+	wb.mu.Unlock()
+}
+
+// learnUntil learns the outcome of batch u, trying until ctx ends or this
+// mount's session is lost (then recovery settles it, and it is lost to
+// us). Caller holds gate.
+func (wb *writeback) learnUntil(ctx context.Context, u *pendingBatch) error {
+	for attempt := 0; ; attempt++ {
+		if err := wb.f.co.Session().Check(); err != nil {
+			wb.mu.Lock()
+			wb.unknown = nil
+			wb.mu.Unlock()
+			wb.lose(u, err)
+			return err
+		}
+		err := wb.learn(ctx, u)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		store.Backoff(ctx, attempt, 100*time.Millisecond)
+	}
+}
+
+// learn settles a batch whose outcome was unknown. Caller holds gate.
+func (wb *writeback) learn(ctx context.Context, u *pendingBatch) error {
+	visible, err := wb.f.co.Journal.SettleBatch(ctx, wb.f.co.Session(), u.op)
+	if errors.Is(err, locking.ErrLeaseLost) {
+		wb.mu.Lock()
+		wb.unknown = nil
+		wb.mu.Unlock()
+		wb.lose(u, err)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if visible {
+		// It landed (the sweeper or recovery finishes it): the
+		// directories' attributes are read again.
+		wb.landed(u, func() {
+			for ino := range u.dirs {
+				wb.f.cache.InvalidateInode(ino)
+				wb.f.delegs.forgetAttr(ino)
+			}
+			for _, d := range u.born {
+				wb.f.co.Delegations.Landed(d, store.BulkResult{})
+			}
+		})
+	}
+	// Rolled back: still pending, flushed again.
+	wb.mu.Lock()
+	wb.unknown = nil
+	wb.mu.Unlock()
+	return nil
+}
+
+// settleForRecall flushes before write delegation d is given back,
+// trying again while this mount's session lives: giving it back with
+// entries pending would let others miss them.
+func (f *FS) settleForRecall(ctx context.Context, d *locking.Delegation) {
+	for attempt := 0; ; attempt++ {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*f.st.Timeout()+f.opts.LockTimeout)
+		err := f.settle(fctx)
+		cancel()
+		if err == nil || f.co.Session().Check() != nil {
+			return
+		}
+		f.log.Warn("flushing before giving back a write delegation failed; retrying", "dir", d.Path, "err", err)
+		store.Backoff(context.WithoutCancel(ctx), attempt, time.Second)
+	}
+}

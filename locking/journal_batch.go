@@ -1,0 +1,342 @@
+// Batches: what a mount made in memory under write delegations, flushed
+// as one journaled operation so that every other reader sees all of it or
+// none of it.
+
+package locking
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/esfs/esfs/store"
+)
+
+// BatchSpec is one flush of a write delegation's holder: entries made in
+// memory, in directories it holds for writing (or made in the batch).
+type BatchSpec struct {
+	Op string
+	// Under are the write delegations of the directories that already
+	// exist and gain entries in the batch. Each holder entry is marked
+	// with the batch (compare-and-set) in the record's bulk: a mount
+	// declared dead meanwhile has lost its entry, so its batch never
+	// starts; one declared dead later has the batch settled by whoever
+	// drops its entry (Manager.HolderGone).
+	Under []*Delegation
+	// Inodes and Names are the new inodes and path documents. The names
+	// are staged with the intent {Op, RoleDst}: readers see them once the
+	// record commits, all at once.
+	Inodes []store.Inode
+	Names  []store.Dentry
+	// Stage are more writes sent in the stage bulk (directories' times
+	// and link counts, the lock documents of directories born in the
+	// batch); Staged gets their results. They land before the commit
+	// point: a batch rolled back leaves a count too high, never too low,
+	// which fsck repairs.
+	Stage  []store.BulkOp
+	Staged func([]store.BulkResult)
+	// DirLinks are the counts the stage sets on existing directories
+	// (compare-and-set items of Stage): a rollback puts them back.
+	DirLinks []store.DirLinkChange
+}
+
+// Flush runs the batch of spec: the record with the marks of the holder
+// entries, the stage, the commit point, the finish and DONE: five round
+// trips whatever the batch's size. It returns nil once the batch is
+// visible; ErrLeaseLost when this mount was fenced (nothing of the batch
+// becomes visible); another error when the batch was rolled back (nothing
+// visible) or its outcome is left to recovery (err wraps ErrBatchUnknown).
+func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) error {
+	if len(spec.Names) == 0 {
+		return nil
+	}
+	inos := make([]uint64, len(spec.Inodes))
+	for i, a := range spec.Inodes {
+		inos[i] = a.Ino
+	}
+	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1, SrcType: store.TypeFile,
+		NewInos: inos, DirLinks: spec.DirLinks, Created: time.Now().UnixNano()}
+	if err := sess.Check(); err != nil {
+		return err
+	}
+	rec, err := j.batchRecord(ctx, sess, rec, spec.Under)
+	if err != nil {
+		return err
+	}
+	if err := crashPoint("batch-after-record"); err != nil {
+		return err
+	}
+	known, err := j.stageBatch(ctx, spec)
+	if err != nil {
+		j.log.Warn("a batch failed while staging: rolling back", "op", spec.Op, "err", err)
+		if rerr := j.abort(ctx, rec); rerr != nil {
+			return fmt.Errorf("batch %s: %v; its rollback failed too (recovery of this session settles it): %v: %w", spec.Op, err, rerr, ErrBatchUnknown)
+		}
+		return err
+	}
+	if err := crashPoint("batch-before-commit"); err != nil {
+		return err
+	}
+	if err := sess.Check(); err != nil {
+		if rerr := j.abort(ctx, rec); rerr != nil {
+			j.log.Warn("rollback of a fenced batch failed; recovery of this session finishes it", "op", spec.Op, "err", rerr)
+		}
+		return err
+	}
+	committed := rec
+	committed.State = store.OpCommitted
+	v, err := j.b.Write(ctx, store.PutOp(committed, rec.Ver))
+	if errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("batch %s was taken over before its commit: %w", spec.Op, ErrLeaseLost)
+	}
+	if err != nil {
+		cur, gerr := j.b.GetOp(ctx, spec.Op)
+		switch {
+		case gerr != nil:
+			return fmt.Errorf("batch %s: commit outcome unknown: %v: %w", spec.Op, err, ErrBatchUnknown)
+		case cur.Owner != sess.ID() || cur.Epoch != rec.Epoch:
+			return fmt.Errorf("batch %s was taken over at its commit: %w", spec.Op, ErrLeaseLost)
+		case cur.State != store.OpCommitted:
+			if rerr := j.abort(ctx, cur); rerr != nil {
+				return fmt.Errorf("batch %s: %v; rollback: %v: %w", spec.Op, err, rerr, ErrBatchUnknown)
+			}
+			return err
+		}
+		v = cur.Ver
+	}
+	committed.Ver = v
+	if err := crashPoint("batch-after-commit"); err != nil {
+		return err
+	}
+	// Committed: the batch is visible. Finishing strips the intents, which
+	// anyone can redo; a failure here loses nothing.
+	fin, err := j.finishDocs(ctx, committed, known)
+	if err == nil {
+		fin, err = j.setDone(ctx, fin, false)
+	}
+	if err != nil {
+		j.log.Warn("finishing a committed batch failed; the sweeper or recovery finishes it", "op", spec.Op, "err", err)
+		j.keepBatch(committed, sess)
+		return nil
+	}
+	j.remember(fin)
+	return nil
+}
+
+// ErrBatchUnknown: whether a batch became visible is not known now; the
+// journal (the owner's sweeper, or recovery) settles it later.
+var ErrBatchUnknown = errors.New("outcome of the batch unknown")
+
+// batchRecord is a batch's first step: its record, created PREPARED, and
+// the mark of each holder entry in under, in one bulk.
+func (j *Journal) batchRecord(ctx context.Context, sess *Session, rec store.OpRecord, under []*Delegation) (store.OpRecord, error) {
+	ops := []store.BulkOp{store.CreateOp(rec)}
+	for _, d := range under {
+		ops = append(ops, store.WriteLock(store.LockWrite{Doc: d.markedDoc(rec.ID)}))
+	}
+	res, err := j.b.Bulk(ctx, ops)
+	if err != nil {
+		// Unknown: the record may exist, unmarked or marked. Fence it off
+		// (done and aborted), so that nothing of it can start later.
+		j.fenceBatch(ctx, rec)
+		return rec, err
+	}
+	if res[0].Err != nil {
+		if errors.Is(res[0].Err, store.ErrExists) {
+			return rec, fmt.Errorf("batch %s was fenced off by recovery: %w", rec.ID, ErrLeaseLost)
+		}
+		j.fenceBatch(ctx, rec)
+		return rec, res[0].Err
+	}
+	rec.Ver = res[0].Ver
+	for i, d := range under {
+		r := res[1+i]
+		if r.Err == nil {
+			d.noteMarked(rec.ID, r.Ver)
+			continue
+		}
+		// A waiting marker or a recall changed the document since we
+		// last wrote it: mark it again from a fresh read, unless our
+		// entry is gone (we were declared dead: the batch must not land).
+		if err := j.remark(ctx, sess, d, rec.ID); err != nil {
+			aborted := rec
+			aborted.State, aborted.Aborted = store.OpDone, true
+			if _, werr := j.b.Write(ctx, store.PutOp(aborted, rec.Ver)); werr != nil {
+				j.log.Warn("could not fence a batch whose delegation is gone", "op", rec.ID, "err", werr)
+			}
+			return rec, err
+		}
+	}
+	return rec, nil
+}
+
+// remark marks d's holder entry with batch op from a fresh read.
+func (j *Journal) remark(ctx context.Context, sess *Session, d *Delegation, op string) error {
+	for attempt := 0; attempt < 20; attempt++ {
+		docs, err := j.b.GetLocks(ctx, []string{store.DelegLockID(d.Ino)})
+		if err != nil {
+			return err
+		}
+		d.refresh(docs[0])
+		if !hasOwn(docs[0], sess.ID(), d.op) {
+			return fmt.Errorf("write delegation of directory %d is gone: %w", d.Ino, ErrLeaseLost)
+		}
+		v, err := j.b.Write(ctx, store.WriteLock(store.LockWrite{Doc: d.markedDoc(op)}))
+		if err == nil {
+			d.noteMarked(op, v)
+			return nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		store.Backoff(ctx, attempt, recallBackoff)
+	}
+	return fmt.Errorf("marking the write delegation of directory %d: the document keeps changing", d.Ino)
+}
+
+// fenceBatch makes sure a batch whose record's outcome is unknown can
+// never start: done and aborted, whether or not the record exists.
+func (j *Journal) fenceBatch(ctx context.Context, rec store.OpRecord) {
+	fenced := rec
+	fenced.State, fenced.Aborted = store.OpDone, true
+	if _, err := j.b.Write(ctx, store.CreateOp(fenced)); err == nil || !errors.Is(err, store.ErrExists) {
+		return
+	}
+	cur, err := j.b.GetOp(ctx, rec.ID)
+	if err != nil || cur.State != store.OpPrepared {
+		return // already settled, or the sweeper's search finds it
+	}
+	cur.State, cur.Aborted = store.OpDone, true
+	if _, err := j.b.Write(ctx, store.PutOp(cur, cur.Ver)); err != nil {
+		j.log.Warn("could not fence a batch of unknown outcome", "op", rec.ID, "err", err)
+	}
+}
+
+// stageBatch writes the batch's inodes and its names with their intent,
+// and the caller's writes; every inode and name must land.
+func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, error) {
+	ops := make([]store.BulkOp, 0, len(spec.Inodes)+len(spec.Names)+len(spec.Stage))
+	for _, a := range spec.Inodes {
+		ops = append(ops, store.CreateInode(a))
+	}
+	docs := make([]store.Dentry, len(spec.Names))
+	for i, d := range spec.Names {
+		d.Intent = store.Intent{Op: spec.Op, Role: store.RoleDst}
+		docs[i] = d
+		ops = append(ops, store.CreateDentry(d))
+	}
+	ops = append(ops, spec.Stage...)
+	for _, o := range ops {
+		if err := o.Err(); err != nil {
+			return nil, err
+		}
+	}
+	res, err := j.b.Bulk(ctx, ops)
+	if spec.Staged != nil {
+		if err != nil {
+			spec.Staged(nil)
+		} else {
+			spec.Staged(res[len(spec.Inodes)+len(spec.Names):])
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range spec.Inodes {
+		if err := res[i].Err; err != nil {
+			return nil, fmt.Errorf("batch %s: inode %d: %w", spec.Op, a.Ino, err)
+		}
+	}
+	known := make([]staged, len(docs))
+	for i, d := range docs {
+		r := res[len(spec.Inodes)+i]
+		if r.Err != nil {
+			// Under a write delegation nobody else makes names here; one
+			// that exists is the garbage of an operation that finished
+			// or aborted, or damage: refuse the batch rather than guess.
+			return nil, fmt.Errorf("batch %s: path %q: %w", spec.Op, d.Path, r.Err)
+		}
+		d.Ver = r.Ver
+		known[i] = staged{doc: d}
+	}
+	return known, nil
+}
+
+// keepBatch hands a committed batch that could not be finished to the
+// sweeper (RetryUnfinished), which finishes it and sets it DONE.
+func (j *Journal) keepBatch(rec store.OpRecord, sess *Session) {
+	j.keep(rec, sess, &Held{Op: rec.ID, Session: sess.ID()}, func() {})
+}
+
+// undoBatch removes the inodes of a batch rolled back (nothing names
+// them), and puts back the link counts its stage set. A count is put back
+// only if it is still the one the stage set: under the write delegation
+// nobody else adds or removes subdirectories there, and a stage item that
+// never landed left the count as it was.
+func (j *Journal) undoBatch(ctx context.Context, rec store.OpRecord) error {
+	for _, c := range rec.DirLinks {
+		a, err := j.b.GetInode(ctx, c.Ino)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if a.Nlink != c.After {
+			continue
+		}
+		a.Nlink = c.Before
+		if _, err := j.b.Write(ctx, store.PutInode(a, a.Ver)); err != nil && !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return j.deleteBatchInodes(ctx, rec)
+}
+
+// deleteBatchInodes removes the inodes of a batch rolled back.
+func (j *Journal) deleteBatchInodes(ctx context.Context, rec store.OpRecord) error {
+	for _, ino := range rec.NewInos {
+		a, err := j.b.GetInode(ctx, ino)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := DeleteUnlinked(ctx, j.b, a); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// SettleBatch learns the outcome of this session's batch op whose Flush
+// ended with ErrBatchUnknown, rolling it back if it never committed. It
+// returns whether the batch is visible.
+func (j *Journal) SettleBatch(ctx context.Context, sess *Session, op string) (visible bool, err error) {
+	rec, err := j.b.GetOp(ctx, op)
+	if errors.Is(err, store.ErrNotFound) {
+		// Never created: fence it, so that a late create cannot start it.
+		j.fenceBatch(ctx, store.OpRecord{ID: op, Owner: sess.ID(), Epoch: 1, SrcType: store.TypeFile, Created: time.Now().UnixNano()})
+		if rec, err = j.b.GetOp(ctx, op); err != nil {
+			return false, err
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case rec.State == store.OpCommitted || (rec.State == store.OpDone && !rec.Aborted):
+		return true, nil
+	case rec.State == store.OpPrepared && rec.Owner == sess.ID() && rec.Epoch == 1:
+		if err := j.abort(ctx, rec); err != nil {
+			return false, err
+		}
+		return false, nil
+	case rec.State == store.OpDone:
+		return false, nil
+	}
+	// Taken over, and being settled by whoever took it.
+	return false, fmt.Errorf("batch %s is being recovered by %s: %w", op, rec.Owner, ErrLeaseLost)
+}

@@ -1,0 +1,84 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// WrittenElsewhere reports whether a session other than self holds d (a
+// directory's delegation lock) for writing: its entries may then exist
+// only in that mount's memory until it is recalled.
+func (d LockDoc) WrittenElsewhere(self string) bool {
+	for _, h := range d.Holders {
+		if h.Mode == Exclusive && h.Session != self {
+			return true
+		}
+	}
+	return false
+}
+
+// GetDentryWithLock reads the path document of path and the lock document
+// lockID in one round trip: a reader learns, with the name, whether the
+// directory is written elsewhere. The dentry's error is ErrNotFound when
+// the path does not exist; a missing lock document is an empty LockDoc.
+func (s *Store) GetDentryWithLock(ctx context.Context, path, lockID string) (Dentry, error, LockDoc, error) {
+	what := fmt.Sprintf("reading path %q and lock %s", path, lockID)
+	docs, err := s.mgetMixed(ctx, []docRef{{s.idx.name(pathsIndex), DocID(path)}, {s.idx.name(locksIndex), lockID}}, what)
+	if err != nil {
+		return Dentry{}, nil, LockDoc{}, err
+	}
+	var d Dentry
+	derr := ErrNotFound
+	if docs[0].Found {
+		if d, derr = decodeDentry(docs[0].Source, docs[0].version()); derr == nil && d.Path != path {
+			derr = fmt.Errorf("%s: document holds path %q: %w", what, d.Path, ErrCorrupt)
+		}
+	}
+	if derr != nil && !errors.Is(derr, ErrNotFound) {
+		derr = fmt.Errorf("%s: %w", what, derr)
+	}
+	l := LockDoc{ID: lockID}
+	if docs[1].Found {
+		var lerr error
+		if l, lerr = decodeLock(docs[1].Source, docs[1].version()); lerr != nil {
+			return Dentry{}, nil, LockDoc{}, fmt.Errorf("%s: lock document: %w", what, lerr)
+		}
+		l.ID = lockID
+	}
+	return d, derr, l, nil
+}
+
+type docRef struct{ index, id string }
+
+// mgetMixed is mget across indices.
+func (s *Store) mgetMixed(ctx context.Context, refs []docRef, what string) ([]getResult, error) {
+	docs := make([]map[string]string, len(refs))
+	for i, r := range refs {
+		docs[i] = map[string]string{"_index": r.index, "_id": r.id}
+	}
+	body, _ := json.Marshal(map[string]any{"docs": docs})
+	res, err := s.do(ctx, what, request{method: "POST", path: "/_mget", body: body})
+	if err != nil {
+		return nil, err
+	}
+	if res.status != 200 {
+		return nil, failure(what, res)
+	}
+	var out struct {
+		Docs []getResult `json:"docs"`
+	}
+	if err := json.Unmarshal(res.body, &out); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+	}
+	if len(out.Docs) != len(refs) {
+		return nil, fmt.Errorf("%s: asked %d documents, got %d: %w", what, len(refs), len(out.Docs), ErrCorrupt)
+	}
+	for _, d := range out.Docs {
+		if d.Error != nil {
+			return nil, statusError(503, what, d.Error)
+		}
+	}
+	return out.Docs, nil
+}

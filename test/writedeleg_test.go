@@ -1,0 +1,335 @@
+package test
+
+// Write delegations (fs/writeback.go): a directory made on a mount is
+// written in that mount's memory and flushed in journaled batches. These
+// tests hold DELEGATIONS.md's invariants against real mounts: what another
+// mount sees is a prefix of the writer's calls (a batch lands whole or not
+// at all, also when the writer dies in the middle of one), fsync is
+// durable, a writer declared dead never lands a late batch, and another
+// mount that looks in sees everything at once (the recall flushes first).
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/esfs/esfs/test/mounttest"
+)
+
+// writerMount mounts f with write delegations, flushing only every hour
+// unless told to (fsync, a recall, a change that needs the store): what a
+// test sees elsewhere was flushed by what the test did, not by the timer.
+func writerMount(t *testing.T, f *mounttest.FS, env []string, extra ...string) (*mounttest.Mount, string) {
+	addr := mounttest.FreeAddr(t)
+	flags := append([]string{"--write-delegations", "--flush-interval=1h", "--metrics-addr", addr}, extra...)
+	return mounttest.MountUncached(t, f, env, flags...), "http://" + addr + "/metrics"
+}
+
+func batchesLanded(t *testing.T, metrics string) float64 {
+	return mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_batches_total", "result", "landed")
+}
+
+// listing is the sorted names of dir, or nil if it cannot be read.
+func listing(dir string) []string {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(es))
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestWriteDelegationsCopyThenDiffOnOtherMount: cp -a into a directory made
+// on A completes in A's memory (no batch lands until something asks); diff
+// -r on B right after cp returns recalls A's delegations, which flush
+// first, and finds the copy identical.
+func TestWriteDelegationsCopyThenDiffOnOtherMount(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, am := writerMount(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
+	src := t.TempDir()
+	for i := 0; i < 5; i++ {
+		dir := filepath.Join(src, fmt.Sprintf("dir%d", i), "inner")
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < 6; j++ {
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%d.txt", j)), []byte(strings.Repeat(fmt.Sprintf("%d.%d\n", i, j), 300)), 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Symlink("inner/f0.txt", filepath.Join(src, fmt.Sprintf("dir%d", i), "link")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(a.Path("top"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := batchesLanded(t, am)
+	// Without the directories' times (cp -a sets each after filling it,
+	// a change of an inode that is not pending, which flushes first),
+	// everything stays in memory.
+	if out, err := exec.Command("cp", "-r", "--preserve=mode,links", src, a.Path("top", "copy")).CombinedOutput(); err != nil {
+		t.Fatalf("cp -r: %v\n%s", err, out)
+	}
+	if n := batchesLanded(t, am) - before; n != 0 {
+		t.Errorf("%v batches landed during cp -r into a directory made here; want none before anyone asks", n)
+	}
+	if out, err := exec.Command("diff", "-r", src, b.Path("top", "copy")).CombinedOutput(); err != nil {
+		t.Fatalf("diff -r on the other mount right after cp returned: %v\n%s", err, out)
+	}
+	if n := batchesLanded(t, am) - before; n < 1 {
+		t.Errorf("the other mount's diff saw the copy, but no batch landed on A")
+	}
+	// cp -a too (times included), then ls -lR must agree on both mounts.
+	if out, err := exec.Command("cp", "-a", src, a.Path("top", "copy2")).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a: %v\n%s", err, out)
+	}
+	la, err := exec.Command("ls", "-lR", "--time-style=full-iso", a.Path("top")).CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := exec.Command("ls", "-lR", "--time-style=full-iso", b.Path("top")).CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.ReplaceAll(string(la), a.Path(), "") != strings.ReplaceAll(string(lb), b.Path(), "") {
+		t.Fatalf("ls -lR differs between the writer and the other mount:\nA:\n%s\nB:\n%s", la, lb)
+	}
+	mounttest.FsckClean(t, f)
+}
+
+// TestWriteDelegationsFsyncSurvivesKill: what fsync returned is durable,
+// and with it every call made before it on the mount; what was made after
+// the last flush is lost with a kill -9, and nothing else is.
+func TestWriteDelegationsFsyncSurvivesKill(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, _ := writerMount(t, f, nil)
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a.Path("d", "before"), []byte("made before the fsync\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(a.Path("d", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.Create(a.Path("d", "sub", "synced"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteString("fsynced\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Sync(); err != nil {
+		t.Fatalf("fsync: %v", err)
+	}
+	if err := fh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a.Path("d", "after"), []byte("made after the last flush\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.Kill()
+	b := mounttest.MountUncached(t, f, nil)
+	for path, want := range map[string]string{"d/before": "made before the fsync\n", "d/sub/synced": "fsynced\n"} {
+		got, err := os.ReadFile(b.Path(strings.Split(path, "/")...))
+		if err != nil || string(got) != want {
+			t.Errorf("%s after kill -9 of the writer: %q, %v; want %q", path, got, err, want)
+		}
+	}
+	if _, err := os.Lstat(b.Path("d", "after")); err == nil {
+		t.Errorf("d/after, made in memory after the last flush, survived a kill -9: it was not pending")
+	}
+	mounttest.FsckCleanAfterCrash(t, f, mounttest.RecoveredWithin+30*time.Second)
+}
+
+// TestWriteDelegationsCrashDuringFlush: the writer dies (kill -9) at each
+// step of a batch. Another mount sees the whole batch (it committed) or
+// none of it, never a part, and fsck finds the index clean once the dead
+// writer's work is recovered.
+func TestWriteDelegationsCrashDuringFlush(t *testing.T) {
+	for _, c := range []struct {
+		point     string
+		committed bool
+	}{{"batch-after-record", false}, {"batch-before-commit", false}, {"batch-after-commit", true}} {
+		t.Run(c.point, func(t *testing.T) {
+			f := mounttest.NewFS(t)
+			a, _ := writerMount(t, f, []string{"ESFS_CRASH_POINT=" + c.point})
+			if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for i := 0; i < 20; i++ {
+				name := fmt.Sprintf("f%02d", i)
+				if err := os.WriteFile(a.Path("d", name), []byte(name), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, name)
+			}
+			if err := os.Mkdir(a.Path("d", "sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(a.Path("d", "sub", "deep"), []byte("deep"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, "sub")
+			sort.Strings(want)
+			// The batch's flush: fsync of the directory.
+			sync := mounttest.Background(func() mounttest.Result {
+				return mounttest.Exec(time.Minute, "/", "python3", "-c", "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)", a.Path("d"))
+			})
+			if _, ok := a.WaitExit(time.Minute); !ok {
+				t.Fatalf("the writer did not die at %s", c.point)
+			}
+			a.Kill()
+			mounttest.WaitResult(t, "fsync on the dead mount", sync, time.Minute)
+			if !strings.Contains(a.Log(), "crash point "+c.point+" reached") {
+				t.Fatalf("the writer exited without reaching %s:\n%s", c.point, a.Log())
+			}
+			b := mounttest.MountUncached(t, f, nil)
+			deadline := time.Now().Add(mounttest.RecoveredWithin + 30*time.Second)
+			for {
+				got := listing(b.Path("d"))
+				switch {
+				case c.committed && strings.Join(got, " ") == strings.Join(want, " "):
+				case !c.committed && len(got) == 0:
+				case len(got) != 0 && strings.Join(got, " ") != strings.Join(want, " "):
+					t.Fatalf("after a crash at %s the other mount lists part of the batch: %q", c.point, got)
+				default:
+					if time.Now().After(deadline) {
+						t.Fatalf("after a crash at %s the other mount lists %q (committed: %v)", c.point, got, c.committed)
+					}
+					time.Sleep(200 * time.Millisecond)
+					continue
+				}
+				break
+			}
+			if c.committed {
+				if got, err := os.ReadFile(b.Path("d", "sub", "deep")); err != nil || string(got) != "deep" {
+					t.Errorf("d/sub/deep after the committed batch: %q, %v", got, err)
+				}
+			}
+			mounttest.FsckCleanAfterCrash(t, f, mounttest.RecoveredWithin+30*time.Second)
+		})
+	}
+}
+
+// TestWriteDelegationsFrozenWriterNeverLands: the writer is frozen
+// (SIGSTOP) with entries in memory. Another mount that looks in waits for
+// its recall, then for its death, and sees none of them; it makes its own.
+// The writer, woken, must not land its late batch: its fsync fails, and
+// the other mount's view never changes.
+func TestWriteDelegationsFrozenWriterNeverLands(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, _ := writerMount(t, f, nil, "--lease=1s")
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.Create(a.Path("d", "synced"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// Closed before the freeze: a descriptor on the frozen mount would
+	// hang every fork of this process (the child's close-on-exec flushes
+	// it through the frozen daemon).
+	fh.Close()
+	for i := 0; i < 10; i++ {
+		if err := os.WriteFile(a.Path("d", fmt.Sprintf("late%d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Signal(syscall.SIGSTOP)
+	t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
+	b := mounttest.MountUncached(t, f, nil)
+	start := time.Now()
+	got := listing(b.Path("d"))
+	t.Logf("the other mount's listing took %s (the frozen writer's recall, then its death)", time.Since(start).Round(time.Millisecond))
+	if strings.Join(got, " ") != "synced" {
+		t.Fatalf("the other mount lists %q while the writer is frozen; want only what it fsynced", got)
+	}
+	if err := os.WriteFile(b.Path("d", "late0"), []byte("B's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.Signal(syscall.SIGCONT)
+	if fh, err = os.OpenFile(a.Path("d", "synced"), os.O_WRONLY, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Sync(); err == nil {
+		t.Errorf("fsync on the woken writer succeeded; its pending batch was lost and fsync must say so")
+	}
+	fh.Close()
+	time.Sleep(2 * time.Second)
+	if got := listing(b.Path("d")); strings.Join(got, " ") != "late0 synced" {
+		t.Fatalf("after the writer woke up the other mount lists %q: its late batch landed", got)
+	}
+	if data, err := os.ReadFile(b.Path("d", "late0")); err != nil || string(data) != "B's" {
+		t.Fatalf("d/late0: %q, %v; want B's", data, err)
+	}
+}
+
+// TestWriteDelegationsListingsArePrefixes: the writer creates files one
+// after the other, flushing at its ordinary pace, while another mount
+// lists the directory again and again (each listing recalls the writer's
+// delegation and cools it, so the writer goes on in the synchronous path
+// at times): every listing shows the first k files, for some k.
+func TestWriteDelegationsListingsArePrefixes(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := mounttest.MountUncached(t, f, nil, "--write-delegations", "--flush-interval=50ms")
+	b := mounttest.MountUncached(t, f, nil)
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	done := make(chan struct{})
+	var werr error
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i++ {
+			if err := os.WriteFile(a.Path("d", fmt.Sprintf("f%04d", i)), nil, 0o644); err != nil {
+				werr = err
+				return
+			}
+		}
+	}()
+	var mu sync.Mutex
+	lists := 0
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		got := listing(b.Path("d"))
+		for i, name := range got {
+			if name != fmt.Sprintf("f%04d", i) {
+				t.Fatalf("a listing on the other mount is not a prefix of the writer's creates: %d names, #%d is %q", len(got), i, name)
+			}
+		}
+		mu.Lock()
+		lists++
+		mu.Unlock()
+	}
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if got := listing(b.Path("d")); len(got) != n {
+		t.Fatalf("after the writer finished the other mount lists %d names, want %d", len(got), n)
+	}
+	t.Logf("%d listings, each a prefix", lists)
+	mounttest.FsckClean(t, f)
+}
