@@ -293,15 +293,28 @@ func (f *FS) resolveEntry(ctx context.Context, path string, e locking.Entry, now
 	} else {
 		attr, err = f.inode(ctx, d.Ino, gen)
 	}
-	if errors.Is(err, store.ErrNotFound) {
+	for attempt := 0; errors.Is(err, store.ErrNotFound); attempt++ {
 		// Either another mount removed the entry between our two reads
-		// (then it is simply gone), or a path points at a missing inode (a
-		// create that failed halfway, or damage; fsck removes it).
-		if _, again := f.st.GetDentry(ctx, path); errors.Is(again, store.ErrNotFound) {
+		// (then it is simply gone), or a create is landing (its bulk
+		// writes the path and the inode on different shards, so the path
+		// can be read a moment before its inode), or a path points at a
+		// missing inode (a create that failed halfway, or damage; fsck
+		// removes it): only what persists is damage.
+		again, aerr := f.st.GetDentry(ctx, path)
+		if errors.Is(aerr, store.ErrNotFound) {
 			f.cache.PutNegative(path, gen)
 			return store.Node{}, fmt.Errorf("%q: %w", path, store.ErrNotFound)
 		}
-		return store.Node{}, fmt.Errorf("path %q points at missing inode %d: %w", path, d.Ino, store.ErrCorrupt)
+		if aerr == nil && again.Ino != d.Ino {
+			return f.resolveRead(ctx, path, now) // replaced meanwhile
+		}
+		if attempt >= 6 {
+			return store.Node{}, fmt.Errorf("path %q points at missing inode %d: %w", path, d.Ino, store.ErrCorrupt)
+		}
+		store.Backoff(ctx, attempt, 50*time.Millisecond)
+		if attr, err = f.st.GetInode(ctx, d.Ino); err == nil {
+			f.cache.PutInode(attr, gen)
+		}
 	}
 	if err != nil {
 		return store.Node{}, err
