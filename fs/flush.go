@@ -57,6 +57,9 @@ const conflictRetries = 3
 // see what the store holds, and the request, should it land late, cannot
 // overwrite anything written after it. Caller holds of.mu.
 func (of *openFile) writeChunks(ctx context.Context) error {
+	if of.f.wb.hold(ctx, of) {
+		return nil // a pending file's chunks go with its batch
+	}
 	cs := of.f.st.ChunkSize()
 	for attempt := 0; len(of.dirty) > 0; attempt++ {
 		st, err := of.w.stamp(ctx, of.f, &of.attr)

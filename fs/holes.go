@@ -20,6 +20,12 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 	of := h.of
 	ctx, cancel := of.f.ctxOf(ctx)
 	defer cancel()
+	if of.f.wb.pending(of.ino) {
+		// Holes are found in the store, where a pending file is not.
+		if err := of.f.settle(ctx); err != nil {
+			return 0, of.f.toErrno("lseek", err)
+		}
+	}
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if whence != seekData && whence != seekHole {
@@ -72,6 +78,12 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn ui
 	ctx, cancel := f.ctxOf(ctx)
 	defer cancel()
 	src := in.of
+	if f.wb.pending(src.ino) {
+		// The copy reads the source's chunks from the store.
+		if err := f.settle(ctx); err != nil {
+			return 0, f.toErrno("copy_file_range", err)
+		}
+	}
 	src.mu.Lock()
 	size := src.size
 	src.mu.Unlock()

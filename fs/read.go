@@ -40,6 +40,10 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 	if c*cs >= stored {
 		return nil, nil // beyond the stored end: nothing stored there
 	}
+	if b, pending := of.f.wb.chunk(of.ino, c); pending {
+		of.remember(c, b)
+		return b, nil // a pending file: its chunks are in its batch
+	}
 	// Read ahead: the chunks a sequential reader wants next come in the
 	// same round trip (unless they are on their way already).
 	last := min(c+1, (stored-1)/cs)
@@ -62,6 +66,9 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 // when the reads are sequential, asks the store in the background for the
 // chunks the reader will want next. Caller holds of.mu.
 func (of *openFile) readAheadFrom(c, chunks int64) {
+	if of.f.wb.pending(of.ino) {
+		return // nothing of it is stored yet
+	}
 	switch {
 	case c == of.nextSeq-1:
 		return // the same chunk again: the kernel reads less than a chunk at a time

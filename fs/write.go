@@ -105,6 +105,12 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 	case size > store.MaxFileSize:
 		return syscall.EFBIG
 	}
+	if f.wb.pending(ino) {
+		// Its chunks may be held for its batch: cut them in the store.
+		if err := f.settle(ctx); err != nil {
+			return err
+		}
+	}
 	cs := f.st.ChunkSize()
 	of := f.openState(ino)
 	if of != nil {

@@ -46,7 +46,17 @@ const (
 	// maxPending: past this many pending entries a batch is flushed at
 	// once, and creates wait for it past maxPending*4.
 	maxPending = 2000
+	// maxHeldData bounds the data of pending files held for their batch
+	// (sent in its stage, so that a file and its bytes land together);
+	// past it, a file's chunks are written when it is closed, as others.
+	maxHeldData = 16 << 20
 )
+
+// heldChunk is a chunk of a pending file, written with its batch.
+type heldChunk struct {
+	data []byte
+	st   store.Stamp
+}
 
 // pendingName is one name made in memory.
 type pendingName struct {
@@ -76,6 +86,9 @@ type writeback struct {
 	dirs map[uint64]*dirDelta
 	// born: write delegations of directories made in memory.
 	born map[uint64]*locking.Delegation
+	// data: chunks of pending files, and their total size.
+	data      map[uint64]map[int64]heldChunk
+	dataBytes int64
 	// lost is set when a batch could not land (this mount was fenced):
 	// the next fsync reports it.
 	lost error
@@ -96,10 +109,11 @@ type pendingBatch struct {
 	names  []pendingName
 	dirs   map[uint64]dirDelta
 	born   map[uint64]*locking.Delegation
+	data   []store.BulkOp
 }
 
 func newWriteback(f *FS) *writeback {
-	wb := &writeback{f: f, inodes: map[uint64]*store.Inode{}, dirs: map[uint64]*dirDelta{},
+	wb := &writeback{f: f, inodes: map[uint64]*store.Inode{}, dirs: map[uint64]*dirDelta{}, data: map[uint64]map[int64]heldChunk{},
 		born: map[uint64]*locking.Delegation{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go wb.run()
 	return wb
@@ -373,6 +387,11 @@ func (wb *writeback) take(op string) *pendingBatch {
 	for ino, dd := range wb.dirs {
 		b.dirs[ino] = *dd
 	}
+	for ino, chunks := range wb.data {
+		for c, h := range chunks {
+			b.data = append(b.data, store.WriteChunk(ino, c, h.data, h.st))
+		}
+	}
 	return b
 }
 
@@ -389,7 +408,66 @@ func (wb *writeback) landed(b *pendingBatch, settle func()) {
 	wb.order, wb.names = nil, nil
 	wb.dirs = map[uint64]*dirDelta{}
 	wb.born = map[uint64]*locking.Delegation{}
+	wb.data, wb.dataBytes = map[uint64]map[int64]heldChunk{}, 0
 	wb.count.Store(0)
+}
+
+// hold takes the dirty chunks of of, a pending file, into the pending
+// batch instead of writing them now (see maxHeldData), and leaves of as
+// writeChunks would: chunks clean, counted. It reports whether it did.
+// Caller holds of.mu.
+func (wb *writeback) hold(ctx context.Context, of *openFile) bool {
+	if wb == nil || len(of.dirty) == 0 || !wb.pending(of.ino) {
+		return false
+	}
+	st, err := of.w.stamp(ctx, of.f, &of.attr) // in memory: the inode is pending
+	if err != nil {
+		return false
+	}
+	n := int64(0)
+	for _, b := range of.dirty {
+		n += int64(len(b))
+	}
+	wb.gate.Lock()
+	defer wb.gate.Unlock()
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	if _, ok := wb.inodes[of.ino]; !ok || wb.unknown != nil || wb.dataBytes+n > maxHeldData {
+		return false
+	}
+	m := wb.data[of.ino]
+	if m == nil {
+		m = map[int64]heldChunk{}
+		wb.data[of.ino] = m
+	}
+	cs := of.f.st.ChunkSize()
+	for c, b := range of.dirty {
+		if old, had := m[c]; had {
+			wb.dataBytes -= int64(len(old.data))
+		} else {
+			of.newChunks++
+		}
+		m[c] = heldChunk{data: b, st: st}
+		wb.dataBytes += int64(len(b))
+		of.extent = max(of.extent, c*cs+int64(len(b)))
+		of.remember(c, b)
+	}
+	of.dirty, of.dirtyLen = map[int64][]byte{}, 0
+	return true
+}
+
+// heldChunk returns chunk c of ino if ino is pending: what its batch
+// holds, or nothing (a hole: nothing of a pending file is stored).
+func (wb *writeback) chunk(ino uint64, c int64) (data []byte, pending bool) {
+	if wb == nil {
+		return nil, false
+	}
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	if _, ok := wb.inodes[ino]; !ok {
+		return nil, false
+	}
+	return wb.data[ino][c].data, true
 }
 
 // flush runs one batch of everything pending; see the file's comment.
@@ -418,7 +496,7 @@ func (wb *writeback) flush(ctx context.Context) error {
 // run1 flushes batch b and settles the pending state by its outcome.
 func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pendingBatch) error {
 	f := wb.f
-	spec := locking.BatchSpec{Op: b.op, Inodes: b.inodes}
+	spec := locking.BatchSpec{Op: b.op, Inodes: b.inodes, Data: b.data}
 	for _, pn := range b.names {
 		spec.Names = append(spec.Names, pn.d)
 	}

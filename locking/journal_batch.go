@@ -29,6 +29,8 @@ type BatchSpec struct {
 	// record commits, all at once.
 	Inodes []store.Inode
 	Names  []store.Dentry
+	// Data are the chunk writes of the new files, which land with them.
+	Data []store.BulkOp
 	// Stage are more writes sent in the stage bulk (directories' times
 	// and link counts, the lock documents of directories born in the
 	// batch); Staged gets their results. They land before the commit
@@ -216,7 +218,8 @@ func (j *Journal) fenceBatch(ctx context.Context, rec store.OpRecord) {
 // stageBatch writes the batch's inodes and its names with their intent,
 // and the caller's writes; every inode and name must land.
 func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, error) {
-	ops := make([]store.BulkOp, 0, len(spec.Inodes)+len(spec.Names)+len(spec.Stage))
+	ops := make([]store.BulkOp, 0, len(spec.Data)+len(spec.Inodes)+len(spec.Names)+len(spec.Stage))
+	ops = append(ops, spec.Data...)
 	for _, a := range spec.Inodes {
 		ops = append(ops, store.CreateInode(a))
 	}
@@ -237,12 +240,18 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 		if err != nil {
 			spec.Staged(nil)
 		} else {
-			spec.Staged(res[len(spec.Inodes)+len(spec.Names):])
+			spec.Staged(res[len(spec.Data)+len(spec.Inodes)+len(spec.Names):])
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
+	for i := range spec.Data {
+		if err := res[i].Err; err != nil {
+			return nil, fmt.Errorf("batch %s: data: %w", spec.Op, err)
+		}
+	}
+	res = res[len(spec.Data):]
 	for i, a := range spec.Inodes {
 		if err := res[i].Err; err != nil {
 			return nil, fmt.Errorf("batch %s: inode %d: %w", spec.Op, a.Ino, err)
