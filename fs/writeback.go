@@ -89,6 +89,12 @@ type writeback struct {
 	// data: chunks of pending files, and their total size.
 	data      map[uint64]map[int64]heldChunk
 	dataBytes int64
+	// shares are the leases of the strategy's shared locks that the
+	// pending entries are made under, one per directory that exists in
+	// the store (an entry of a pending directory is covered by its
+	// parent's): a rename of an ancestor by another mount, which waits
+	// for them, finds the batch landed first (a revoked lease flushes).
+	shares map[uint64]*locking.Share
 	// lost is set when a batch could not land (this mount was fenced):
 	// the next fsync reports it.
 	lost error
@@ -110,10 +116,11 @@ type pendingBatch struct {
 	dirs   map[uint64]dirDelta
 	born   map[uint64]*locking.Delegation
 	data   []store.BulkOp
+	shares []*locking.Share
 }
 
 func newWriteback(f *FS) *writeback {
-	wb := &writeback{f: f, inodes: map[uint64]*store.Inode{}, dirs: map[uint64]*dirDelta{}, data: map[uint64]map[int64]heldChunk{},
+	wb := &writeback{f: f, inodes: map[uint64]*store.Inode{}, dirs: map[uint64]*dirDelta{}, data: map[uint64]map[int64]heldChunk{}, shares: map[uint64]*locking.Share{},
 		born: map[uint64]*locking.Delegation{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go wb.run()
 	return wb
@@ -124,12 +131,20 @@ func (wb *writeback) run() {
 	defer close(wb.done)
 	t := time.NewTicker(wb.f.opts.FlushInterval)
 	defer t.Stop()
+	// A lease the batch holds that another mount waits for (see shares)
+	// is looked for more often than batches are flushed.
+	revoked := time.NewTicker(min(wb.f.opts.FlushInterval, 100*time.Millisecond))
+	defer revoked.Stop()
 	for {
 		select {
 		case <-wb.stop:
 			return
 		case <-t.C:
 		case <-wb.kick:
+		case <-revoked.C:
+			if !wb.leaseWanted() {
+				continue
+			}
 		}
 		if wb.count.Load() == 0 && wb.unknownBatch() == nil {
 			continue
@@ -140,6 +155,19 @@ func (wb *writeback) run() {
 		}
 		cancel()
 	}
+}
+
+// leaseWanted reports whether another mount waits for a lease the pending
+// batch holds.
+func (wb *writeback) leaseWanted() bool {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	for _, h := range wb.shares {
+		if h.Revoked() {
+			return true
+		}
+	}
+	return false
 }
 
 func (wb *writeback) unknownBatch() *pendingBatch {
@@ -291,6 +319,43 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 	if !ok {
 		return store.Node{}, false, nil
 	}
+	// The strategy's shared locks of the entry, held as a lease until
+	// the batch lands: the same that a create made at once holds while it
+	// writes, so that renames of ancestors by other mounts wait for it.
+	// An entry of a pending directory is covered by the lease its parent's
+	// entry holds in the same batch.
+	var lease *locking.Share
+	if !wb.pending(parent.ino()) {
+		reqs, ok := locking.SharedPart(f.co.Strategy.Entry(dir, path), path)
+		if !ok {
+			return store.Node{}, false, nil // the global strategy: no shared part
+		}
+		h, err := f.co.Share(ctx, append(reqs, locking.Change(parent.ino(), dir)))
+		if err != nil {
+			return store.Node{}, true, err
+		}
+		if now, ok := parent.path(); !ok || now != dir {
+			h.End() // moved while we waited: the paths are stale
+			return store.Node{}, false, nil
+		}
+		// While the lease lives nobody can move the directory: one check
+		// per lease that it is still at dir (another mount may have moved
+		// an ancestor before, without telling this one's kernel).
+		if !h.Checked(dir, parent.ino()) {
+			if err := f.checkDirAt(ctx, parent.ino(), dir, true); err != nil {
+				h.End()
+				return store.Node{}, true, err
+			}
+			h.NoteChecked(dir, parent.ino())
+		}
+		lease = h
+	}
+	keep := false
+	defer func() {
+		if lease != nil && !keep {
+			lease.End()
+		}
+	}()
 	wb.gate.Lock()
 	defer wb.gate.Unlock()
 	if wb.unknownBatch() != nil {
@@ -356,6 +421,12 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 	if born != nil {
 		wb.born[a.Ino] = born
 	}
+	if lease != nil {
+		if old := wb.shares[parent.ino()]; old == nil {
+			wb.shares[parent.ino()] = lease
+			keep = true
+		}
+	}
 	n := wb.count.Add(1)
 	wb.mu.Unlock()
 	if n >= maxPending {
@@ -392,6 +463,9 @@ func (wb *writeback) take(op string) *pendingBatch {
 			b.data = append(b.data, store.WriteChunk(ino, c, h.data, h.st))
 		}
 	}
+	for _, h := range wb.shares {
+		b.shares = append(b.shares, h)
+	}
 	return b
 }
 
@@ -409,6 +483,10 @@ func (wb *writeback) landed(b *pendingBatch, settle func()) {
 	wb.dirs = map[uint64]*dirDelta{}
 	wb.born = map[uint64]*locking.Delegation{}
 	wb.data, wb.dataBytes = map[uint64]map[int64]heldChunk{}, 0
+	for _, h := range wb.shares {
+		h.End()
+	}
+	wb.shares = map[uint64]*locking.Share{}
 	wb.count.Store(0)
 }
 

@@ -309,3 +309,16 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// Revoked reports whether h's lease admits nobody new any more: an
+// exclusive request waits on one of its documents (or the session
+// changed), and the lease goes once its last user ends. A user that holds
+// it long (a write delegation's batch) ends it soon when this is true.
+func (h *Share) Revoked() bool {
+	if h.s == nil {
+		return false
+	}
+	h.sh.mu.Lock()
+	defer h.sh.mu.Unlock()
+	return h.s.revoked
+}
