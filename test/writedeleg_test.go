@@ -333,3 +333,82 @@ func TestWriteDelegationsListingsArePrefixes(t *testing.T) {
 	t.Logf("%d listings, each a prefix", lists)
 	mounttest.FsckClean(t, f)
 }
+
+// TestWriteDelegationsCallsNeedNoRoundTrip counts the requests of calls
+// in a directory made on the mount with write delegations: creates,
+// mkdirs, symlinks, chmods, utimes and writes of what was made there cost
+// none (the recall polls of the background aside) once the directory's
+// lease is taken (its shared locks and a check of the directory: a few
+// requests for the first create), and their flush costs the batch's five,
+// whatever the number of entries.
+func TestWriteDelegationsCallsNeedNoRoundTrip(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m, metrics := writerMount(t, f, nil)
+	if err := os.Mkdir(m.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	foreground := func() float64 {
+		total := 0.0
+		for k, v := range requestCounts(t, metrics) {
+			if !background(k) && !strings.Contains(k, "endpoint=_doc,index=lock") {
+				total += v
+			}
+		}
+		return total
+	}
+	before := foreground()
+	const n = 50
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("f%02d", i)
+		if err := os.WriteFile(m.Path("d", name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(m.Path("d", name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		when := time.Unix(1e9+int64(i), 0)
+		if err := os.Chtimes(m.Path("d", name), when, when); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(m.Path("d", fmt.Sprintf("s%02d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(name, m.Path("d", fmt.Sprintf("s%02d", i), "link")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := listing(m.Path("d")); len(got) != 2*n {
+		t.Fatalf("the writer lists %d names, want %d", len(got), 2*n)
+	}
+	made := foreground() - before
+	t.Logf("%d files (write, chmod, utimes), %d directories and %d symlinks made in memory: %v requests", n, n, n, made)
+	if made > 5 {
+		t.Errorf("%d calls in a write-delegated directory cost %v requests, want none but the directory's lease (5 at most)", 5*n, made)
+	}
+	before = foreground()
+	fd, err := os.Open(m.Path("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fd.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	fd.Close()
+	flushed := foreground() - before
+	t.Logf("their flush (fsync of the directory): %v requests", flushed)
+	if flushed > 5 {
+		t.Errorf("a batch of %d entries cost %v requests, want the batch's 5", 3*n, flushed)
+	}
+	b := mounttest.MountUncached(t, f, nil)
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("f%02d", i)
+		st, err := os.Stat(b.Path("d", name))
+		if err != nil || st.Mode().Perm() != 0o600 || st.ModTime().Unix() != 1e9+int64(i) {
+			t.Fatalf("%s on another mount after the flush: %v, %v", name, st, err)
+		}
+		if target, err := os.Readlink(b.Path("d", fmt.Sprintf("s%02d", i), "link")); err != nil || target != name {
+			t.Fatalf("s%02d/link on another mount: %q, %v", i, target, err)
+		}
+	}
+	mounttest.FsckClean(t, f)
+}
