@@ -20,6 +20,9 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 	if err := store.CheckName(name); err != nil {
 		return err
 	}
+	if !wantDir && f.removePending(parent, name) {
+		return nil // made in memory: forgotten there
+	}
 	defer f.changing.begin(parent.ino())()
 	dir, path, txn, err := f.lockEntry(ctx, parent, name)
 	if err != nil {

@@ -60,6 +60,9 @@ func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, ne
 	if err := store.CheckName(newName); err != nil {
 		return err
 	}
+	if handled, err := f.renamePending(from, name, to, newName, noReplace); handled {
+		return err // a file made in memory, moved there
+	}
 	if err := f.settle(ctx); err != nil {
 		return err
 	}

@@ -391,6 +391,7 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 	if err := store.CreateDentry(d).Err(); err != nil {
 		return store.Node{}, true, err
 	}
+	d.Parent, d.Name = store.Split(path)
 	subdirs := 0
 	if typ == store.TypeDir {
 		subdirs = 1
@@ -441,7 +442,6 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 	} else {
 		f.delegs.learnAttr(st, name, a)
 	}
-	d.Parent, d.Name = store.Split(path)
 	f.metrics.pendingCreates.Inc()
 	return store.Node{Dentry: d, Attr: a}, true, nil
 }
@@ -735,4 +735,170 @@ func (f *FS) settleForRecall(ctx context.Context, d *locking.Delegation) {
 		f.log.Warn("flushing before giving back a write delegation failed; retrying", "dir", d.Path, "err", err)
 		store.Backoff(context.WithoutCancel(ctx), attempt, time.Second)
 	}
+}
+
+// pendingEntry finds the pending name of directory dir called name (its
+// index in names), if any. Caller holds mu.
+func (wb *writeback) pendingEntry(dir uint64, name string) (int, bool) {
+	for i := len(wb.names) - 1; i >= 0; i-- {
+		pn := wb.names[i]
+		if pn.dir == dir && pn.d.Name == name {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// dropLocked forgets pending entry i (a file: nothing was stored of it)
+// and its data. Caller holds gate and mu.
+func (wb *writeback) dropLocked(i int) {
+	pn := wb.names[i]
+	wb.names = append(wb.names[:i:i], wb.names[i+1:]...)
+	delete(wb.inodes, pn.d.Ino)
+	for k, ino := range wb.order {
+		if ino == pn.d.Ino {
+			wb.order = append(wb.order[:k:k], wb.order[k+1:]...)
+			break
+		}
+	}
+	for _, h := range wb.data[pn.d.Ino] {
+		wb.dataBytes -= int64(len(h.data))
+	}
+	delete(wb.data, pn.d.Ino)
+	wb.count.Add(-1)
+}
+
+// touchLocked sets the times of directory dir, pending or not, to t.
+// Caller holds mu.
+func (wb *writeback) touchLocked(dir uint64, t int64) {
+	if p, ok := wb.inodes[dir]; ok {
+		p.Mtime, p.Ctime = t, t
+		return
+	}
+	dd := wb.dirs[dir]
+	if dd == nil {
+		dd = &dirDelta{}
+		wb.dirs[dir] = dd
+	}
+	dd.t = t
+}
+
+// pendingFile reports whether name in directory dir is a file made in
+// memory and not stored yet, which no other mount can know: the calls
+// below change it in memory too. Unless open is allowed (a rename keeps
+// the inode), a file open here is left to the synchronous path, which
+// keeps it alive to its last close.
+func (f *FS) pendingFile(parent dirRef, name string, open bool) (*dirState, bool) {
+	if f.wb == nil || f.wb.count.Load() == 0 {
+		return nil, false
+	}
+	st := f.delegs.state(parent.ino())
+	if st == nil || !st.d.Writable() {
+		return nil, false
+	}
+	f.wb.mu.Lock()
+	i, ok := f.wb.pendingEntry(parent.ino(), name)
+	var pn pendingName
+	if ok {
+		pn = f.wb.names[i]
+	}
+	f.wb.mu.Unlock()
+	if !ok || pn.d.Type == store.TypeDir || !open && f.openState(pn.d.Ino) != nil {
+		return nil, false
+	}
+	return st, true
+}
+
+// removePending is unlink of a file made in memory: it is forgotten
+// (handled false: the synchronous path decides).
+func (f *FS) removePending(parent dirRef, name string) bool {
+	st, ok := f.pendingFile(parent, name, false)
+	if !ok {
+		return false
+	}
+	wb := f.wb
+	wb.gate.Lock()
+	defer wb.gate.Unlock()
+	if st.d.Revoked() || wb.unknown != nil {
+		return false
+	}
+	wb.mu.Lock()
+	i, ok := wb.pendingEntry(parent.ino(), name)
+	if ok && wb.names[i].d.Type != store.TypeDir {
+		wb.dropLocked(i)
+		wb.touchLocked(parent.ino(), now())
+	}
+	wb.mu.Unlock()
+	if ok {
+		st.changedHere(name, dirEntry{absent: true}, true, true)
+	}
+	return ok
+}
+
+// renamePending is a rename of a file made in memory to a name in a
+// directory this mount writes in memory too, under a lease (pending, or
+// with a pending entry of its own): it happens in memory. A pending file
+// at the destination is replaced. handled false: the synchronous path
+// decides.
+func (f *FS) renamePending(from dirRef, name string, to dirRef, newName string, noReplace bool) (handled bool, err error) {
+	src, ok := f.pendingFile(from, name, true)
+	if !ok {
+		return false, nil
+	}
+	dst := f.delegs.state(to.ino())
+	dstDir, ok := to.path()
+	if dst == nil || !dst.d.Writable() || !ok || store.CheckPath(store.Join(dstDir, newName)) != nil {
+		return false, nil
+	}
+	wb := f.wb
+	wb.gate.Lock()
+	defer wb.gate.Unlock()
+	if src.d.Revoked() || dst.d.Revoked() || wb.unknown != nil {
+		return false, nil
+	}
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	_, dstPending := wb.inodes[to.ino()]
+	if _, leased := wb.shares[to.ino()]; !dstPending && !leased {
+		return false, nil // no lease covers the new name
+	}
+	i, ok := wb.pendingEntry(from.ino(), name)
+	if !ok || wb.names[i].d.Type == store.TypeDir {
+		return false, nil
+	}
+	target, known := dst.lookup(newName)
+	switch {
+	case !known:
+		return false, nil
+	case !target.absent && noReplace:
+		return true, fmt.Errorf("%q: %w", newName, store.ErrExists)
+	case !target.absent:
+		k, pending := wb.pendingEntry(to.ino(), newName)
+		if !pending || wb.names[k].d.Type == store.TypeDir || f.openState(wb.names[k].d.Ino) != nil {
+			return false, nil // a stored entry, or one open here: the journal replaces it
+		}
+		if target.ino == wb.names[i].d.Ino {
+			return true, nil // the same file
+		}
+		wb.dropLocked(k)
+		if k < i {
+			i--
+		}
+	}
+	pn := wb.names[i]
+	path := store.Join(dstDir, newName)
+	moved := NewDentry(path, *wb.inodes[pn.d.Ino])
+	moved.Parent, moved.Name = store.Split(path)
+	// Moved to the end: the batch keeps the order of the calls.
+	wb.names = append(wb.names[:i:i], wb.names[i+1:]...)
+	wb.names = append(wb.names, pendingName{dir: to.ino(), d: moved})
+	t := now()
+	wb.inodes[pn.d.Ino].Ctime = t
+	wb.touchLocked(from.ino(), t)
+	wb.touchLocked(to.ino(), t)
+	src.changedHere(name, dirEntry{absent: true}, true, true)
+	dst.changedHere(newName, dirEntry{ino: pn.d.Ino, typ: pn.d.Type}, true, true)
+	f.delegs.forgetAttr(pn.d.Ino)
+	f.noteParent(pn.d.Ino, to.ino())
+	return true, nil
 }

@@ -412,3 +412,77 @@ func TestWriteDelegationsCallsNeedNoRoundTrip(t *testing.T) {
 	}
 	mounttest.FsckClean(t, f)
 }
+
+// TestWriteDelegationsRenameAndUnlinkInMemory: a file made in memory can
+// be renamed (over another one made in memory, as editors and git save)
+// and unlinked there too, without a request; another mount then sees only
+// the outcome, and nothing of the files that went. (An unlink right after
+// close may find the file still open in the daemon, whose release comes
+// after close returns: it then flushes and takes the ordinary path, which
+// the bound allows for.)
+func TestWriteDelegationsRenameAndUnlinkInMemory(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m, metrics := writerMount(t, f, nil)
+	if err := os.MkdirAll(m.Path("d", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.Path("d", "warm"), nil, 0o644); err != nil {
+		t.Fatal(err) // takes the directory's lease
+	}
+	foreground := func() float64 {
+		total := 0.0
+		for k, v := range requestCounts(t, metrics) {
+			if !background(k) && !strings.Contains(k, "endpoint=_doc,index=lock") {
+				total += v
+			}
+		}
+		return total
+	}
+	before := foreground()
+	for i := 0; i < 20; i++ {
+		if err := os.WriteFile(m.Path("d", "save.tmp"), []byte(fmt.Sprintf("version %d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(m.Path("d", "save.tmp"), m.Path("d", "saved")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(m.Path("d", "sub", "moved"), []byte("moved\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(m.Path("d", "sub", "moved"), m.Path("d", "moved")); err != nil {
+		t.Fatal(err)
+	}
+	if n := foreground() - before; n > 0 {
+		t.Errorf("21 creates and renames of files made in memory cost %v requests, want none", n)
+	}
+	for i := 0; i < 20; i++ {
+		if err := os.WriteFile(m.Path("d", fmt.Sprintf("scratch%d", i)), []byte("scratch"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before = foreground()
+	for i := 0; i < 20; i++ {
+		if err := os.Remove(m.Path("d", fmt.Sprintf("scratch%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := foreground() - before
+	t.Logf("20 unlinks of files made in memory: %v requests", n)
+	if n > 6 {
+		t.Errorf("20 unlinks of files made in memory cost %v requests; want none, but for an unlink that finds its file still open here (the kernel's release comes after close returns), which flushes", n)
+	}
+	b := mounttest.MountUncached(t, f, nil)
+	if got := strings.Join(listing(b.Path("d")), " "); got != "moved saved sub warm" {
+		t.Fatalf("the other mount lists %q", got)
+	}
+	if got := listing(b.Path("d", "sub")); len(got) != 0 {
+		t.Fatalf("the other mount lists %q in d/sub", got)
+	}
+	for name, want := range map[string]string{"saved": "version 19\n", "moved": "moved\n"} {
+		if got, err := os.ReadFile(b.Path("d", name)); err != nil || string(got) != want {
+			t.Fatalf("d/%s on the other mount: %q, %v; want %q", name, got, err, want)
+		}
+	}
+	mounttest.FsckClean(t, f)
+}
