@@ -122,7 +122,11 @@ func (s *Server) Unmount(ctx context.Context) (detached bool, err error) {
 // of the mount with ENOTCONN.
 func (s *Server) Close(ctx context.Context) error {
 	s.fs.closed.Store(true)
-	return s.fs.FlushAll(ctx)
+	err := s.fs.FlushAll(ctx)
+	if err == nil {
+		s.fs.wb.close() // the last batch has landed
+	}
+	return err
 }
 
 // Unmount unmounts the mount at mountpoint, or detaches it if lazy (it

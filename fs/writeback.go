@@ -102,10 +102,11 @@ type writeback struct {
 	// the next flush learns it before it goes on.
 	unknown *pendingBatch
 
-	count atomic.Int64 // len(names), read without mu
-	kick  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	count    atomic.Int64 // len(names), read without mu
+	kick     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 }
 
 // pendingBatch is a batch taken for a flush.
@@ -181,7 +182,7 @@ func (wb *writeback) close() {
 	if wb == nil {
 		return
 	}
-	close(wb.stop)
+	wb.stopOnce.Do(func() { close(wb.stop) })
 	<-wb.done
 }
 
