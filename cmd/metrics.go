@@ -105,6 +105,12 @@ func statsOf(reg prometheus.Gatherer) map[string]float64 {
 			case "esfs_recall_answer_seconds":
 				out["recalls_answered"] += float64(m.GetHistogram().GetSampleCount())
 				out["recall_answer_seconds"] += m.GetHistogram().GetSampleSum()
+			case "esfs_batches_total":
+				out["batches_"+label(m, "result")] += m.GetCounter().GetValue()
+			case "esfs_batch_entries":
+				out["batch_entries"] += m.GetHistogram().GetSampleSum()
+			case "esfs_batch_flush_seconds":
+				out["batch_seconds"] += m.GetHistogram().GetSampleSum()
 			case "process_resident_memory_bytes":
 				out["rss_bytes"] += m.GetGauge().GetValue()
 			}
@@ -158,6 +164,10 @@ func statusLines(s map[string]float64) []string {
 		fmt.Sprintf("delegations held %.0f (read %.0f, write %.0f); recalls sent %.0f, answered %.0f (mean %s)",
 			s["delegations_read"]+s["delegations_write"], s["delegations_read"], s["delegations_write"],
 			s["recalls_sent"], s["recalls_answered"], avg(s["recall_answer_seconds"], s["recalls_answered"])),
+	}
+	if n := s["batches_landed"] + s["batches_failed"]; n > 0 {
+		lines = append(lines, fmt.Sprintf("write batches landed %.0f (%.0f entries, mean %s), failed %.0f",
+			s["batches_landed"], s["batch_entries"], avg(s["batch_seconds"], s["batches_landed"]), s["batches_failed"]))
 	}
 	if rss := s["rss_bytes"]; rss > 0 {
 		lines = append(lines, fmt.Sprintf("daemon memory (RSS) %.0f MiB", rss/(1<<20)))
