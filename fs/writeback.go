@@ -55,7 +55,6 @@ const (
 // heldChunk is a chunk of a pending file, written with its batch.
 type heldChunk struct {
 	data []byte
-	st   store.Stamp
 }
 
 // pendingName is one name made in memory.
@@ -459,9 +458,15 @@ func (wb *writeback) take(op string) *pendingBatch {
 	for ino, dd := range wb.dirs {
 		b.dirs[ino] = *dd
 	}
+	// Held chunks are written at the first version of the file's current
+	// data generation (each chunk is its own document, so one version
+	// serves them all); a try that was rolled back moved the generation
+	// on (see run1), above whatever that try left or its rollback deleted.
+	sess := wb.f.co.Session().ID()
 	for ino, chunks := range wb.data {
+		st := store.Stamp{Version: store.DataVersion(wb.inodes[ino].Dgen, 1), Session: sess}
 		for c, h := range chunks {
-			b.data = append(b.data, store.WriteChunk(ino, c, h.data, h.st))
+			b.data = append(b.data, store.WriteChunk(ino, c, h.data, st))
 		}
 	}
 	for _, h := range wb.shares {
@@ -499,10 +504,6 @@ func (wb *writeback) hold(ctx context.Context, of *openFile) bool {
 	if wb == nil || len(of.dirty) == 0 || !wb.pending(of.ino) {
 		return false
 	}
-	st, err := of.w.stamp(ctx, of.f, &of.attr) // in memory: the inode is pending
-	if err != nil {
-		return false
-	}
 	n := int64(0)
 	for _, b := range of.dirty {
 		n += int64(len(b))
@@ -526,7 +527,7 @@ func (wb *writeback) hold(ctx context.Context, of *openFile) bool {
 		} else {
 			of.newChunks++
 		}
-		m[c] = heldChunk{data: b, st: st}
+		m[c] = heldChunk{data: b}
 		wb.dataBytes += int64(len(b))
 		of.extent = max(of.extent, c*cs+int64(len(b)))
 		of.remember(c, b)
@@ -625,7 +626,16 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 	default:
 		// Rolled back: nothing landed, and everything stays pending for
 		// the next try. Born delegations' documents may have landed in
-		// the stage; the next try overwrites them.
+		// the stage; the next try overwrites them. Chunks may have landed
+		// too, and the rollback deleted them at the generation after the
+		// file's: the next try writes them at the one after that.
+		wb.mu.Lock()
+		for ino := range wb.data {
+			if a := wb.inodes[ino]; a != nil {
+				a.Dgen += 2
+			}
+		}
+		wb.mu.Unlock()
 		return err
 	}
 	wb.landed(b, func() {
