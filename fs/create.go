@@ -181,29 +181,11 @@ func (f *FS) createShared(ctx context.Context, parent dirRef, name string, e Ent
 	if store.CheckPath(path) != nil {
 		return store.Node{}, false, nil
 	}
-	reqs, ok := locking.SharedPart(f.co.Strategy.Entry(dir, path), path)
-	if !ok {
-		return store.Node{}, false, nil
-	}
-	// Changes of one directory are compatible with each other, so the
-	// change joins the lease too.
-	reqs = append(reqs, locking.Change(parent.ino(), dir))
-	h, err := f.co.Share(ctx, reqs)
-	if err != nil {
-		return store.Node{}, true, err
+	h, handled, err := f.leaseEntry(ctx, parent, dir, path)
+	if h == nil {
+		return store.Node{}, handled, err
 	}
 	defer h.End()
-	if now, ok := parent.path(); !ok || now != dir {
-		return store.Node{}, false, nil
-	}
-	// While the lease lives nobody can rename or remove the directory, so
-	// one realtime check per lease is enough.
-	if !h.Checked(dir, parent.ino()) {
-		if err := f.checkDirAt(ctx, parent.ino(), dir, true); err != nil {
-			return store.Node{}, true, err
-		}
-		h.NoteChecked(dir, parent.ino())
-	}
 	if err := h.Sess.Check(); err != nil {
 		return store.Node{}, true, err
 	}
@@ -222,6 +204,39 @@ func (f *FS) createShared(ctx context.Context, parent dirRef, name string, e Ent
 		return store.Node{}, true, err
 	}
 	return sn, true, nil
+}
+
+// leaseEntry takes the shared part of the strategy's locks of a create of
+// path in directory parent (at dir), as a lease (see locking.Share), and
+// checks once per lease that the directory is still at dir: while the
+// lease lives nobody can rename or remove it, but another mount may have
+// moved an ancestor before, without this mount's kernel knowing. A nil
+// lease means the locked path must decide: with handled, err is the
+// answer; without, the strategy has no shared part or the directory moved
+// while we waited (the paths are stale).
+func (f *FS) leaseEntry(ctx context.Context, parent dirRef, dir, path string) (h *locking.Share, handled bool, err error) {
+	reqs, ok := locking.SharedPart(f.co.Strategy.Entry(dir, path), path)
+	if !ok {
+		return nil, false, nil
+	}
+	// Changes of one directory are compatible with each other, so the
+	// change joins the lease too.
+	h, err = f.co.Share(ctx, append(reqs, locking.Change(parent.ino(), dir)))
+	if err != nil {
+		return nil, true, err
+	}
+	if now, ok := parent.path(); !ok || now != dir {
+		h.End()
+		return nil, false, nil
+	}
+	if !h.Checked(dir, parent.ino()) {
+		if err := f.checkDirAt(ctx, parent.ino(), dir, true); err != nil {
+			h.End()
+			return nil, true, err
+		}
+		h.NoteChecked(dir, parent.ino())
+	}
+	return h, true, nil
 }
 
 // writeNew writes the inode and the path document of a new entry in

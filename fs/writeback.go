@@ -326,27 +326,9 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 	// entry holds in the same batch.
 	var lease *locking.Share
 	if !wb.pending(parent.ino()) {
-		reqs, ok := locking.SharedPart(f.co.Strategy.Entry(dir, path), path)
-		if !ok {
-			return store.Node{}, false, nil // the global strategy: no shared part
-		}
-		h, err := f.co.Share(ctx, append(reqs, locking.Change(parent.ino(), dir)))
-		if err != nil {
-			return store.Node{}, true, err
-		}
-		if now, ok := parent.path(); !ok || now != dir {
-			h.End() // moved while we waited: the paths are stale
-			return store.Node{}, false, nil
-		}
-		// While the lease lives nobody can move the directory: one check
-		// per lease that it is still at dir (another mount may have moved
-		// an ancestor before, without telling this one's kernel).
-		if !h.Checked(dir, parent.ino()) {
-			if err := f.checkDirAt(ctx, parent.ino(), dir, true); err != nil {
-				h.End()
-				return store.Node{}, true, err
-			}
-			h.NoteChecked(dir, parent.ino())
+		h, handled, err := f.leaseEntry(ctx, parent, dir, path)
+		if h == nil {
+			return store.Node{}, handled, err // the global strategy has no shared part
 		}
 		lease = h
 	}

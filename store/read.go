@@ -49,7 +49,13 @@ func (s *Store) mget(ctx context.Context, index string, ids []string, what strin
 		return nil, nil
 	}
 	body, _ := json.Marshal(map[string]any{"ids": ids})
-	res, err := s.do(ctx, what, request{method: "POST", path: "/" + url.PathEscape(index) + "/_mget", body: body})
+	return s.mgetBody(ctx, "/"+url.PathEscape(index)+"/_mget", body, len(ids), what)
+}
+
+// mgetBody sends an _mget of n documents to path and returns them in
+// order.
+func (s *Store) mgetBody(ctx context.Context, path string, body []byte, n int, what string) ([]getResult, error) {
+	res, err := s.do(ctx, what, request{method: "POST", path: path, body: body})
 	if err != nil {
 		return nil, err
 	}
@@ -62,8 +68,8 @@ func (s *Store) mget(ctx context.Context, index string, ids []string, what strin
 	if err := json.Unmarshal(res.body, &out); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
 	}
-	if len(out.Docs) != len(ids) {
-		return nil, fmt.Errorf("%s: asked %d documents, got %d: %w", what, len(ids), len(out.Docs), ErrCorrupt)
+	if len(out.Docs) != n {
+		return nil, fmt.Errorf("%s: asked %d documents, got %d: %w", what, n, len(out.Docs), ErrCorrupt)
 	}
 	for _, d := range out.Docs {
 		if d.Error != nil {

@@ -59,26 +59,5 @@ func (s *Store) mgetMixed(ctx context.Context, refs []docRef, what string) ([]ge
 		docs[i] = map[string]string{"_index": r.index, "_id": r.id}
 	}
 	body, _ := json.Marshal(map[string]any{"docs": docs})
-	res, err := s.do(ctx, what, request{method: "POST", path: "/_mget", body: body})
-	if err != nil {
-		return nil, err
-	}
-	if res.status != 200 {
-		return nil, failure(what, res)
-	}
-	var out struct {
-		Docs []getResult `json:"docs"`
-	}
-	if err := json.Unmarshal(res.body, &out); err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
-	}
-	if len(out.Docs) != len(refs) {
-		return nil, fmt.Errorf("%s: asked %d documents, got %d: %w", what, len(refs), len(out.Docs), ErrCorrupt)
-	}
-	for _, d := range out.Docs {
-		if d.Error != nil {
-			return nil, statusError(503, what, d.Error)
-		}
-	}
-	return out.Docs, nil
+	return s.mgetBody(ctx, "/_mget", body, len(refs), what)
 }

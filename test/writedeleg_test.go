@@ -32,6 +32,20 @@ func writerMount(t *testing.T, f *mounttest.FS, env []string, extra ...string) (
 	return mounttest.MountUncached(t, f, env, flags...), "http://" + addr + "/metrics"
 }
 
+// foregroundRequests counts the requests a mount made so far, less the
+// background's (lease renewals, recall polls: see background) and single
+// reads and writes of the lock index (batch records, which the flush tests
+// count separately).
+func foregroundRequests(t *testing.T, metrics string) float64 {
+	total := 0.0
+	for k, v := range requestCounts(t, metrics) {
+		if !background(k) && !strings.Contains(k, "endpoint=_doc,index=lock") {
+			total += v
+		}
+	}
+	return total
+}
+
 func batchesLanded(t *testing.T, metrics string) float64 {
 	return mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_batches_total", "result", "landed")
 }
@@ -347,15 +361,7 @@ func TestWriteDelegationsCallsNeedNoRoundTrip(t *testing.T) {
 	if err := os.Mkdir(m.Path("d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	foreground := func() float64 {
-		total := 0.0
-		for k, v := range requestCounts(t, metrics) {
-			if !background(k) && !strings.Contains(k, "endpoint=_doc,index=lock") {
-				total += v
-			}
-		}
-		return total
-	}
+	foreground := func() float64 { return foregroundRequests(t, metrics) }
 	before := foreground()
 	const n = 50
 	for i := 0; i < n; i++ {
@@ -434,15 +440,7 @@ func TestWriteDelegationsRenameAndUnlinkInMemory(t *testing.T) {
 	if err := os.WriteFile(m.Path("d", "warm"), nil, 0o644); err != nil {
 		t.Fatal(err) // takes the directory's lease
 	}
-	foreground := func() float64 {
-		total := 0.0
-		for k, v := range requestCounts(t, metrics) {
-			if !background(k) && !strings.Contains(k, "endpoint=_doc,index=lock") {
-				total += v
-			}
-		}
-		return total
-	}
+	foreground := func() float64 { return foregroundRequests(t, metrics) }
 	before := foreground()
 	for i := 0; i < 20; i++ {
 		if err := os.WriteFile(m.Path("d", "save.tmp"), []byte(fmt.Sprintf("version %d\n", i)), 0o644); err != nil {
