@@ -19,6 +19,7 @@ type Metrics struct {
 	byOp [opCount]prometheus.Observer
 	// Write delegations' batches (see writeback.go).
 	pendingCreates prometheus.Counter
+	pendingRemoves prometheus.Counter
 	batchSize      prometheus.Histogram
 	batchSeconds   prometheus.Histogram
 	batches        *prometheus.CounterVec
@@ -99,6 +100,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "esfs_pending_creates_total",
 		Help: "Entries made in memory under a write delegation, to be flushed in a batch.",
 	})
+	m.pendingRemoves = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "esfs_pending_removes_total",
+		Help: "Stored entries removed in memory under a write delegation (unlink, rmdir), to be flushed in a batch.",
+	})
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "esfs_batch_entries",
 		Help:    "Entries per flushed batch of a write delegation.",
@@ -117,7 +122,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.byOp[i] = m.duration.WithLabelValues(opNames[i])
 	}
 	if reg != nil {
-		reg.MustRegister(m.duration, m.errors, m.pendingCreates, m.batchSize, m.batchSeconds, m.batches)
+		reg.MustRegister(m.duration, m.errors, m.pendingCreates, m.pendingRemoves, m.batchSize, m.batchSeconds, m.batches)
 	}
 	return m
 }

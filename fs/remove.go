@@ -23,6 +23,9 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 	if !wantDir && f.removePending(parent, name) {
 		return nil // made in memory: forgotten there
 	}
+	if handled, err := f.removeStored(ctx, parent, name, wantDir); handled {
+		return err // removed in memory, flushed with the batch
+	}
 	defer f.changing.begin(parent.ino())()
 	dir, path, txn, err := f.lockEntry(ctx, parent, name)
 	if err != nil {

@@ -81,6 +81,12 @@ type writeback struct {
 	inodes map[uint64]*store.Inode
 	order  []uint64
 	names  []pendingName
+	// removed: stored names removed in memory (see writeback_remove.go),
+	// in the order removed, and their paths, which nothing new may take
+	// before the batch lands (a path is one document: its removal and a
+	// new name there cannot share a batch).
+	removed      []removedName
+	removedPaths map[string]bool
 	// dirs: deltas of directories that exist in the store.
 	dirs map[uint64]*dirDelta
 	// born: write delegations of directories made in memory.
@@ -101,7 +107,7 @@ type writeback struct {
 	// the next flush learns it before it goes on.
 	unknown *pendingBatch
 
-	count    atomic.Int64 // len(names), read without mu
+	count    atomic.Int64 // len(names) + len(removed), read without mu
 	kick     chan struct{}
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -112,15 +118,16 @@ type writeback struct {
 type pendingBatch struct {
 	op     string
 	inodes []store.Inode
-	names  []pendingName
-	dirs   map[uint64]dirDelta
+	names   []pendingName
+	removed []removedName
+	dirs    map[uint64]dirDelta
 	born   map[uint64]*locking.Delegation
 	data   []store.BulkOp
 	shares []*locking.Share
 }
 
 func newWriteback(f *FS) *writeback {
-	wb := &writeback{f: f, inodes: map[uint64]*store.Inode{}, dirs: map[uint64]*dirDelta{}, data: map[uint64]map[int64]heldChunk{}, shares: map[uint64]*locking.Share{},
+	wb := &writeback{f: f, inodes: map[uint64]*store.Inode{}, removedPaths: map[string]bool{}, dirs: map[uint64]*dirDelta{}, data: map[uint64]map[int64]heldChunk{}, shares: map[uint64]*locking.Share{},
 		born: map[uint64]*locking.Delegation{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go wb.run()
 	return wb
@@ -356,6 +363,8 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 		return store.Node{}, false, nil // not known complete
 	case !known.absent:
 		return store.Node{}, true, fmt.Errorf("%q: %w", path, store.ErrExists)
+	case wb.removedPending(path):
+		return store.Node{}, false, nil // its removal lands first
 	}
 	typ, mode, uid, gid := e.Type, e.Mode, e.Uid, e.Gid
 	if pattr.Mode&syscall.S_ISGID != 0 {
@@ -433,7 +442,7 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 func (wb *writeback) take(op string) *pendingBatch {
 	wb.mu.Lock()
 	defer wb.mu.Unlock()
-	b := &pendingBatch{op: op, names: wb.names, dirs: map[uint64]dirDelta{}, born: wb.born}
+	b := &pendingBatch{op: op, names: wb.names, removed: wb.removed, dirs: map[uint64]dirDelta{}, born: wb.born}
 	for _, ino := range wb.order {
 		b.inodes = append(b.inodes, *wb.inodes[ino])
 	}
@@ -468,6 +477,7 @@ func (wb *writeback) landed(b *pendingBatch, settle func()) {
 	}
 	wb.inodes = map[uint64]*store.Inode{}
 	wb.order, wb.names = nil, nil
+	wb.removed, wb.removedPaths = nil, map[string]bool{}
 	wb.dirs = map[uint64]*dirDelta{}
 	wb.born = map[uint64]*locking.Delegation{}
 	wb.data, wb.dataBytes = map[uint64]map[int64]heldChunk{}, 0
@@ -551,7 +561,7 @@ func (wb *writeback) flush(ctx context.Context) error {
 	b := wb.take(op)
 	start := time.Now()
 	err := wb.run1(ctx, sess, b)
-	f.metrics.batch(len(b.names), time.Since(start), err)
+	f.metrics.batch(len(b.names)+len(b.removed), time.Since(start), err)
 	return err
 }
 
@@ -561,6 +571,9 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 	spec := locking.BatchSpec{Op: b.op, Inodes: b.inodes, Data: b.data}
 	for _, pn := range b.names {
 		spec.Names = append(spec.Names, pn.d)
+	}
+	for _, rn := range b.removed {
+		spec.Removed = append(spec.Removed, rn.d)
 	}
 	// The directories that exist: their delegation fences the batch,
 	// and their times and counts ride in the stage.
@@ -623,6 +636,7 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 	wb.landed(b, func() {
 		wb.settleStage(ctx, b, pls, bornIno, stageRes)
 	})
+	wb.removedLanded(b)
 	return nil
 }
 
@@ -706,6 +720,7 @@ func (wb *writeback) learn(ctx context.Context, u *pendingBatch) error {
 				wb.f.co.Delegations.Landed(d, store.BulkResult{})
 			}
 		})
+		wb.removedLanded(u)
 	}
 	// Rolled back: still pending, flushed again.
 	wb.mu.Lock()
@@ -861,7 +876,7 @@ func (f *FS) renamePending(from dirRef, name string, to dirRef, newName string, 
 	}
 	target, known := dst.lookup(newName)
 	switch {
-	case !known:
+	case !known || wb.removedPaths[store.Join(dstDir, newName)]:
 		return false, nil
 	case !target.absent && noReplace:
 		return true, fmt.Errorf("%q: %w", newName, store.ErrExists)

@@ -261,11 +261,23 @@ func (ds *Delegations) Give(ctx context.Context, d *Delegation) {
 	d.given.Do(func() { ds.give(ctx, d) })
 }
 
+// Drop gives back delegation d on a directory this mount removed: nothing
+// cached under it can be asked for again, so the Recall callback is not
+// run; only the lock entry goes (and its document, if it was the last).
+func (ds *Delegations) Drop(ctx context.Context, d *Delegation) {
+	d.given.Do(func() { ds.release(ctx, d) })
+}
+
 func (ds *Delegations) give(ctx context.Context, d *Delegation) {
 	d.revoke()
 	if ds.Recall != nil && !ds.closing.Load() {
 		ds.Recall(ctx, d)
 	}
+	ds.release(ctx, d)
+}
+
+func (ds *Delegations) release(ctx context.Context, d *Delegation) {
+	d.revoke()
 	ctx = context.WithoutCancel(ctx)
 	if err := ds.c.Locks.Release(ctx, d.held); err != nil {
 		ds.c.log.Debug("giving back a delegation", "dir", d.Ino, "err", err)

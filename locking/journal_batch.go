@@ -29,6 +29,14 @@ type BatchSpec struct {
 	// record commits, all at once.
 	Inodes []store.Inode
 	Names  []store.Dentry
+	// Removed are stored names the batch removes (an unlink, an rmdir),
+	// with their inode and type; Flush reads their versions. They are
+	// staged with the intent {Op, RoleSrc}: readers see them until the
+	// record commits, then not. Their inodes lose a link once committed
+	// (OpRecord.DropInos). A name found gone or naming another inode is
+	// left out: under the write delegation only damage or a repair does
+	// that, and the batch must still land.
+	Removed []store.Dentry
 	// Data are the chunk writes of the new files, which land with them.
 	Data []store.BulkOp
 	// Stage are more writes sent in the stage bulk (directories' times
@@ -50,23 +58,35 @@ type BatchSpec struct {
 // becomes visible); another error when the batch was rolled back (nothing
 // visible) or its outcome is left to recovery (err wraps ErrBatchUnknown).
 func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) error {
-	if len(spec.Names) == 0 {
+	if len(spec.Names) == 0 && len(spec.Removed) == 0 {
 		return nil
 	}
 	inos := make([]uint64, len(spec.Inodes))
 	for i, a := range spec.Inodes {
 		inos[i] = a.Ino
 	}
-	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1, SrcType: store.TypeFile,
-		NewInos: inos, DirLinks: spec.DirLinks, Created: time.Now().UnixNano()}
 	if err := sess.Check(); err != nil {
 		return err
 	}
-	rec, err := j.batchRecord(ctx, sess, rec, spec.Under)
+	removed, err := j.removedAsStored(ctx, spec)
+	if err != nil {
+		return err // nothing sent: the batch stays pending
+	}
+	spec.Removed = removed
+	drop := make([]uint64, len(removed))
+	for i, d := range removed {
+		drop[i] = d.Ino
+	}
+	if len(spec.Names) == 0 && len(spec.Removed) == 0 {
+		return nil // every removal was found done already
+	}
+	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1, SrcType: store.TypeFile,
+		NewInos: inos, DropInos: drop, DirLinks: spec.DirLinks, Created: time.Now().UnixNano()}
+	rec, err = j.batchRecord(ctx, sess, rec, spec.Under)
 	if err != nil {
 		return err
 	}
-	if err := crashPoint("batch-after-record"); err != nil {
+	if err := batchCrashPoint("batch-after-record", spec); err != nil {
 		return err
 	}
 	known, err := j.stageBatch(ctx, spec)
@@ -77,7 +97,7 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 		}
 		return err
 	}
-	if err := crashPoint("batch-before-commit"); err != nil {
+	if err := batchCrashPoint("batch-before-commit", spec); err != nil {
 		return err
 	}
 	if err := sess.Check(); err != nil {
@@ -108,7 +128,7 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 		v = cur.Ver
 	}
 	committed.Ver = v
-	if err := crashPoint("batch-after-commit"); err != nil {
+	if err := batchCrashPoint("batch-after-commit", spec); err != nil {
 		return err
 	}
 	// Committed: the batch is visible. Finishing strips the intents, which
@@ -126,9 +146,55 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 	return nil
 }
 
+// batchCrashPoint is crashPoint at a step of a batch; a batch that
+// removes stored names also has the step's point prefixed "removing-", so
+// that a test can let the batches that make its tree land and stop at the
+// one that removes from it.
+func batchCrashPoint(name string, spec BatchSpec) error {
+	if len(spec.Removed) > 0 {
+		if err := crashPoint("removing-" + name); err != nil {
+			return err
+		}
+	}
+	return crashPoint(name)
+}
+
 // ErrBatchUnknown: whether a batch became visible is not known now; the
 // journal (the owner's sweeper, or recovery) settles it later.
 var ErrBatchUnknown = errors.New("outcome of the batch unknown")
+
+// removedAsStored reads the names spec removes, in one mget, and returns
+// them as stored (their versions are what the stage's compare-and-set
+// needs), leaving out those gone or naming another inode.
+func (j *Journal) removedAsStored(ctx context.Context, spec BatchSpec) ([]store.Dentry, error) {
+	if len(spec.Removed) == 0 {
+		return nil, nil
+	}
+	paths := make([]string, len(spec.Removed))
+	for i, d := range spec.Removed {
+		paths[i] = d.Path
+	}
+	res, err := j.b.GetDentries(ctx, paths)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Dentry, 0, len(res))
+	for i, r := range res {
+		want := spec.Removed[i]
+		switch {
+		case errors.Is(r.Err, store.ErrNotFound):
+			j.log.Warn("a name a batch removes is gone already", "op", spec.Op, "path", want.Path)
+		case r.Err != nil:
+			return nil, r.Err
+		case r.Dentry.Ino != want.Ino || r.Dentry.Intent.Op != "":
+			j.log.Warn("a name a batch removes names another inode, or is being renamed: left alone", "op", spec.Op,
+				"path", want.Path, "ino", want.Ino, "found", r.Dentry.Ino, "intent", r.Dentry.Intent.Op)
+		default:
+			out = append(out, r.Dentry)
+		}
+	}
+	return out, nil
+}
 
 // batchRecord is a batch's first step: its record, created PREPARED, and
 // the mark of each holder entry in under, in one bulk.
@@ -218,16 +284,22 @@ func (j *Journal) fenceBatch(ctx context.Context, rec store.OpRecord) {
 // stageBatch writes the batch's inodes and its names with their intent,
 // and the caller's writes; every inode and name must land.
 func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, error) {
-	ops := make([]store.BulkOp, 0, len(spec.Data)+len(spec.Inodes)+len(spec.Names)+len(spec.Stage))
+	ops := make([]store.BulkOp, 0, len(spec.Data)+len(spec.Inodes)+len(spec.Names)+len(spec.Removed)+len(spec.Stage))
 	ops = append(ops, spec.Data...)
 	for _, a := range spec.Inodes {
 		ops = append(ops, store.CreateInode(a))
 	}
-	docs := make([]store.Dentry, len(spec.Names))
-	for i, d := range spec.Names {
+	docs := make([]store.Dentry, 0, len(spec.Names)+len(spec.Removed))
+	for _, d := range spec.Names {
 		d.Intent = store.Intent{Op: spec.Op, Role: store.RoleDst}
-		docs[i] = d
+		docs = append(docs, d)
 		ops = append(ops, store.CreateDentry(d))
+	}
+	for _, d := range spec.Removed {
+		marked := d
+		marked.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
+		docs = append(docs, marked)
+		ops = append(ops, store.PutDentry(marked, d.Ver))
 	}
 	ops = append(ops, spec.Stage...)
 	for _, o := range ops {
@@ -240,7 +312,7 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 		if err != nil {
 			spec.Staged(nil)
 		} else {
-			spec.Staged(res[len(spec.Data)+len(spec.Inodes)+len(spec.Names):])
+			spec.Staged(res[len(spec.Data)+len(spec.Inodes)+len(docs):])
 		}
 	}
 	if err != nil {

@@ -98,7 +98,7 @@ func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []st
 			return rec, err
 		}
 	}
-	drop := rec.Overwritten != 0 && !rec.LinkDropped
+	drop := (rec.Overwritten != 0 || len(rec.DropInos) > 0) && !rec.LinkDropped
 	links := dirLinkDeltas(rec)
 	move := len(links) > 0 && !rec.DirLinksMoved
 	if drop || move {
@@ -120,13 +120,16 @@ func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []st
 		if move {
 			j.moveDirLinks(ctx, links)
 		}
-		if drop {
+		if drop && rec.Overwritten != 0 {
 			j.mu.Lock()
 			dropLink := j.dropLink
 			j.mu.Unlock()
 			if err := dropLink(ctx, rec.Overwritten); err != nil {
 				j.log.Warn("could not drop the link of a replaced inode (fsck reclaims it)", "ino", rec.Overwritten, "err", err)
 			}
+		}
+		if drop && len(rec.DropInos) > 0 {
+			j.dropLinks(ctx, rec.DropInos)
 		}
 	}
 	return rec, nil

@@ -53,6 +53,81 @@ func (j *Journal) moveDirLinks(ctx context.Context, deltas map[uint64]int) {
 	wg.Wait()
 }
 
+// dropLinks drops one link of each of inos (the names a batch removed), in
+// two round trips for all of them: one read, then one bulk that deletes
+// the inodes left without links, with their data when it is a few chunks,
+// and writes the others' counts, each at the version read. What that
+// cannot settle (a version changed meanwhile, a large file) goes through
+// the session's dropLink one by one. A failure is logged: fsck reclaims an
+// inode left without names.
+func (j *Journal) dropLinks(ctx context.Context, inos []uint64) {
+	j.mu.Lock()
+	dropLink := j.dropLink
+	j.mu.Unlock()
+	one := func(ino uint64) {
+		if err := dropLink(ctx, ino); err != nil {
+			j.log.Warn("could not drop the link of a removed name (fsck reclaims the inode)", "ino", ino, "err", err)
+		}
+	}
+	res, err := j.b.GetInodes(ctx, inos)
+	if err != nil {
+		for _, ino := range inos {
+			one(ino)
+		}
+		return
+	}
+	t := time.Now().UnixNano()
+	var ops []store.BulkOp
+	var opIno []uint64 // the inode of each op, 0 for a chunk's
+	var slow []uint64
+	cs := j.b.ChunkSize()
+	for i, r := range res {
+		if errors.Is(r.Err, store.ErrNotFound) {
+			continue // dropped already
+		}
+		a := r.Inode
+		if r.Err != nil || !a.Ver.Known() {
+			slow = append(slow, inos[i])
+			continue
+		}
+		if a.Nlink > 1 && a.Type != store.TypeDir {
+			b := a
+			b.Nlink--
+			b.Ctime = t
+			ops, opIno = append(ops, store.PutInode(b, a.Ver)), append(opIno, a.Ino)
+			continue
+		}
+		chunks := int64(0)
+		if a.Type == store.TypeFile && a.Size > 0 {
+			chunks = (a.Size-1)/cs + 1
+		}
+		if chunks > store.MaxChunkOps {
+			slow = append(slow, a.Ino)
+			continue
+		}
+		ops, opIno = append(ops, store.DeleteInode(a.Ino, a.Ver)), append(opIno, a.Ino)
+		for _, o := range store.DeleteChunkOps(a.Ino, 0, chunks-1, store.DataVersion(a.Dgen+1, 0)) {
+			ops, opIno = append(ops, o), append(opIno, 0)
+		}
+	}
+	if len(ops) > 0 {
+		out, err := j.b.Bulk(ctx, ops)
+		for i, ino := range opIno {
+			switch {
+			case ino == 0:
+				// A chunk: one left behind is reclaimed by fsck.
+			case err != nil:
+				slow = append(slow, ino)
+			case out[i].Err != nil && !errors.Is(out[i].Err, store.ErrNotFound):
+				slow = append(slow, ino) // changed since the read
+			}
+		}
+	}
+	for _, ino := range slow {
+		one(ino)
+	}
+}
+
 // InodeBackend is what dropping a link needs of the store.
 type InodeBackend interface {
 	GetInode(ctx context.Context, ino uint64) (store.Inode, error)

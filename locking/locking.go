@@ -61,8 +61,10 @@ type Backend interface {
 
 	// Directories' link counts, which renames move.
 	AddDirLinks(ctx context.Context, ino uint64, delta int, t int64) (store.Inode, error)
-	// Inodes, whose link a finished rename drops (DropLink).
+	// Inodes, whose link a finished rename drops (DropLink), and those a
+	// finished batch drops, read together.
 	InodeBackend
+	GetInodes(ctx context.Context, inos []uint64) ([]store.InodeResult, error)
 }
 
 var _ Backend = (*store.Store)(nil)

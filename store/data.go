@@ -195,11 +195,30 @@ func (s *Store) DeleteChunks(ctx context.Context, ino uint64, first, last int64,
 	}
 }
 
+// DeleteChunkOps are the deletes of chunks first to last of ino at data
+// version version, to send in a bulk with others: for a few chunks (at
+// most MaxChunkOps), where DeleteChunks would spend a request on them
+// alone. A chunk already gone answers not found, which is no error here.
+func DeleteChunkOps(ino uint64, first, last int64, version int64) []BulkOp {
+	ops := make([]BulkOp, 0, max(0, last-first+1))
+	for n := first; n <= last; n++ {
+		ops = append(ops, deleteChunkOp(ino, n, version))
+	}
+	return ops
+}
+
+// MaxChunkOps bounds DeleteChunkOps: past it, DeleteChunks is the way.
+const MaxChunkOps = deleteByIDLimit
+
+func deleteChunkOp(ino uint64, n int64, version int64) BulkOp {
+	return BulkOp{action: "delete", index: dataIndex, id: chunkID(ino, n), extVersion: version,
+		what: fmt.Sprintf("deleting chunk %d of inode %d", n, ino)}
+}
+
 func (s *Store) deleteChunkNums(ctx context.Context, ino uint64, nums []int64, version int64) (deleted int64, err error) {
 	ops := make([]BulkOp, 0, len(nums))
 	for _, n := range nums {
-		ops = append(ops, BulkOp{action: "delete", index: dataIndex, id: chunkID(ino, n), extVersion: version,
-			what: fmt.Sprintf("deleting chunk %d of inode %d", n, ino)})
+		ops = append(ops, deleteChunkOp(ino, n, version))
 	}
 	res, err := s.Bulk(ctx, ops)
 	if err != nil {

@@ -60,6 +60,12 @@ type OpRecord struct {
 	// locking.Journal.Flush) creates; a batch has no Src. Rolling a batch
 	// back deletes them: nothing else can name an inode made in it.
 	NewInos []uint64
+	// DropInos are the inodes of the stored names a batch removes (an
+	// unlink, an rmdir): each loses a link once the batch commits (at most
+	// once, under LinkDropped), and goes with its data when none is left.
+	// A rollback leaves them as they were: nothing was dropped before the
+	// commit point.
+	DropInos []uint64
 	// DirLinks are the link counts a batch's stage set on directories
 	// that existed, for its rollback to put back.
 	DirLinks []DirLinkChange
@@ -73,7 +79,7 @@ type DirLinkChange struct {
 }
 
 // IsBatch reports whether r is a write delegation's batch, not a rename.
-func (r OpRecord) IsBatch() bool { return r.Src == "" && len(r.NewInos) > 0 }
+func (r OpRecord) IsBatch() bool { return r.Src == "" && (len(r.NewInos) > 0 || len(r.DropInos) > 0) }
 
 type opBody struct {
 	Src             string          `json:"src"`
@@ -88,6 +94,7 @@ type opBody struct {
 	DstParent       uint64          `json:"dst_parent,omitempty"`
 	DirLinksMoved   bool            `json:"dir_links_moved,omitempty"`
 	NewInos         []uint64        `json:"new_inos,omitempty"`
+	DropInos        []uint64        `json:"drop_inos,omitempty"`
 	DirLinks        []DirLinkChange `json:"dir_links,omitempty"`
 	Locks           []LockRef       `json:"locks"`
 	Created         int64           `json:"created"`
@@ -107,7 +114,7 @@ func opID(id string) string { return "O" + id }
 func encodeOp(r OpRecord) opJSON {
 	b := opBody{Src: encodeText(r.Src), Dst: encodeText(r.Dst), SrcIno: r.SrcIno, SrcType: r.SrcType.String(),
 		Overwritten: r.Overwritten, Aborted: r.Aborted, LinkDropped: r.LinkDropped, Locks: r.Locks, Created: r.Created,
-		SrcParent: r.SrcParent, DstParent: r.DstParent, DirLinksMoved: r.DirLinksMoved, NewInos: r.NewInos, DirLinks: r.DirLinks}
+		SrcParent: r.SrcParent, DstParent: r.DstParent, DirLinksMoved: r.DirLinksMoved, NewInos: r.NewInos, DropInos: r.DropInos, DirLinks: r.DirLinks}
 	if r.Overwritten != 0 {
 		b.OverwrittenType = r.OverwrittenType.String()
 	}
@@ -121,7 +128,7 @@ func decodeOp(src []byte, v Version) (OpRecord, error) {
 	}
 	r := OpRecord{ID: j.Op, State: OpState(j.State), Owner: j.Owner, Epoch: j.Epoch, SrcIno: j.Body.SrcIno,
 		Overwritten: j.Body.Overwritten, Aborted: j.Body.Aborted, LinkDropped: j.Body.LinkDropped, Locks: j.Body.Locks, Created: j.Body.Created, Ver: v,
-		SrcParent: j.Body.SrcParent, DstParent: j.Body.DstParent, DirLinksMoved: j.Body.DirLinksMoved, NewInos: j.Body.NewInos, DirLinks: j.Body.DirLinks}
+		SrcParent: j.Body.SrcParent, DstParent: j.Body.DstParent, DirLinksMoved: j.Body.DirLinksMoved, NewInos: j.Body.NewInos, DropInos: j.Body.DropInos, DirLinks: j.Body.DirLinks}
 	var err error
 	if r.Src, err = decodeText(j.Body.Src); err != nil {
 		return OpRecord{}, err

@@ -1,0 +1,189 @@
+package fs
+
+import (
+	"context"
+	"time"
+
+	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
+)
+
+// Removals in memory: an unlink of a stored file, or an rmdir of a stored
+// empty directory, in a directory this mount holds for writing, is
+// recorded in the pending batch and returns without a request. The batch
+// stages the name with the intent {op, src} (readers see it until the
+// record commits, and not after), and once it has committed the inode
+// loses its link, with its data when none is left (locking.Journal.Flush,
+// OpRecord.DropInos). So `rm -rf` of a tree this mount made costs a batch
+// per flush interval, not a chain of requests per entry, and what another
+// mount sees, or a crash leaves, is still a prefix of this mount's calls.
+//
+// What stays on the synchronous path: a file open here (it must outlive
+// its name until its last close), a file with several links or whose link
+// count is not known (its other names may be in directories others read),
+// a directory not known empty under a write delegation of its own (only
+// that keeps other mounts from adding to it before the batch lands), and
+// anything made in memory and not flushed yet that is not a file.
+
+// removedName is a stored name removed in memory.
+type removedName struct {
+	dir uint64
+	d   store.Dentry // Path, Ino and Type
+	// deleg is the write delegation of a removed directory, given back
+	// once the batch has landed (nothing is left to cover).
+	deleg *locking.Delegation
+}
+
+// removedPending reports whether path was removed in memory and not
+// flushed yet.
+func (wb *writeback) removedPending(path string) bool {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	return wb.removedPaths[path]
+}
+
+// removeStored removes name of directory parent in memory, if it is a
+// stored entry this mount may remove there (see the file's comment).
+// handled false: the synchronous path decides (after a settle).
+func (f *FS) removeStored(ctx context.Context, parent dirRef, name string, wantDir bool) (handled bool, err error) {
+	wb := f.wb
+	if wb == nil {
+		return false, nil
+	}
+	st := f.delegs.state(parent.ino())
+	if st == nil || !st.d.Writable() || wb.pending(parent.ino()) {
+		return false, nil
+	}
+	dir, ok := parent.path()
+	if !ok {
+		return false, nil
+	}
+	path := store.Join(dir, name)
+	if store.CheckPath(path) != nil {
+		return false, nil
+	}
+	e, ok := st.lookup(name)
+	if !ok || e.absent || (e.typ == store.TypeDir) != wantDir || wb.pending(e.ino) {
+		return false, nil
+	}
+	var child *dirState
+	if wantDir {
+		if child = f.delegs.state(e.ino); child == nil || !child.d.Writable() || !f.knownEmpty(e.ino) {
+			return false, nil
+		}
+	} else if !f.singleLink(parent.ino(), name, e) || f.openState(e.ino) != nil {
+		return false, nil
+	}
+	// The strategy's shared locks of the entry, held as a lease until the
+	// batch lands, as for a create made in memory: a rename of an
+	// ancestor by another mount waits for the removal to land.
+	lease, handled, err := f.leaseEntry(ctx, parent, dir, path)
+	if lease == nil {
+		return handled, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			lease.End()
+		}
+	}()
+	if wb.count.Load() >= 4*maxPending {
+		if err := wb.flush(ctx); err != nil {
+			return true, err
+		}
+	}
+	wb.gate.Lock()
+	defer wb.gate.Unlock()
+	if wb.unknownBatch() != nil || st.d.Revoked() || child != nil && child.d.Revoked() {
+		return false, nil
+	}
+	// Looked at again under the gate: a flush or another call may have
+	// run since.
+	if now, ok := st.lookup(name); !ok || now.absent || now.ino != e.ino {
+		return false, nil
+	}
+	if child != nil && !f.knownEmpty(e.ino) {
+		return false, nil
+	}
+	t := now()
+	wb.mu.Lock()
+	rn := removedName{dir: parent.ino(), d: store.Dentry{Path: path, Ino: e.ino, Type: e.typ}}
+	if child != nil {
+		rn.deleg = child.d
+		// Its own times, changed by removals in it, go with it.
+		delete(wb.dirs, e.ino)
+	}
+	wb.removed = append(wb.removed, rn)
+	wb.removedPaths[path] = true
+	dd := wb.dirs[parent.ino()]
+	if dd == nil {
+		dd = &dirDelta{}
+		wb.dirs[parent.ino()] = dd
+	}
+	if wantDir {
+		dd.links--
+	}
+	dd.t = t
+	if old := wb.shares[parent.ino()]; old == nil {
+		wb.shares[parent.ino()] = lease
+		keep = true
+	}
+	n := wb.count.Add(1)
+	wb.mu.Unlock()
+	if n >= maxPending {
+		select {
+		case wb.kick <- struct{}{}:
+		default:
+		}
+	}
+	st.changedHere(name, dirEntry{absent: true}, true, true)
+	f.cache.InvalidatePath(path)
+	f.cache.InvalidateInode(e.ino)
+	f.delegs.forgetAttr(e.ino)
+	f.metrics.pendingRemoves.Inc()
+	return true, nil
+}
+
+// singleLink reports whether the file of entry e (name in directory dir)
+// is known to have one link: from the attributes its delegation holds,
+// or else from the cache.
+func (f *FS) singleLink(dir uint64, name string, e dirEntry) bool {
+	if a, ok := f.delegs.attr(dir, name, e.ino, nil); ok {
+		return a.Nlink == 1
+	}
+	a, ok := f.cache.Inode(e.ino)
+	return ok && a.Ino == e.ino && a.Nlink == 1 && a.Type == e.typ
+}
+
+// removedLanded finishes what batch b removed, once it landed: the
+// delegations of the directories it removed are given back, in the
+// background (each is a request, and nothing waits for it).
+func (wb *writeback) removedLanded(b *pendingBatch) {
+	var gone []*locking.Delegation
+	for _, rn := range b.removed {
+		wb.f.noteParent(rn.d.Ino, 0)
+		if rn.deleg != nil {
+			wb.f.delegs.drop(rn.deleg)
+			gone = append(gone, rn.deleg)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	go func() {
+		for _, d := range gone {
+			ctx, cancel := context.WithTimeout(context.Background(), wb.f.co.Session().Lease()+time.Second)
+			wb.f.co.Delegations.Drop(ctx, d)
+			cancel()
+		}
+	}()
+}
+
+// drop forgets the state of delegation d, whose directory is gone.
+func (ds *delegs) drop(d *locking.Delegation) {
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if st := ds.by[d.Ino]; st != nil && st.d == d {
+		delete(ds.by, d.Ino)
+	}
+}

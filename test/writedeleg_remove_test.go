@@ -1,0 +1,255 @@
+package test
+
+// Removals under write delegations (fs/writeback_remove.go): an unlink of
+// a stored file, or an rmdir of a stored empty directory, in a directory
+// the mount holds for writing, is made in memory and lands with the batch
+// (the name staged as the old side of the batch, its inode dropped once
+// the batch commits).
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/esfs/esfs/test/mounttest"
+)
+
+// storedTree makes, under dir on m, nd directories of nf files each (some
+// with a few chunks of data, some empty) and a symlink per directory, and
+// flushes them (fsync of dir): every entry is stored, none pending.
+func storedTree(t *testing.T, m *mounttest.Mount, dir string, nd, nf int) (entries int) {
+	t.Helper()
+	if err := os.MkdirAll(m.Path(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < nd; i++ {
+		sub := fmt.Sprintf("%s/s%02d", dir, i)
+		if err := os.Mkdir(m.Path(sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for j := 0; j < nf; j++ {
+			data := []byte(strings.Repeat(fmt.Sprintf("%d.%d ", i, j), 10*j))
+			if err := os.WriteFile(m.Path(sub, fmt.Sprintf("f%02d", j)), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Symlink("f00", m.Path(sub, "link")); err != nil {
+			t.Fatal(err)
+		}
+		entries += nf + 2
+	}
+	fsyncDir(t, m.Path(dir))
+	return entries
+}
+
+func fsyncDir(t *testing.T, dir string) {
+	t.Helper()
+	fd, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	if err := fd.Sync(); err != nil {
+		t.Fatalf("fsync %s: %v", dir, err)
+	}
+}
+
+// fsckCounts returns the paths, inodes and data chunks esfs fsck counts.
+func fsckCounts(t *testing.T, f *mounttest.FS) (paths, inodes, chunks int) {
+	t.Helper()
+	out, err := f.Run("fsck", "--no-wait")
+	if err != nil {
+		t.Fatalf("esfs fsck: %v\n%s", err, out)
+	}
+	if _, err := fmt.Sscanf(out, "%d paths, %d inodes, %d data chunks", &paths, &inodes, &chunks); err != nil {
+		t.Fatalf("esfs fsck's first line: %v\n%s", err, out)
+	}
+	return paths, inodes, chunks
+}
+
+// TestWriteDelegationsRemoveStoredInMemory: rm -rf of a stored tree the
+// mount made costs no request per entry (the directory's lease aside), and
+// its flush a batch; another mount that looks in right after rm returns
+// sees none of it, and the index keeps no path, inode, data chunk or lock
+// document of what went. A file removed and made again by the same name
+// lands as the new file; a file open here when it is unlinked is left to
+// the synchronous path and stays readable through its descriptor.
+func TestWriteDelegationsRemoveStoredInMemory(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m, metrics := writerMount(t, f, nil)
+	paths0, inodes0, chunks0 := fsckCounts(t, f)
+	n := storedTree(t, m, "d/t", 6, 8)
+	if err := os.WriteFile(m.Path("d", "keep"), []byte("kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.Path("d", "again"), []byte("first\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.Path("d", "open"), []byte("still readable\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fsyncDir(t, m.Path("d"))
+	// Read once, so that the delegation holds every directory's listing
+	// (rm reads them itself too).
+	if out, err := exec.Command("ls", "-lR", m.Path("d")).CombinedOutput(); err != nil {
+		t.Fatalf("ls -lR: %v\n%s", err, out)
+	}
+	landed := batchesLanded(t, metrics)
+	before, counts := foregroundRequests(t, metrics), requestCounts(t, metrics)
+	if out, err := exec.Command("rm", "-rf", m.Path("d", "t")).CombinedOutput(); err != nil {
+		t.Fatalf("rm -rf: %v\n%s", err, out)
+	}
+	cost := foregroundRequests(t, metrics) - before
+	logRequests(t, metrics, counts)
+	removes := mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_pending_removes_total")
+	t.Logf("rm -rf of %d stored entries: %v requests, %v removed in memory, %v batches landed meanwhile", n+1, cost, removes, batchesLanded(t, metrics)-landed)
+	// d/t itself is in d, which is write-delegated too: every entry goes
+	// in memory.
+	if removes != float64(n+1) {
+		t.Errorf("%v entries removed in memory, want all %d", removes, n+1)
+	}
+	// Each directory costs its lease (its shared locks and a check of
+	// where it is) and the reads of its own attributes; the synchronous
+	// path costs at least three requests per entry.
+	if cost >= float64(n+1) {
+		t.Errorf("rm -rf of %d stored entries cost %v requests; want fewer than one per entry (only the directories' leases)", n+1, cost)
+	}
+	if batchesLanded(t, metrics) != landed {
+		t.Errorf("a batch landed during rm -rf; want the removals in memory until someone asks")
+	}
+	if _, err := os.Lstat(m.Path("d", "t")); !os.IsNotExist(err) {
+		t.Errorf("d/t after rm -rf on the writer: %v", err)
+	}
+
+	// Removed and made again: the removal lands first, then the new file.
+	if err := os.Remove(m.Path("d", "again")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.Path("d", "again"), []byte("second\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Open while unlinked: the synchronous path keeps it to its last close.
+	fh, err := os.Open(m.Path("d", "open"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(m.Path("d", "open")); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile("/proc/self/fd/" + fmt.Sprint(fh.Fd())); err != nil || string(data) != "still readable\n" {
+		t.Errorf("an unlinked file open here reads %q, %v", data, err)
+	}
+	fh.Close()
+
+	b := mounttest.MountUncached(t, f, nil)
+	if got := strings.Join(listing(b.Path("d")), " "); got != "again keep" {
+		t.Fatalf("the other mount lists %q in d right after rm -rf, want \"again keep\"", got)
+	}
+	if data, err := os.ReadFile(b.Path("d", "again")); err != nil || string(data) != "second\n" {
+		t.Errorf("d/again on the other mount: %q, %v; want the second file", data, err)
+	}
+	// What went left nothing behind: the same paths, inodes and chunks as
+	// before the tree was made, plus d, keep and again (one chunk each for
+	// keep and again).
+	mounttest.WaitFor(t, "the removed inodes and data to go", 30*time.Second, func() bool {
+		p, i, c := fsckCounts(t, f)
+		return p == paths0+3 && i == inodes0+3 && c == chunks0+2
+	})
+	mounttest.FsckClean(t, f)
+	out, err := f.Run("locks")
+	if err != nil {
+		t.Fatalf("esfs locks: %v\n%s", err, out)
+	}
+	if strings.Contains(out, "/d/t") {
+		t.Errorf("esfs locks still lists a lock of the removed tree:\n%s", out)
+	}
+}
+
+// TestWriteDelegationsCrashDuringRemoveFlush: the writer dies (kill -9) at
+// each step of a batch that removes stored entries (files, a symlink, a
+// directory and its files) and makes new ones. Another mount sees the
+// tree before the batch or after it, never a mix, and once the dead
+// writer's work is recovered the removed inodes and their data are gone
+// (committed) or all there (rolled back): fsck finds the index clean.
+func TestWriteDelegationsCrashDuringRemoveFlush(t *testing.T) {
+	for _, c := range []struct {
+		point     string
+		committed bool
+	}{{"batch-after-record", false}, {"batch-before-commit", false}, {"batch-after-commit", true}} {
+		t.Run(c.point, func(t *testing.T) {
+			f := mounttest.NewFS(t)
+			a, _ := writerMount(t, f, []string{"ESFS_CRASH_POINT=removing-" + c.point})
+			storedTree(t, a, "d", 3, 4)
+			before := []string{"s00", "s01", "s02"}
+			// One batch: the whole of s01 goes, f00 and link of s00 go,
+			// and s00 gains a file.
+			if out, err := exec.Command("rm", "-rf", a.Path("d", "s01")).CombinedOutput(); err != nil {
+				t.Fatalf("rm -rf: %v\n%s", err, out)
+			}
+			for _, name := range []string{"f00", "link"} {
+				if err := os.Remove(a.Path("d", "s00", name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(a.Path("d", "s00", "new"), []byte("new"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			after := []string{"s00", "s02"}
+			s00before := []string{"f00", "f01", "f02", "f03", "link"}
+			s00after := []string{"f01", "f02", "f03", "new"}
+			sync := mounttest.Background(func() mounttest.Result {
+				return mounttest.Exec(time.Minute, "/", "python3", "-c", "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)", a.Path("d"))
+			})
+			if _, ok := a.WaitExit(time.Minute); !ok {
+				t.Fatalf("the writer did not die at %s", c.point)
+			}
+			a.Kill()
+			mounttest.WaitResult(t, "fsync on the dead mount", sync, time.Minute)
+			if !strings.Contains(a.Log(), "crash point removing-"+c.point+" reached") {
+				t.Fatalf("the writer exited without reaching %s:\n%s", c.point, a.Log())
+			}
+			b := mounttest.MountUncached(t, f, nil)
+			wantD, wantS00 := before, s00before
+			if c.committed {
+				wantD, wantS00 = after, s00after
+			}
+			same := func(got, want []string) bool {
+				sort.Strings(got)
+				return strings.Join(got, " ") == strings.Join(want, " ")
+			}
+			deadline := time.Now().Add(mounttest.RecoveredWithin + 30*time.Second)
+			for {
+				d, s00 := listing(b.Path("d")), listing(b.Path("d", "s00"))
+				mixed := !(same(d, before) && same(s00, s00before)) && !(same(d, after) && same(s00, s00after))
+				if mixed && d != nil && s00 != nil {
+					t.Fatalf("after a crash at %s the other mount sees part of the batch: d %q, d/s00 %q", c.point, d, s00)
+				}
+				if same(d, wantD) && same(s00, wantS00) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after a crash at %s the other mount lists d %q, d/s00 %q (committed: %v)", c.point, d, s00, c.committed)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if !c.committed {
+				if got := listing(b.Path("d", "s01")); len(got) != 5 {
+					t.Errorf("d/s01 after the rolled-back batch lists %q, want its 4 files and link", got)
+				}
+				if data, err := os.ReadFile(b.Path("d", "s00", "f00")); err != nil || string(data) != "" {
+					t.Errorf("d/s00/f00 after the rolled-back batch: %q, %v", data, err)
+				}
+			}
+			mounttest.FsckCleanAfterCrash(t, f, mounttest.RecoveredWithin+30*time.Second)
+			// Recovered: every inode has a name, every chunk an inode.
+			p, i, _ := fsckCounts(t, f)
+			if p != i {
+				t.Errorf("after recovery: %d paths, %d inodes", p, i)
+			}
+		})
+	}
+}
