@@ -116,14 +116,14 @@ type writeback struct {
 
 // pendingBatch is a batch taken for a flush.
 type pendingBatch struct {
-	op     string
-	inodes []store.Inode
+	op      string
+	inodes  []store.Inode
 	names   []pendingName
 	removed []removedName
 	dirs    map[uint64]dirDelta
-	born   map[uint64]*locking.Delegation
-	data   []store.BulkOp
-	shares []*locking.Share
+	born    map[uint64]*locking.Delegation
+	data    []store.BulkOp
+	shares  []*locking.Share
 }
 
 func newWriteback(f *FS) *writeback {
