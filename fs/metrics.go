@@ -20,6 +20,7 @@ type Metrics struct {
 	// Write delegations' batches (see writeback.go).
 	pendingCreates prometheus.Counter
 	pendingRemoves prometheus.Counter
+	pendingRenames prometheus.Counter
 	batchSize      prometheus.Histogram
 	batchSeconds   prometheus.Histogram
 	batches        *prometheus.CounterVec
@@ -104,6 +105,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "esfs_pending_removes_total",
 		Help: "Stored entries removed in memory under a write delegation (unlink, rmdir), to be flushed in a batch.",
 	})
+	m.pendingRenames = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "esfs_pending_renames_total",
+		Help: "Renames of stored files made in memory under write delegations, to be flushed in a batch.",
+	})
 	m.batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "esfs_batch_entries",
 		Help:    "Entries per flushed batch of a write delegation.",
@@ -122,7 +127,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.byOp[i] = m.duration.WithLabelValues(opNames[i])
 	}
 	if reg != nil {
-		reg.MustRegister(m.duration, m.errors, m.pendingCreates, m.pendingRemoves, m.batchSize, m.batchSeconds, m.batches)
+		reg.MustRegister(m.duration, m.errors, m.pendingCreates, m.pendingRemoves, m.pendingRenames, m.batchSize, m.batchSeconds, m.batches)
 	}
 	return m
 }

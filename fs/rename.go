@@ -63,6 +63,9 @@ func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, ne
 	if handled, err := f.renamePending(from, name, to, newName, noReplace); handled {
 		return err // a file made in memory, moved there
 	}
+	if handled, err := f.renameStored(ctx, from, name, to, newName, noReplace); handled {
+		return err // a stored file, moved in memory
+	}
 	if err := f.settle(ctx); err != nil {
 		return err
 	}

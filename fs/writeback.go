@@ -81,12 +81,15 @@ type writeback struct {
 	inodes map[uint64]*store.Inode
 	order  []uint64
 	names  []pendingName
-	// removed: stored names removed in memory (see writeback_remove.go),
-	// in the order removed, and their paths, which nothing new may take
-	// before the batch lands (a path is one document: its removal and a
-	// new name there cannot share a batch).
-	removed      []removedName
-	removedPaths map[string]bool
+	// removed: stored names removed, moved away or replaced in memory
+	// (see writeback_remove.go), in call order; storedPaths: their paths,
+	// and the new names of stored inodes moved in memory, which nothing
+	// else may change before the batch lands (a path is one document:
+	// a batch holds one change of it).
+	removed     []removedName
+	storedPaths map[string]bool
+	// ctimes: the new ctimes of stored inodes moved in memory.
+	ctimes map[uint64]int64
 	// dirs: deltas of directories that exist in the store.
 	dirs map[uint64]*dirDelta
 	// born: write delegations of directories made in memory.
@@ -120,6 +123,7 @@ type pendingBatch struct {
 	inodes  []store.Inode
 	names   []pendingName
 	removed []removedName
+	ctimes  map[uint64]int64
 	dirs    map[uint64]dirDelta
 	born    map[uint64]*locking.Delegation
 	data    []store.BulkOp
@@ -127,7 +131,7 @@ type pendingBatch struct {
 }
 
 func newWriteback(f *FS) *writeback {
-	wb := &writeback{f: f, inodes: map[uint64]*store.Inode{}, removedPaths: map[string]bool{}, dirs: map[uint64]*dirDelta{}, data: map[uint64]map[int64]heldChunk{}, shares: map[uint64]*locking.Share{},
+	wb := &writeback{f: f, inodes: map[uint64]*store.Inode{}, storedPaths: map[string]bool{}, ctimes: map[uint64]int64{}, dirs: map[uint64]*dirDelta{}, data: map[uint64]map[int64]heldChunk{}, shares: map[uint64]*locking.Share{},
 		born: map[uint64]*locking.Delegation{}, kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go wb.run()
 	return wb
@@ -363,7 +367,7 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 		return store.Node{}, false, nil // not known complete
 	case !known.absent:
 		return store.Node{}, true, fmt.Errorf("%q: %w", path, store.ErrExists)
-	case wb.removedPending(path):
+	case wb.storedPending(path):
 		return store.Node{}, false, nil // its removal lands first
 	}
 	typ, mode, uid, gid := e.Type, e.Mode, e.Uid, e.Gid
@@ -442,7 +446,7 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 func (wb *writeback) take(op string) *pendingBatch {
 	wb.mu.Lock()
 	defer wb.mu.Unlock()
-	b := &pendingBatch{op: op, names: wb.names, removed: wb.removed, dirs: map[uint64]dirDelta{}, born: wb.born}
+	b := &pendingBatch{op: op, names: wb.names, removed: wb.removed, ctimes: maps.Clone(wb.ctimes), dirs: map[uint64]dirDelta{}, born: wb.born}
 	for _, ino := range wb.order {
 		b.inodes = append(b.inodes, *wb.inodes[ino])
 	}
@@ -477,7 +481,7 @@ func (wb *writeback) landed(b *pendingBatch, settle func()) {
 	}
 	wb.inodes = map[uint64]*store.Inode{}
 	wb.order, wb.names = nil, nil
-	wb.removed, wb.removedPaths = nil, map[string]bool{}
+	wb.removed, wb.storedPaths, wb.ctimes = nil, map[string]bool{}, map[uint64]int64{}
 	wb.dirs = map[uint64]*dirDelta{}
 	wb.born = map[uint64]*locking.Delegation{}
 	wb.data, wb.dataBytes = map[uint64]map[int64]heldChunk{}, 0
@@ -573,7 +577,14 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 		spec.Names = append(spec.Names, pn.d)
 	}
 	for _, rn := range b.removed {
-		spec.Removed = append(spec.Removed, rn.d)
+		switch rn.kind {
+		case removal:
+			spec.Removed = append(spec.Removed, rn.d)
+		case moveAway:
+			spec.Moved = append(spec.Moved, rn.d)
+		case replacement:
+			spec.Replaced = append(spec.Replaced, rn.d)
+		}
 	}
 	// The directories that exist: their delegation fences the batch,
 	// and their times and counts ride in the stage.
@@ -601,6 +612,12 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 	for ino, d := range b.born {
 		bornIno = append(bornIno, ino)
 		spec.Stage = append(spec.Stage, d.BornDoc(b.op))
+	}
+	// The ctimes of moved stored inodes (after the directories' writes
+	// and the born documents, whose results settleStage reads by place):
+	// a rolled-back batch may leave one newer, as any failed rename may.
+	for ino, t := range b.ctimes {
+		spec.Stage = append(spec.Stage, store.SetCtime(ino, t))
 	}
 	var stageRes []store.BulkResult
 	spec.Staged = func(res []store.BulkResult) { stageRes = res }
@@ -811,8 +828,8 @@ func (f *FS) pendingFile(parent dirRef, name string, open bool) (*dirState, bool
 		pn = f.wb.names[i]
 	}
 	f.wb.mu.Unlock()
-	if !ok || pn.d.Type == store.TypeDir || !open && f.openState(pn.d.Ino) != nil {
-		return nil, false
+	if !ok || pn.d.Type == store.TypeDir || !f.wb.pending(pn.d.Ino) || !open && f.openState(pn.d.Ino) != nil {
+		return nil, false // a stored inode moved here in memory is not pending
 	}
 	return st, true
 }
@@ -832,7 +849,8 @@ func (f *FS) removePending(parent dirRef, name string) bool {
 	}
 	wb.mu.Lock()
 	i, ok := wb.pendingEntry(parent.ino(), name)
-	if ok && wb.names[i].d.Type != store.TypeDir {
+	ok = ok && wb.names[i].d.Type != store.TypeDir && wb.inodes[wb.names[i].d.Ino] != nil
+	if ok {
 		wb.dropLocked(i)
 		wb.touchLocked(parent.ino(), now())
 	}
@@ -871,18 +889,18 @@ func (f *FS) renamePending(from dirRef, name string, to dirRef, newName string, 
 		return false, nil // no lease covers the new name
 	}
 	i, ok := wb.pendingEntry(from.ino(), name)
-	if !ok || wb.names[i].d.Type == store.TypeDir {
+	if !ok || wb.names[i].d.Type == store.TypeDir || wb.inodes[wb.names[i].d.Ino] == nil {
 		return false, nil
 	}
 	target, known := dst.lookup(newName)
 	switch {
-	case !known || wb.removedPaths[store.Join(dstDir, newName)]:
+	case !known || wb.storedPaths[store.Join(dstDir, newName)]:
 		return false, nil
 	case !target.absent && noReplace:
 		return true, fmt.Errorf("%q: %w", newName, store.ErrExists)
 	case !target.absent:
 		k, pending := wb.pendingEntry(to.ino(), newName)
-		if !pending || wb.names[k].d.Type == store.TypeDir || f.openState(wb.names[k].d.Ino) != nil {
+		if !pending || wb.names[k].d.Type == store.TypeDir || wb.inodes[wb.names[k].d.Ino] == nil || f.openState(wb.names[k].d.Ino) != nil {
 			return false, nil // a stored entry, or one open here: the journal replaces it
 		}
 		if target.ino == wb.names[i].d.Ino {

@@ -8,38 +8,64 @@ import (
 	"github.com/esfs/esfs/store"
 )
 
-// Removals in memory: an unlink of a stored file, or an rmdir of a stored
-// empty directory, in a directory this mount holds for writing, is
+// Removals and renames in memory: an unlink of a stored file, an rmdir of
+// a stored empty directory, or a rename of a stored file (over another
+// one or not), between directories this mount holds for writing, is
 // recorded in the pending batch and returns without a request. The batch
 // stages the name with the intent {op, src} (readers see it until the
 // record commits, and not after), and once it has committed the inode
 // loses its link, with its data when none is left (locking.Journal.Flush,
-// OpRecord.DropInos). So `rm -rf` of a tree this mount made costs a batch
+// OpRecord.DropInos). A rename's source is staged the same way, its new
+// name as a new name of the batch ({op, dst}), and a name it replaces with
+// {op, ovr} (the replaced inode is dropped as a removed one). So `rm -rf` of a tree this mount made costs a batch
 // per flush interval, not a chain of requests per entry, and what another
 // mount sees, or a crash leaves, is still a prefix of this mount's calls.
 //
-// What stays on the synchronous path: a file open here (it must outlive
-// its name until its last close), a file with several links or whose link
-// count is not known (its other names may be in directories others read),
+// What stays on the synchronous path: a file open here that would lose
+// its last link (it must outlive its name until its last close), a file
+// losing a link with several links or whose link count is not known (its other names may be in directories others read),
 // a directory not known empty under a write delegation of its own (only
 // that keeps other mounts from adding to it before the batch lands), and
-// anything made in memory and not flushed yet that is not a file.
+// a rename of a directory (its subtree's paths move), and anything made
+// in memory and not flushed yet that is not a file. A path changes at
+// most once per batch (writeback.storedPaths): a second change of it
+// flushes first.
 
-// removedName is a stored name removed in memory.
+// storedChange is what a removedName does to its stored name.
+type storedChange int
+
+const (
+	removal     storedChange = iota // unlink, rmdir: the inode loses a link
+	moveAway                        // a rename's source: the inode is named elsewhere
+	replacement                     // a rename's target: names the moved inode, the old one loses a link
+)
+
+// removedName is a stored name removed, moved away or replaced in memory.
 type removedName struct {
-	dir uint64
-	d   store.Dentry // Path, Ino and Type
+	kind storedChange
+	dir  uint64
+	// d is the name as stored (Path, Ino and Type); a replacement's
+	// Intent has the inode moved there (NewIno, NewType).
+	d store.Dentry
 	// deleg is the write delegation of a removed directory, given back
 	// once the batch has landed (nothing is left to cover).
 	deleg *locking.Delegation
 }
 
-// removedPending reports whether path was removed in memory and not
-// flushed yet.
-func (wb *writeback) removedPending(path string) bool {
+// storedPending reports whether the batch changes path, stored (see
+// storedPaths).
+func (wb *writeback) storedPending(path string) bool {
 	wb.mu.Lock()
 	defer wb.mu.Unlock()
-	return wb.removedPaths[path]
+	return wb.storedPaths[path]
+}
+
+// storedName reports whether name in directory dir is a stored name the
+// batch does not change yet: neither made in memory nor in storedPaths.
+// Caller holds mu.
+func (wb *writeback) storedName(dir uint64, path, name string) bool {
+	_, pending := wb.pendingEntry(dir, name)
+	return !pending && !wb.storedPaths[path]
 }
 
 // removeStored removes name of directory parent in memory, if it is a
@@ -63,7 +89,7 @@ func (f *FS) removeStored(ctx context.Context, parent dirRef, name string, wantD
 		return false, nil
 	}
 	e, ok := st.lookup(name)
-	if !ok || e.absent || (e.typ == store.TypeDir) != wantDir || wb.pending(e.ino) {
+	if !ok || e.absent || (e.typ == store.TypeDir) != wantDir || wb.pending(e.ino) || wb.storedPending(path) {
 		return false, nil
 	}
 	var child *dirState
@@ -107,41 +133,52 @@ func (f *FS) removeStored(ctx context.Context, parent dirRef, name string, wantD
 	}
 	t := now()
 	wb.mu.Lock()
-	rn := removedName{dir: parent.ino(), d: store.Dentry{Path: path, Ino: e.ino, Type: e.typ}}
+	if !wb.storedName(parent.ino(), path, name) {
+		wb.mu.Unlock()
+		return false, nil
+	}
+	rn := removedName{kind: removal, dir: parent.ino(), d: store.Dentry{Path: path, Ino: e.ino, Type: e.typ}}
 	if child != nil {
 		rn.deleg = child.d
 		// Its own times, changed by removals in it, go with it.
 		delete(wb.dirs, e.ino)
 	}
 	wb.removed = append(wb.removed, rn)
-	wb.removedPaths[path] = true
-	dd := wb.dirs[parent.ino()]
-	if dd == nil {
-		dd = &dirDelta{}
-		wb.dirs[parent.ino()] = dd
-	}
+	wb.storedPaths[path] = true
+	wb.touchLocked(parent.ino(), t)
 	if wantDir {
-		dd.links--
+		wb.dirs[parent.ino()].links--
 	}
-	dd.t = t
-	if old := wb.shares[parent.ino()]; old == nil {
-		wb.shares[parent.ino()] = lease
-		keep = true
-	}
-	n := wb.count.Add(1)
+	keep = wb.keepLease(parent.ino(), lease)
+	wb.added(1)
 	wb.mu.Unlock()
-	if n >= maxPending {
-		select {
-		case wb.kick <- struct{}{}:
-		default:
-		}
-	}
 	st.changedHere(name, dirEntry{absent: true}, true, true)
 	f.cache.InvalidatePath(path)
 	f.cache.InvalidateInode(e.ino)
 	f.delegs.forgetAttr(e.ino)
 	f.metrics.pendingRemoves.Inc()
 	return true, nil
+}
+
+// keepLease keeps lease as the batch's lease of directory dir, unless it
+// has one; it reports whether it did. Caller holds mu.
+func (wb *writeback) keepLease(dir uint64, lease *locking.Share) bool {
+	if wb.shares[dir] != nil {
+		return false
+	}
+	wb.shares[dir] = lease
+	return true
+}
+
+// added counts n more pending entries, and kicks a flush past
+// maxPending. Caller holds mu.
+func (wb *writeback) added(n int64) {
+	if wb.count.Add(n) >= maxPending {
+		select {
+		case wb.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // singleLink reports whether the file of entry e (name in directory dir)
@@ -161,7 +198,9 @@ func (f *FS) singleLink(dir uint64, name string, e dirEntry) bool {
 func (wb *writeback) removedLanded(b *pendingBatch) {
 	var gone []*locking.Delegation
 	for _, rn := range b.removed {
-		wb.f.noteParent(rn.d.Ino, 0)
+		if rn.kind != moveAway {
+			wb.f.noteParent(rn.d.Ino, 0)
+		}
 		if rn.deleg != nil {
 			wb.f.delegs.drop(rn.deleg)
 			gone = append(gone, rn.deleg)

@@ -17,7 +17,7 @@ import (
 // counts it moves, before it moves them), batch-after-record,
 // batch-before-commit and batch-after-commit (the steps of a write
 // delegation's batch; removing-batch-after-record and so on stop only a
-// batch that removes stored names), and resolve-after-first-page (a search-driven finish or
+// batch that changes stored names), and resolve-after-first-page (a search-driven finish or
 // rollback, as recovery runs it, after its first page of documents).
 func crashPoint(name string) error {
 	if os.Getenv("ESFS_CRASH_POINT") != name {

@@ -37,6 +37,17 @@ type BatchSpec struct {
 	// left out: under the write delegation only damage or a repair does
 	// that, and the batch must still land.
 	Removed []store.Dentry
+	// Moved are stored names a rename in the batch moves away (the
+	// source of a rename of a stored file): staged as Removed are, but
+	// their inodes keep their link, which the rename's new name (in Names,
+	// or in Replaced) takes over.
+	Moved []store.Dentry
+	// Replaced are stored names a rename in the batch replaces: Ino is the
+	// inode named now, Intent.NewIno and NewType the one moved there. They
+	// are staged with the intent {Op, RoleOvr}: readers see the old inode
+	// until the record commits, the new one after; the old inode loses a
+	// link once committed.
+	Replaced []store.Dentry
 	// Data are the chunk writes of the new files, which land with them.
 	Data []store.BulkOp
 	// Stage are more writes sent in the stage bulk (directories' times
@@ -58,7 +69,7 @@ type BatchSpec struct {
 // becomes visible); another error when the batch was rolled back (nothing
 // visible) or its outcome is left to recovery (err wraps ErrBatchUnknown).
 func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) error {
-	if len(spec.Names) == 0 && len(spec.Removed) == 0 {
+	if len(spec.Names) == 0 && len(spec.Removed) == 0 && len(spec.Moved) == 0 && len(spec.Replaced) == 0 {
 		return nil
 	}
 	inos := make([]uint64, len(spec.Inodes))
@@ -68,21 +79,22 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 	if err := sess.Check(); err != nil {
 		return err
 	}
-	removed, err := j.removedAsStored(ctx, spec)
-	if err != nil {
+	if err := j.readStored(ctx, &spec); err != nil {
 		return err // nothing sent: the batch stays pending
 	}
-	spec.Removed = removed
-	drop := make([]uint64, len(removed))
-	for i, d := range removed {
-		drop[i] = d.Ino
+	var drop []uint64
+	for _, d := range spec.Removed {
+		drop = append(drop, d.Ino)
 	}
-	if len(spec.Names) == 0 && len(spec.Removed) == 0 {
+	for _, d := range spec.Replaced {
+		drop = append(drop, d.Ino)
+	}
+	if len(spec.Names) == 0 && len(spec.Removed) == 0 && len(spec.Moved) == 0 && len(spec.Replaced) == 0 {
 		return nil // every removal was found done already
 	}
 	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1, SrcType: store.TypeFile,
 		NewInos: inos, DropInos: drop, DirLinks: spec.DirLinks, Created: time.Now().UnixNano()}
-	rec, err = j.batchRecord(ctx, sess, rec, spec.Under)
+	rec, err := j.batchRecord(ctx, sess, rec, spec.Under)
 	if err != nil {
 		return err
 	}
@@ -147,11 +159,11 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 }
 
 // batchCrashPoint is crashPoint at a step of a batch; a batch that
-// removes stored names also has the step's point prefixed "removing-", so
-// that a test can let the batches that make its tree land and stop at the
-// one that removes from it.
+// changes stored names (removes, moves or replaces them) also has the
+// step's point prefixed "removing-", so that a test can let the batches
+// that make its tree land and stop at the one that changes it.
 func batchCrashPoint(name string, spec BatchSpec) error {
-	if len(spec.Removed) > 0 {
+	if len(spec.Removed)+len(spec.Moved)+len(spec.Replaced) > 0 {
 		if err := crashPoint("removing-" + name); err != nil {
 			return err
 		}
@@ -163,37 +175,51 @@ func batchCrashPoint(name string, spec BatchSpec) error {
 // journal (the owner's sweeper, or recovery) settles it later.
 var ErrBatchUnknown = errors.New("outcome of the batch unknown")
 
-// removedAsStored reads the names spec removes, in one mget, and returns
-// them as stored (their versions are what the stage's compare-and-set
-// needs), leaving out those gone or naming another inode.
-func (j *Journal) removedAsStored(ctx context.Context, spec BatchSpec) ([]store.Dentry, error) {
-	if len(spec.Removed) == 0 {
-		return nil, nil
+// readStored reads the stored names spec changes (Removed, Moved,
+// Replaced), in one mget, and sets them as stored: their versions are
+// what the stage's compare-and-set needs. Under the write delegation
+// nobody else changes them, so one gone or naming another inode is damage
+// or a repair's doing: a removal or a move of it is left out (there is
+// nothing left to remove), and a replaced name that is gone is made anew.
+func (j *Journal) readStored(ctx context.Context, spec *BatchSpec) error {
+	lists := []*[]store.Dentry{&spec.Removed, &spec.Moved, &spec.Replaced}
+	var paths []string
+	for _, l := range lists {
+		for _, d := range *l {
+			paths = append(paths, d.Path)
+		}
 	}
-	paths := make([]string, len(spec.Removed))
-	for i, d := range spec.Removed {
-		paths[i] = d.Path
+	if len(paths) == 0 {
+		return nil
 	}
 	res, err := j.b.GetDentries(ctx, paths)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]store.Dentry, 0, len(res))
-	for i, r := range res {
-		want := spec.Removed[i]
-		switch {
-		case errors.Is(r.Err, store.ErrNotFound):
-			j.log.Warn("a name a batch removes is gone already", "op", spec.Op, "path", want.Path)
-		case r.Err != nil:
-			return nil, r.Err
-		case r.Dentry.Ino != want.Ino || r.Dentry.Intent.Op != "":
-			j.log.Warn("a name a batch removes names another inode, or is being renamed: left alone", "op", spec.Op,
-				"path", want.Path, "ino", want.Ino, "found", r.Dentry.Ino, "intent", r.Dentry.Intent.Op)
-		default:
-			out = append(out, r.Dentry)
+	k := 0
+	for li, l := range lists {
+		kept := make([]store.Dentry, 0, len(*l))
+		for _, want := range *l {
+			r := res[k]
+			k++
+			switch {
+			case r.Err != nil && !errors.Is(r.Err, store.ErrNotFound):
+				return r.Err
+			case r.Err == nil && r.Dentry.Ino == want.Ino && r.Dentry.Intent.Op == "":
+				got := r.Dentry
+				got.Intent = want.Intent
+				kept = append(kept, got)
+				continue
+			}
+			j.log.Warn("a stored name a batch changes is gone, or names another inode: left alone", "op", spec.Op,
+				"path", want.Path, "ino", want.Ino, "found", r.Dentry.Ino, "intent", r.Dentry.Intent.Op, "err", r.Err)
+			if li == 2 && errors.Is(r.Err, store.ErrNotFound) {
+				spec.Names = append(spec.Names, store.Dentry{Path: want.Path, Ino: want.Intent.NewIno, Type: want.Intent.NewType})
+			}
 		}
+		*l = kept
 	}
-	return out, nil
+	return nil
 }
 
 // batchRecord is a batch's first step: its record, created PREPARED, and
@@ -284,7 +310,7 @@ func (j *Journal) fenceBatch(ctx context.Context, rec store.OpRecord) {
 // stageBatch writes the batch's inodes and its names with their intent,
 // and the caller's writes; every inode and name must land.
 func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, error) {
-	ops := make([]store.BulkOp, 0, len(spec.Data)+len(spec.Inodes)+len(spec.Names)+len(spec.Removed)+len(spec.Stage))
+	ops := make([]store.BulkOp, 0, len(spec.Data)+len(spec.Inodes)+len(spec.Names)+len(spec.Removed)+len(spec.Moved)+len(spec.Replaced)+len(spec.Stage))
 	ops = append(ops, spec.Data...)
 	for _, a := range spec.Inodes {
 		ops = append(ops, store.CreateInode(a))
@@ -295,9 +321,15 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 		docs = append(docs, d)
 		ops = append(ops, store.CreateDentry(d))
 	}
-	for _, d := range spec.Removed {
+	for _, d := range append(spec.Removed[:len(spec.Removed):len(spec.Removed)], spec.Moved...) {
 		marked := d
 		marked.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
+		docs = append(docs, marked)
+		ops = append(ops, store.PutDentry(marked, d.Ver))
+	}
+	for _, d := range spec.Replaced {
+		marked := d
+		marked.Intent = store.Intent{Op: spec.Op, Role: store.RoleOvr, NewIno: d.Intent.NewIno, NewType: d.Intent.NewType}
 		docs = append(docs, marked)
 		ops = append(ops, store.PutDentry(marked, d.Ver))
 	}

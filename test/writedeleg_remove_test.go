@@ -171,7 +171,8 @@ func TestWriteDelegationsRemoveStoredInMemory(t *testing.T) {
 
 // TestWriteDelegationsCrashDuringRemoveFlush: the writer dies (kill -9) at
 // each step of a batch that removes stored entries (files, a symlink, a
-// directory and its files) and makes new ones. Another mount sees the
+// directory and its files), renames stored files (to a new name, and over
+// another stored file) and makes new ones. Another mount sees the
 // tree before the batch or after it, never a mix, and once the dead
 // writer's work is recovered the removed inodes and their data are gone
 // (committed) or all there (rolled back): fsck finds the index clean.
@@ -198,9 +199,17 @@ func TestWriteDelegationsCrashDuringRemoveFlush(t *testing.T) {
 			if err := os.WriteFile(a.Path("d", "s00", "new"), []byte("new"), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			if err := os.Rename(a.Path("d", "s02", "f00"), a.Path("d", "s02", "moved")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(a.Path("d", "s02", "f01"), a.Path("d", "s02", "f02")); err != nil {
+				t.Fatal(err)
+			}
 			after := []string{"s00", "s02"}
 			s00before := []string{"f00", "f01", "f02", "f03", "link"}
 			s00after := []string{"f01", "f02", "f03", "new"}
+			s02before := s00before
+			s02after := []string{"f02", "f03", "link", "moved"}
 			sync := mounttest.Background(func() mounttest.Result {
 				return mounttest.Exec(time.Minute, "/", "python3", "-c", "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)", a.Path("d"))
 			})
@@ -213,9 +222,11 @@ func TestWriteDelegationsCrashDuringRemoveFlush(t *testing.T) {
 				t.Fatalf("the writer exited without reaching %s:\n%s", c.point, a.Log())
 			}
 			b := mounttest.MountUncached(t, f, nil)
-			wantD, wantS00 := before, s00before
+			wantD, wantS00, wantS02 := before, s00before, s02before
+			wantF02 := strings.Repeat("2.2 ", 20) // d/s02/f02's content
 			if c.committed {
-				wantD, wantS00 = after, s00after
+				wantD, wantS00, wantS02 = after, s00after, s02after
+				wantF02 = strings.Repeat("2.1 ", 10) // d/s02/f01's
 			}
 			same := func(got, want []string) bool {
 				sort.Strings(got)
@@ -223,18 +234,22 @@ func TestWriteDelegationsCrashDuringRemoveFlush(t *testing.T) {
 			}
 			deadline := time.Now().Add(mounttest.RecoveredWithin + 30*time.Second)
 			for {
-				d, s00 := listing(b.Path("d")), listing(b.Path("d", "s00"))
-				mixed := !(same(d, before) && same(s00, s00before)) && !(same(d, after) && same(s00, s00after))
-				if mixed && d != nil && s00 != nil {
-					t.Fatalf("after a crash at %s the other mount sees part of the batch: d %q, d/s00 %q", c.point, d, s00)
+				d, s00, s02 := listing(b.Path("d")), listing(b.Path("d", "s00")), listing(b.Path("d", "s02"))
+				mixed := !(same(d, before) && same(s00, s00before) && same(s02, s02before)) &&
+					!(same(d, after) && same(s00, s00after) && same(s02, s02after))
+				if mixed && d != nil && s00 != nil && s02 != nil {
+					t.Fatalf("after a crash at %s the other mount sees part of the batch: d %q, d/s00 %q, d/s02 %q", c.point, d, s00, s02)
 				}
-				if same(d, wantD) && same(s00, wantS00) {
+				if same(d, wantD) && same(s00, wantS00) && same(s02, wantS02) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("after a crash at %s the other mount lists d %q, d/s00 %q (committed: %v)", c.point, d, s00, c.committed)
+					t.Fatalf("after a crash at %s the other mount lists d %q, d/s00 %q, d/s02 %q (committed: %v)", c.point, d, s00, s02, c.committed)
 				}
 				time.Sleep(200 * time.Millisecond)
+			}
+			if data, err := os.ReadFile(b.Path("d", "s02", "f02")); err != nil || string(data) != wantF02 {
+				t.Errorf("d/s02/f02 after the batch (committed: %v): %q, %v; want %q", c.committed, data, err, wantF02)
 			}
 			if !c.committed {
 				if got := listing(b.Path("d", "s01")); len(got) != 5 {
@@ -252,4 +267,68 @@ func TestWriteDelegationsCrashDuringRemoveFlush(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWriteDelegationsRenameStoredInMemory: renames of stored files in a
+// write-delegated directory, to new names and over other stored files,
+// cost no request per call; another mount that looks in right after sees
+// every one of them, with the right contents, and the replaced files'
+// inodes and data are gone.
+func TestWriteDelegationsRenameStoredInMemory(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m, metrics := writerMount(t, f, nil)
+	paths0, inodes0, _ := fsckCounts(t, f)
+	if err := os.Mkdir(m.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if err := os.WriteFile(m.Path("d", fmt.Sprintf("f%02d", i)), []byte(fmt.Sprintf("file %d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsyncDir(t, m.Path("d"))
+	listing(m.Path("d"))
+	before, counts := foregroundRequests(t, metrics), requestCounts(t, metrics)
+	for i := 0; i < 10; i++ {
+		if err := os.Rename(m.Path("d", fmt.Sprintf("f%02d", i)), m.Path("d", fmt.Sprintf("g%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 10; i < 15; i++ {
+		if err := os.Rename(m.Path("d", fmt.Sprintf("f%02d", i)), m.Path("d", fmt.Sprintf("f%02d", i+5))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cost := foregroundRequests(t, metrics) - before
+	logRequests(t, metrics, counts)
+	renames := mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_pending_renames_total")
+	t.Logf("15 renames of stored files: %v requests, %v made in memory", cost, renames)
+	if renames != 15 {
+		t.Errorf("%v renames made in memory, want all 15", renames)
+	}
+	if cost >= 15 {
+		t.Errorf("15 renames of stored files cost %v requests; want fewer than one per rename (only the directory's lease)", cost)
+	}
+	want := map[string]string{}
+	for i := 0; i < 10; i++ {
+		want[fmt.Sprintf("g%02d", i)] = fmt.Sprintf("file %d\n", i)
+	}
+	for i := 15; i < 20; i++ {
+		want[fmt.Sprintf("f%02d", i)] = fmt.Sprintf("file %d\n", i-5)
+	}
+	b := mounttest.MountUncached(t, f, nil)
+	if got, w := strings.Join(listing(b.Path("d")), " "), strings.Join(mounttest.SortedKeys(want), " "); got != w {
+		t.Fatalf("the other mount lists %q right after the renames, want %q", got, w)
+	}
+	for name, content := range want {
+		if data, err := os.ReadFile(b.Path("d", name)); err != nil || string(data) != content {
+			t.Errorf("d/%s on the other mount: %q, %v; want %q", name, data, err, content)
+		}
+	}
+	// The 5 replaced files went: d and its 15 files are left.
+	mounttest.WaitFor(t, "the replaced inodes to go", 30*time.Second, func() bool {
+		p, i, _ := fsckCounts(t, f)
+		return p == paths0+16 && i == inodes0+16
+	})
+	mounttest.FsckClean(t, f)
 }

@@ -1,0 +1,130 @@
+package fs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/store"
+)
+
+// renameStored is a rename of a stored file (not a directory) between
+// directories this mount holds for writing, made in memory (see
+// writeback_remove.go): the old name is moved away, the new one made, or
+// a stored file there replaced, in the batch. handled false: the
+// synchronous path decides (after a settle).
+func (f *FS) renameStored(ctx context.Context, from dirRef, name string, to dirRef, newName string, noReplace bool) (handled bool, err error) {
+	wb := f.wb
+	if wb == nil {
+		return false, nil
+	}
+	src, dst := f.delegs.state(from.ino()), f.delegs.state(to.ino())
+	if src == nil || dst == nil || !src.d.Writable() || !dst.d.Writable() || wb.pending(from.ino()) || wb.pending(to.ino()) {
+		return false, nil
+	}
+	srcDir, ok1 := from.path()
+	dstDir, ok2 := to.path()
+	if !ok1 || !ok2 {
+		return false, nil
+	}
+	srcPath, dstPath := store.Join(srcDir, name), store.Join(dstDir, newName)
+	if store.CheckPath(srcPath) != nil || store.CheckPath(dstPath) != nil {
+		return false, nil
+	}
+	e, ok := src.lookup(name)
+	if !ok || e.absent || e.typ == store.TypeDir || wb.pending(e.ino) {
+		return false, nil
+	}
+	if srcPath == dstPath {
+		return true, nil
+	}
+	target, ok := dst.lookup(newName)
+	switch {
+	case !ok:
+		return false, nil
+	case !target.absent && noReplace:
+		return true, fmt.Errorf("%q: %w", dstPath, store.ErrExists)
+	case !target.absent && target.ino == e.ino:
+		return true, nil // two links to one inode: POSIX says do nothing
+	case !target.absent && (target.typ == store.TypeDir || wb.pending(target.ino) ||
+		!f.singleLink(to.ino(), newName, target) || f.openState(target.ino) != nil):
+		return false, nil // the journal replaces it, keeping an open file to its last close
+	}
+	// The strategy's shared locks of both names, held as leases until the
+	// batch lands (see removeStored).
+	var leases []*locking.Share
+	defer func() {
+		for _, h := range leases {
+			if h != nil {
+				h.End()
+			}
+		}
+	}()
+	for _, l := range []struct {
+		dir        dirRef
+		path, name string
+	}{{from, srcDir, srcPath}, {to, dstDir, dstPath}} {
+		h, handled, err := f.leaseEntry(ctx, l.dir, l.path, l.name)
+		if h == nil {
+			return handled, err
+		}
+		leases = append(leases, h)
+	}
+	if wb.count.Load() >= 4*maxPending {
+		if err := wb.flush(ctx); err != nil {
+			return true, err
+		}
+	}
+	wb.gate.Lock()
+	defer wb.gate.Unlock()
+	if wb.unknownBatch() != nil || src.d.Revoked() || dst.d.Revoked() {
+		return false, nil
+	}
+	// Looked at again under the gate: a flush or another call may have
+	// run since.
+	if now, ok := src.lookup(name); !ok || now.absent || now.ino != e.ino {
+		return false, nil
+	}
+	if now, ok := dst.lookup(newName); !ok || now.absent != target.absent || now.ino != target.ino {
+		return false, nil
+	}
+	t := now()
+	wb.mu.Lock()
+	if !wb.storedName(from.ino(), srcPath, name) || !wb.storedName(to.ino(), dstPath, newName) {
+		wb.mu.Unlock()
+		return false, nil
+	}
+	wb.removed = append(wb.removed, removedName{kind: moveAway, dir: from.ino(), d: store.Dentry{Path: srcPath, Ino: e.ino, Type: e.typ}})
+	if target.absent {
+		d := store.Dentry{Path: dstPath, Ino: e.ino, Type: e.typ}
+		d.Parent, d.Name = store.Split(dstPath)
+		wb.names = append(wb.names, pendingName{dir: to.ino(), d: d})
+	} else {
+		wb.removed = append(wb.removed, removedName{kind: replacement, dir: to.ino(),
+			d: store.Dentry{Path: dstPath, Ino: target.ino, Type: target.typ, Intent: store.Intent{NewIno: e.ino, NewType: e.typ}}})
+	}
+	wb.storedPaths[srcPath], wb.storedPaths[dstPath] = true, true
+	wb.ctimes[e.ino] = t
+	wb.touchLocked(from.ino(), t)
+	wb.touchLocked(to.ino(), t)
+	for i, l := range []dirRef{from, to} {
+		if wb.keepLease(l.ino(), leases[i]) {
+			leases[i] = nil
+		}
+	}
+	wb.added(2)
+	wb.mu.Unlock()
+	src.changedHere(name, dirEntry{absent: true}, true, true)
+	dst.changedHere(newName, dirEntry{ino: e.ino, typ: e.typ}, true, true)
+	f.cache.InvalidatePath(srcPath)
+	f.cache.InvalidatePath(dstPath)
+	f.cache.InvalidateInode(e.ino)
+	f.delegs.forgetAttr(e.ino)
+	if !target.absent {
+		f.cache.InvalidateInode(target.ino)
+		f.delegs.forgetAttr(target.ino)
+	}
+	f.noteParent(e.ino, to.ino())
+	f.metrics.pendingRenames.Inc()
+	return true, nil
+}
