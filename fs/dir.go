@@ -227,22 +227,41 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		d.inodes = make(map[uint64]store.Inode, len(d.page))
 		inos := make([]uint64, 0, len(d.page))
 		names := make([]string, 0, len(d.page))
+		// Subdirectories under delegations of their own learn their
+		// attributes from the read, which comes after those grants.
+		subs := map[uint64]*dirState{}
+		changes := map[uint64]uint64{}
 		for _, de := range d.page {
 			if a, ok := f.wb.inode(de.Ino); ok {
 				d.inodes[de.Ino] = a // made here, not flushed yet
 				continue
 			}
+			if a, ok := d.held(de); ok {
+				d.inodes[de.Ino] = a // a delegation holds them
+				continue
+			}
+			if de.Type == store.TypeDir {
+				if sub := f.delegs.state(de.Ino); sub != nil {
+					subs[de.Ino], changes[de.Ino] = sub, sub.changeCount()
+				}
+			}
 			inos, names = append(inos, de.Ino), append(names, de.Name)
 		}
-		res, err := f.st.GetInodes(ctx, inos)
-		if err != nil {
-			return nil, f.toErrno("readdirplus", err)
+		var res []store.InodeResult
+		if len(inos) > 0 {
+			var err error
+			if res, err = f.st.GetInodes(ctx, inos); err != nil {
+				return nil, f.toErrno("readdirplus", err)
+			}
 		}
 		for k, r := range res {
 			if r.Err == nil {
 				d.inodes[inos[k]] = r.Inode
 				if d.st != nil {
 					f.delegs.learnAttr(d.st, names[k], r.Inode)
+				}
+				if sub := subs[inos[k]]; sub != nil {
+					sub.learnSelf(r.Inode, changes[inos[k]])
 				}
 				if d.fromMem {
 					// The paths of a listing from memory were not read
@@ -271,6 +290,23 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	child := d.n.newChild(ctx, store.Node{Dentry: e, Attr: a}, out)
 	d.n.tellAttrs(child, name, e.Ino, e.Type, out)
 	return child, 0
+}
+
+// held returns the attributes of entry e if a delegation holds them: a
+// directory's own, a file's its directory's (when this listing is made
+// under it).
+func (d *dirHandle) held(e store.Dentry) (store.Inode, bool) {
+	f := d.n.f
+	if f.delegs == nil {
+		return store.Inode{}, false
+	}
+	if e.Type == store.TypeDir {
+		return f.wb.overlay(e.Ino, func() (store.Inode, bool) { return f.delegs.selfAttr(e.Ino, nil) })
+	}
+	if d.st == nil {
+		return store.Inode{}, false
+	}
+	return f.delegs.attr(d.n.ino(), e.Name, e.Ino, nil)
 }
 
 // Seekdir restarts the listing and skips to entry off (offsets are entry
