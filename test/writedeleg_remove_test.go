@@ -332,3 +332,63 @@ func TestWriteDelegationsRenameStoredInMemory(t *testing.T) {
 	})
 	mounttest.FsckClean(t, f)
 }
+
+// TestWriteDelegationsRemovalsArePrefixes: the writer removes stored files
+// one after the other, in name order, flushing at its ordinary pace, while
+// another mount lists the directory again and again (each listing recalls
+// the writer, whose pending removals land first): every listing shows the
+// last names, from some k on, never a name back once it went.
+func TestWriteDelegationsRemovalsArePrefixes(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := mounttest.MountUncached(t, f, nil, "--write-delegations", "--flush-interval=50ms")
+	b := mounttest.MountUncached(t, f, nil)
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := 0; i < n; i++ {
+		if err := os.WriteFile(a.Path("d", fmt.Sprintf("f%04d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fsyncDir(t, a.Path("d"))
+	done := make(chan struct{})
+	var werr error
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i++ {
+			if err := os.Remove(a.Path("d", fmt.Sprintf("f%04d", i))); err != nil {
+				werr = err
+				return
+			}
+		}
+	}()
+	lists, lowest := 0, 0
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		got := listing(b.Path("d"))
+		first := n - len(got)
+		for i, name := range got {
+			if name != fmt.Sprintf("f%04d", first+i) {
+				t.Fatalf("a listing on the other mount is not what is left after the writer's first removals: %d names, #%d is %q", len(got), i, name)
+			}
+		}
+		if first < lowest {
+			t.Fatalf("a listing on the other mount shows %d names after one showed %d: a removal came back", len(got), n-lowest)
+		}
+		lowest = first
+		lists++
+	}
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	if got := listing(b.Path("d")); len(got) != 0 {
+		t.Fatalf("after the writer removed everything the other mount lists %d names", len(got))
+	}
+	t.Logf("%d listings, each what was left", lists)
+	mounttest.FsckClean(t, f)
+}
