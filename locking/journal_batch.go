@@ -315,7 +315,7 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 	for _, a := range spec.Inodes {
 		ops = append(ops, store.CreateInode(a))
 	}
-	docs := make([]store.Dentry, 0, len(spec.Names)+len(spec.Removed))
+	docs := make([]store.Dentry, 0, len(spec.Names)+len(spec.Removed)+len(spec.Moved)+len(spec.Replaced))
 	for _, d := range spec.Names {
 		d.Intent = store.Intent{Op: spec.Op, Role: store.RoleDst}
 		docs = append(docs, d)
