@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"maps"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,10 @@ const (
 	// maxDelegNames bounds the names known of one directory; past it, the
 	// directory is no longer known complete and new names are not kept.
 	maxDelegNames = 100000
+	// upgradeEvery bounds how often a directory's upgrade to a write
+	// delegation is asked for: in one that other mounts read too, each
+	// try is a request for nothing.
+	upgradeEvery = time.Second
 )
 
 // dirEntry is what is known of one name of a delegated directory.
@@ -88,6 +93,10 @@ type dirState struct {
 	// their reply to the kernel; a recall waits for them before it
 	// invalidates, so that no reply lands after the invalidation.
 	answering atomic.Int64
+	// moved: this state was copied under a write delegation (see
+	// delegs.upgrade); nothing more may be told the kernel under it,
+	// since its recall would not invalidate it.
+	moved bool
 }
 
 // delegs is the mount's side of read delegations.
@@ -99,10 +108,12 @@ type delegs struct {
 	asking map[uint64]bool
 	// attrsIn: the directory whose state holds the attributes of an inode.
 	attrsIn map[uint64]uint64
+	// upgradeTried: when an upgrade of a directory was last asked for.
+	upgradeTried map[uint64]time.Time
 }
 
 func newDelegs(f *FS) *delegs {
-	return &delegs{f: f, by: map[uint64]*dirState{}, asking: map[uint64]bool{}, attrsIn: map[uint64]uint64{}}
+	return &delegs{f: f, by: map[uint64]*dirState{}, asking: map[uint64]bool{}, attrsIn: map[uint64]uint64{}, upgradeTried: map[uint64]time.Time{}}
 }
 
 func newDirState(d *locking.Delegation, node *gofs.Inode) *dirState {
@@ -298,7 +309,7 @@ func (st *dirState) told(name string, node *gofs.Inode) bool {
 	st.answering.Add(1)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.d.Revoked() {
+	if st.d.Revoked() || st.moved {
 		st.answering.Add(-1)
 		return false
 	}
@@ -408,6 +419,7 @@ func (st *dirState) changeCount() uint64 {
 func (ds *delegs) changedHere(dir uint64, name string, e dirEntry, ok bool) {
 	if st := ds.state(dir); st != nil {
 		st.changedHere(name, e, ok, false)
+		ds.upgrade(st)
 	}
 	if e.typ == store.TypeDir && e.ino != 0 {
 		if sub := ds.state(e.ino); sub != nil {
@@ -424,7 +436,73 @@ func (ds *delegs) changedHere(dir uint64, name string, e dirEntry, ok bool) {
 func (ds *delegs) changedThroughDirLinks(dir uint64, name string, e dirEntry, ok bool) {
 	if st := ds.state(dir); st != nil {
 		st.changedHere(name, e, ok, true)
+		ds.upgrade(st)
 	}
+}
+
+// upgrade asks, in the background, for a write delegation on the
+// directory of st, which this mount holds for reading and has just
+// changed, when write delegations are on: a directory one mount works in
+// alone is then changed in memory from its next call on, as one it made
+// is. Another mount that looks in or changes it recalls it (its batch
+// lands first); one that keeps doing so cools it (locking.Delegations).
+func (ds *delegs) upgrade(st *dirState) {
+	if ds.f.wb == nil || st.d.Writable() {
+		return
+	}
+	ds.mu.Lock()
+	if ds.asking[st.ino] || ds.by[st.ino] != st || time.Since(ds.upgradeTried[st.ino]) < upgradeEvery {
+		ds.mu.Unlock()
+		return
+	}
+	ds.asking[st.ino] = true
+	if len(ds.upgradeTried) >= maxDelegDirs {
+		clear(ds.upgradeTried)
+	}
+	ds.upgradeTried[st.ino] = time.Now()
+	ds.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), ds.f.st.Timeout())
+		defer cancel()
+		w, err := ds.f.co.Delegations.Upgrade(ctx, st.d, func(w *locking.Delegation) bool { return ds.move(st, w) })
+		ds.mu.Lock()
+		delete(ds.asking, st.ino)
+		ds.mu.Unlock()
+		if err != nil {
+			ds.f.log.Debug("no write delegation for a directory changed here", "dir", st.d.Path, "err", err)
+		} else if w != nil {
+			ds.f.log.Debug("write delegation for a directory changed here", "dir", st.d.Path)
+		}
+	}()
+}
+
+// move makes a copy of st, under w, the state of its directory (see
+// locking.Delegations.Upgrade, which calls it with its lock held): unless
+// a change of its entries, or of its own document, is under way here,
+// whose outcome would be recorded in st only. The kernel's names and
+// attributes told under st go with the copy, to be invalidated when w is
+// recalled, and nothing more is told under st.
+func (ds *delegs) move(st *dirState, w *locking.Delegation) bool {
+	if ds.f.changing.busy(st.ino) {
+		return false
+	}
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if ds.by[st.ino] != st {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.writes.pending != 0 || st.moved || st.answering.Load() != 0 {
+		return false
+	}
+	n := newDirState(w, st.node)
+	n.complete, n.changed = st.complete, st.changed
+	n.names, n.kernel, n.attrTold = maps.Clone(st.names), maps.Clone(st.kernel), maps.Clone(st.attrTold)
+	n.self, n.hasSelf = st.self, st.hasSelf
+	st.moved = true
+	ds.by[st.ino] = n
+	return true
 }
 
 // born records that directory ino was just made here, empty, under a

@@ -224,6 +224,64 @@ func (ds *Delegations) Grant(ctx context.Context, ino uint64, path string, mode 
 	}
 }
 
+// Upgrade asks for a write delegation on the directory of d, a read
+// delegation this mount holds: one attempt, as Grant, granted if no other
+// mount holds or waits for anything there (this mount's own entries never
+// conflict with it). It is granted while d still covers the directory, so
+// nothing changed it in between, and what the mount learned under d stays
+// true under the new one: move (called with this type's lock held, so
+// that no recall picks either delegation meanwhile; it must not call back
+// here) moves it there, or refuses. Then d is given back without the
+// Recall callback: its lock entry goes, and the new delegation alone
+// stands for what was cached. It returns nil when nothing was upgraded.
+func (ds *Delegations) Upgrade(ctx context.Context, d *Delegation, move func(w *Delegation) bool) (*Delegation, error) {
+	ds.mu.Lock()
+	if ds.held[d.Ino] != d || d.Revoked() || d.Writable() {
+		ds.mu.Unlock()
+		return nil, fmt.Errorf("directory %d: no read delegation to upgrade: %w", d.Ino, ErrLocked)
+	}
+	if until, ok := ds.cool[d.Ino]; ok && time.Now().Before(until) {
+		ds.mu.Unlock()
+		return nil, ErrCooling
+	}
+	if _, ok := ds.pending[d.Ino]; ok {
+		ds.mu.Unlock()
+		return nil, fmt.Errorf("directory %d is being granted: %w", d.Ino, ErrLocked)
+	}
+	done := make(chan struct{})
+	ds.pending[d.Ino] = done
+	ds.mu.Unlock()
+	w, err := ds.grant(ctx, d.Ino, d.Path, store.Exclusive)
+	ds.mu.Lock()
+	delete(ds.pending, d.Ino)
+	moved := w != nil && ds.held[d.Ino] == d && !d.Revoked() && !w.Revoked() && move(w)
+	if moved {
+		ds.held[d.Ino] = w
+	}
+	ds.mu.Unlock()
+	close(done)
+	ds.c.Locks.metrics.granted(store.Exclusive, err)
+	ctx = context.WithoutCancel(ctx)
+	switch {
+	case err != nil:
+		return nil, err
+	case !moved:
+		// Recalled while we asked (what d covered may have changed), or
+		// refused: the new entry goes at once.
+		if rerr := ds.c.Locks.Release(ctx, w.held); rerr != nil {
+			ds.c.log.Debug("giving back an upgrade not used", "dir", d.Ino, "err", rerr)
+		}
+		return nil, nil
+	}
+	ds.c.Locks.metrics.delegHeld(store.Exclusive, 1)
+	// d is given back without the callback, unless a recall that picked
+	// it before the move gives it back now (the callback then finds
+	// nothing of d's: the new delegation stands for it, and the recall
+	// reaches that one next).
+	ds.Drop(ctx, d)
+	return w, nil
+}
+
 func (ds *Delegations) grant(ctx context.Context, ino uint64, path string, mode store.LockMode) (*Delegation, error) {
 	sess := ds.c.Session()
 	op := sess.LeaseOp()

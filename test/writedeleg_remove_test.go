@@ -392,3 +392,54 @@ func TestWriteDelegationsRemovalsArePrefixes(t *testing.T) {
 	t.Logf("%d listings, each what was left", lists)
 	mounttest.FsckClean(t, f)
 }
+
+// TestWriteDelegationsUpgradeDirectoryHeldAlone: a directory made before
+// the mount, which it then reads and changes alone, is upgraded to a
+// write delegation after its first change: the following removals are
+// made in memory. Another mount that looks in sees all of them at once,
+// and its own change there lands after them.
+func TestWriteDelegationsUpgradeDirectoryHeldAlone(t *testing.T) {
+	f := mounttest.NewFS(t)
+	old := mounttest.MountUncached(t, f, nil)
+	if err := os.Mkdir(old.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	for i := 0; i < n; i++ {
+		if err := os.WriteFile(old.Path("d", fmt.Sprintf("f%02d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old.Unmount(t)
+	a, metrics := writerMount(t, f, nil)
+	held := func(mode string) float64 {
+		return mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_delegations_held", "mode", mode)
+	}
+	mounttest.WaitFor(t, "a read delegation on d", 10*time.Second, func() bool {
+		listing(a.Path("d"))
+		return held("read") >= 2 // the root and d
+	})
+	if err := os.Remove(a.Path("d", "f00")); err != nil {
+		t.Fatal(err)
+	}
+	mounttest.WaitFor(t, "the upgrade of d to a write delegation", 10*time.Second, func() bool { return held("write") >= 1 })
+	for i := 1; i < n; i++ {
+		if err := os.Remove(a.Path("d", fmt.Sprintf("f%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if removes := mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_pending_removes_total"); removes != n-1 {
+		t.Errorf("%v removals made in memory after the upgrade, want %d", removes, n-1)
+	}
+	b := mounttest.MountUncached(t, f, nil)
+	if got := listing(b.Path("d")); len(got) != 0 {
+		t.Fatalf("the other mount lists %q in d right after the removals", got)
+	}
+	if err := os.WriteFile(b.Path("d", "f00"), []byte("B's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(listing(a.Path("d")), " "); got != "f00" {
+		t.Fatalf("the writer lists %q after the other mount's create", got)
+	}
+	mounttest.FsckClean(t, f)
+}
