@@ -271,3 +271,62 @@ func TestIdleHolderPollsLess(t *testing.T) {
 	}
 	_ = txn.End(ctx)
 }
+
+// TestUpgradeOnlyWhenAlone: a read delegation is upgraded to a write one
+// only while no other mount holds one; the upgrade replaces it (one entry
+// of this mount left in the document), a refused move gives the new entry
+// back, and a change from another mount then recalls the write delegation.
+func TestUpgradeOnlyWhenAlone(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := ctxT(t)
+	var log recallLog
+	a := coordinator(t, st, "tree", 10*time.Second)
+	b := coordinator(t, st, "tree", 10*time.Second)
+	watchRecalls(a, "a", &log)
+	watchRecalls(b, "b", &log)
+	const dir = 43
+	da, err := a.Delegations.Grant(ctx, dir, "/d", store.ReadDeleg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := b.Delegations.Grant(ctx, dir, "/d", store.ReadDeleg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := func(*locking.Delegation) bool { return true }
+	if w, err := a.Delegations.Upgrade(ctx, da, moved); w != nil || !errors.Is(err, locking.ErrLocked) {
+		t.Fatalf("upgrade beside another mount's read delegation: %v, %v; want ErrLocked", w, err)
+	}
+	b.Delegations.Give(ctx, db)
+	if w, err := a.Delegations.Upgrade(ctx, da, func(*locking.Delegation) bool { return false }); w != nil || err != nil {
+		t.Fatalf("an upgrade whose move is refused: %v, %v; want nothing", w, err)
+	}
+	if a.Delegations.Held(dir) != da {
+		t.Fatal("a refused move lost the read delegation")
+	}
+	w, err := a.Delegations.Upgrade(ctx, da, moved)
+	if err != nil || w == nil || !w.Writable() {
+		t.Fatalf("upgrade alone: %v, %v", w, err)
+	}
+	if !da.Revoked() || a.Delegations.Held(dir) != w {
+		t.Fatal("the read delegation is still held beside its upgrade")
+	}
+	docs, err := st.GetLocks(ctx, []string{store.DelegLockID(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs[0].Holders) != 1 || docs[0].Holders[0].Mode != store.Exclusive {
+		t.Fatalf("holders after the upgrade: %+v; want the write delegation alone", docs[0].Holders)
+	}
+	txn, err := b.Begin(ctx, []locking.Request{locking.Change(dir, "/d"), locking.PathLock("/d/x", store.Exclusive)})
+	if err != nil {
+		t.Fatalf("a change beside the upgraded delegation: %v", err)
+	}
+	_ = txn.End(ctx)
+	if !w.Revoked() {
+		t.Fatal("the write delegation is still valid after another mount's change")
+	}
+	if got := log.list(); len(got) != 2 || got[1] != "a gave back" {
+		t.Fatalf("events %q: want b's give-back, then a's recall (once)", got)
+	}
+}
