@@ -144,6 +144,14 @@ func (ds *delegs) learnAttr(st *dirState, name string, a store.Inode) {
 	}
 }
 
+// heldIn records that the state of directory dir holds the attributes of
+// inode ino (see attrsIn).
+func (ds *delegs) heldIn(ino, dir uint64) {
+	ds.mu.Lock()
+	ds.attrsIn[ino] = dir
+	ds.mu.Unlock()
+}
+
 // attr returns the attributes of inode ino, entry name of directory dir,
 // if a delegation holds them; node is the entry's kernel node, told them.
 func (ds *delegs) attr(dir uint64, name string, ino uint64, node *gofs.Inode) (store.Inode, bool) {

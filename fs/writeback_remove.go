@@ -92,6 +92,9 @@ func (f *FS) removeStored(ctx context.Context, parent dirRef, name string, wantD
 	if !ok || e.absent || (e.typ == store.TypeDir) != wantDir || wb.pending(e.ino) || wb.storedPending(path) {
 		return false, nil
 	}
+	if !f.timesShown(parent.ino()) {
+		return false, nil
+	}
 	var child *dirState
 	if wantDir {
 		if child = f.delegs.state(e.ino); child == nil || !child.d.Writable() || !f.knownEmpty(e.ino) {
@@ -158,6 +161,15 @@ func (f *FS) removeStored(ctx context.Context, parent dirRef, name string, wantD
 	f.delegs.forgetAttr(e.ino)
 	f.metrics.pendingRemoves.Inc()
 	return true, nil
+}
+
+// timesShown reports whether this mount knows the attributes of directory
+// dir it shows (its own delegation holds them): only then does a change
+// in memory show in them, as the pending batch changes them (a stat that
+// reads the store would show them as of the last flush).
+func (f *FS) timesShown(dir uint64) bool {
+	_, ok := f.wb.overlay(dir, func() (store.Inode, bool) { return f.delegs.selfAttr(dir, nil) })
+	return ok
 }
 
 // keepLease keeps lease as the batch's lease of directory dir, unless it

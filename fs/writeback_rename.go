@@ -32,7 +32,12 @@ func (f *FS) renameStored(ctx context.Context, from dirRef, name string, to dirR
 		return false, nil
 	}
 	e, ok := src.lookup(name)
-	if !ok || e.absent || e.typ == store.TypeDir || wb.pending(e.ino) {
+	if !ok || e.absent || e.typ == store.TypeDir || wb.pending(e.ino) || !f.timesShown(from.ino()) || !f.timesShown(to.ino()) {
+		return false, nil
+	}
+	// The file's attributes must be held too, to show its new ctime.
+	attr, held := f.delegs.attr(from.ino(), name, e.ino, nil)
+	if !held {
 		return false, nil
 	}
 	if srcPath == dstPath {
@@ -115,11 +120,14 @@ func (f *FS) renameStored(ctx context.Context, from dirRef, name string, to dirR
 	wb.added(2)
 	wb.mu.Unlock()
 	src.changedHere(name, dirEntry{absent: true}, true, true)
-	dst.changedHere(newName, dirEntry{ino: e.ino, typ: e.typ}, true, true)
 	f.cache.InvalidatePath(srcPath)
 	f.cache.InvalidatePath(dstPath)
 	f.cache.InvalidateInode(e.ino)
 	f.delegs.forgetAttr(e.ino)
+	// Its attributes move with it, with the rename's ctime.
+	attr.Ctime = t
+	dst.changedHere(newName, dirEntry{ino: e.ino, typ: e.typ, attr: attr, hasAttr: true}, true, true)
+	f.delegs.heldIn(e.ino, to.ino())
 	if !target.absent {
 		f.cache.InvalidateInode(target.ino)
 		f.delegs.forgetAttr(target.ino)
