@@ -361,6 +361,15 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 		// already, so nothing may be added under it.
 		return store.Node{}, false, nil
 	}
+	if lease == nil && !wb.pending(parent.ino()) {
+		// The directory was pending, and its batch landed since we
+		// looked: no lease covers the name, and a rename of an ancestor
+		// may have moved it already (its path would be stale).
+		return store.Node{}, false, nil
+	}
+	if now, ok := parent.path(); !ok || now != dir {
+		return store.Node{}, false, nil // moved since we looked
+	}
 	known, ok := st.lookup(name)
 	switch {
 	case !ok:
