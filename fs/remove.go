@@ -20,8 +20,8 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 	if err := store.CheckName(name); err != nil {
 		return err
 	}
-	if !wantDir && f.removePending(parent, name) {
-		return nil // made in memory: forgotten there
+	if !wantDir && (f.removePending(parent, name) || f.removeMoved(parent, name)) {
+		return nil // made or moved in memory: forgotten there
 	}
 	if handled, err := f.removeStored(ctx, parent, name, wantDir); handled {
 		return err // removed in memory, flushed with the batch

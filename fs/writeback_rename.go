@@ -136,3 +136,54 @@ func (f *FS) renameStored(ctx context.Context, from dirRef, name string, to dirR
 	f.metrics.pendingRenames.Inc()
 	return true, nil
 }
+
+// removeMoved is an unlink of name in directory parent that is the new
+// name of a stored file renamed in memory (not over another file): the
+// rename and the unlink become one removal of the old name, in memory
+// (mdtest's rename-then-unlink, a temporary file renamed then deleted).
+// It reports whether it did; false: the other paths decide.
+func (f *FS) removeMoved(parent dirRef, name string) bool {
+	wb := f.wb
+	if wb == nil || wb.count.Load() == 0 {
+		return false
+	}
+	st := f.delegs.state(parent.ino())
+	if st == nil || !st.d.Writable() {
+		return false
+	}
+	e, ok := st.lookup(name)
+	if !ok || e.absent || e.typ == store.TypeDir || !f.singleLink(parent.ino(), name, e) || f.openState(e.ino) != nil {
+		return false
+	}
+	wb.gate.Lock()
+	defer wb.gate.Unlock()
+	if wb.unknown != nil || st.d.Revoked() {
+		return false
+	}
+	wb.mu.Lock()
+	k, pending := wb.pendingEntry(parent.ino(), name)
+	if !pending || wb.names[k].d.Ino != e.ino || wb.inodes[e.ino] != nil {
+		wb.mu.Unlock()
+		return false
+	}
+	src := -1
+	for i, rn := range wb.removed {
+		if rn.kind == moveAway && rn.d.Ino == e.ino {
+			src = i
+		}
+	}
+	if src < 0 {
+		wb.mu.Unlock()
+		return false
+	}
+	wb.dropLocked(k) // the new name: nothing of it is stored
+	wb.removed[src].kind = removal
+	delete(wb.ctimes, e.ino)
+	wb.touchLocked(parent.ino(), now())
+	wb.mu.Unlock()
+	st.changedHere(name, dirEntry{absent: true}, true, true)
+	f.cache.InvalidateInode(e.ino)
+	f.delegs.forgetAttr(e.ino)
+	f.metrics.pendingRemoves.Inc()
+	return true
+}

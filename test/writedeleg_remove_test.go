@@ -271,9 +271,9 @@ func TestWriteDelegationsCrashDuringRemoveFlush(t *testing.T) {
 
 // TestWriteDelegationsRenameStoredInMemory: renames of stored files in a
 // write-delegated directory, to new names and over other stored files,
-// cost no request per call; another mount that looks in right after sees
-// every one of them, with the right contents, and the replaced files'
-// inodes and data are gone.
+// and unlinks of renamed ones, cost no request per call; another mount
+// that looks in right after sees every one of them, with the right
+// contents, and the replaced and removed files' inodes and data are gone.
 func TestWriteDelegationsRenameStoredInMemory(t *testing.T) {
 	f := mounttest.NewFS(t)
 	m, metrics := writerMount(t, f, nil)
@@ -299,18 +299,25 @@ func TestWriteDelegationsRenameStoredInMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Renamed, then removed: one removal of the old name.
+	for i := 0; i < 5; i++ {
+		if err := os.Remove(m.Path("d", fmt.Sprintf("g%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cost := foregroundRequests(t, metrics) - before
 	logRequests(t, metrics, counts)
-	renames := mounttest.Sample(mounttest.Scrape(t, metrics), "esfs_pending_renames_total")
-	t.Logf("15 renames of stored files: %v requests, %v made in memory", cost, renames)
-	if renames != 15 {
-		t.Errorf("%v renames made in memory, want all 15", renames)
+	fams := mounttest.Scrape(t, metrics)
+	renames, removes := mounttest.Sample(fams, "esfs_pending_renames_total"), mounttest.Sample(fams, "esfs_pending_removes_total")
+	t.Logf("15 renames of stored files and 5 unlinks of renamed ones: %v requests; %v renames, %v removals made in memory", cost, renames, removes)
+	if renames != 15 || removes != 5 {
+		t.Errorf("%v renames and %v removals made in memory, want all 15 and 5", renames, removes)
 	}
-	if cost >= 15 {
-		t.Errorf("15 renames of stored files cost %v requests; want fewer than one per rename (only the directory's lease)", cost)
+	if cost >= 20 {
+		t.Errorf("20 renames and unlinks of stored files cost %v requests; want fewer than one per call (only the directory's lease)", cost)
 	}
 	want := map[string]string{}
-	for i := 0; i < 10; i++ {
+	for i := 5; i < 10; i++ {
 		want[fmt.Sprintf("g%02d", i)] = fmt.Sprintf("file %d\n", i)
 	}
 	for i := 15; i < 20; i++ {
@@ -325,10 +332,11 @@ func TestWriteDelegationsRenameStoredInMemory(t *testing.T) {
 			t.Errorf("d/%s on the other mount: %q, %v; want %q", name, data, err, content)
 		}
 	}
-	// The 5 replaced files went: d and its 15 files are left.
-	mounttest.WaitFor(t, "the replaced inodes to go", 30*time.Second, func() bool {
+	// The 5 replaced files and the 5 removed went: d and its 10 files
+	// are left.
+	mounttest.WaitFor(t, "the replaced and removed inodes to go", 30*time.Second, func() bool {
 		p, i, _ := fsckCounts(t, f)
-		return p == paths0+16 && i == inodes0+16
+		return p == paths0+11 && i == inodes0+11
 	})
 	mounttest.FsckClean(t, f)
 }
