@@ -210,17 +210,7 @@ func TestWriteDelegationsCrashDuringRemoveFlush(t *testing.T) {
 			s00after := []string{"f01", "f02", "f03", "new"}
 			s02before := s00before
 			s02after := []string{"f02", "f03", "link", "moved"}
-			sync := mounttest.Background(func() mounttest.Result {
-				return mounttest.Exec(time.Minute, "/", "python3", "-c", "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)", a.Path("d"))
-			})
-			if _, ok := a.WaitExit(time.Minute); !ok {
-				t.Fatalf("the writer did not die at %s", c.point)
-			}
-			a.Kill()
-			mounttest.WaitResult(t, "fsync on the dead mount", sync, time.Minute)
-			if !strings.Contains(a.Log(), "crash point removing-"+c.point+" reached") {
-				t.Fatalf("the writer exited without reaching %s:\n%s", c.point, a.Log())
-			}
+			crashFlushing(t, a, "d", "removing-"+c.point)
 			b := mounttest.MountUncached(t, f, nil)
 			wantD, wantS00, wantS02 := before, s00before, s02before
 			wantF02 := strings.Repeat("2.2 ", 20) // d/s02/f02's content

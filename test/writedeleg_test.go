@@ -200,18 +200,7 @@ func TestWriteDelegationsCrashDuringFlush(t *testing.T) {
 			}
 			want = append(want, "sub")
 			sort.Strings(want)
-			// The batch's flush: fsync of the directory.
-			sync := mounttest.Background(func() mounttest.Result {
-				return mounttest.Exec(time.Minute, "/", "python3", "-c", "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)", a.Path("d"))
-			})
-			if _, ok := a.WaitExit(time.Minute); !ok {
-				t.Fatalf("the writer did not die at %s", c.point)
-			}
-			a.Kill()
-			mounttest.WaitResult(t, "fsync on the dead mount", sync, time.Minute)
-			if !strings.Contains(a.Log(), "crash point "+c.point+" reached") {
-				t.Fatalf("the writer exited without reaching %s:\n%s", c.point, a.Log())
-			}
+			crashFlushing(t, a, "d", c.point)
 			b := mounttest.MountUncached(t, f, nil)
 			deadline := time.Now().Add(mounttest.RecoveredWithin + 30*time.Second)
 			for {
@@ -237,6 +226,23 @@ func TestWriteDelegationsCrashDuringFlush(t *testing.T) {
 			}
 			mounttest.FsckCleanAfterCrash(t, f, mounttest.RecoveredWithin+30*time.Second)
 		})
+	}
+}
+
+// crashFlushing flushes the writer's batch (fsync of dir) and waits for
+// the writer to die at crash point point, which its environment names.
+func crashFlushing(t *testing.T, a *mounttest.Mount, dir, point string) {
+	t.Helper()
+	sync := mounttest.Background(func() mounttest.Result {
+		return mounttest.Exec(time.Minute, "/", "python3", "-c", "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)", a.Path(dir))
+	})
+	if _, ok := a.WaitExit(time.Minute); !ok {
+		t.Fatalf("the writer did not die at %s", point)
+	}
+	a.Kill()
+	mounttest.WaitResult(t, "fsync on the dead mount", sync, time.Minute)
+	if !strings.Contains(a.Log(), "crash point "+point+" reached") {
+		t.Fatalf("the writer exited without reaching %s:\n%s", point, a.Log())
 	}
 }
 
