@@ -427,19 +427,10 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 		wb.born[a.Ino] = born
 	}
 	if lease != nil {
-		if old := wb.shares[parent.ino()]; old == nil {
-			wb.shares[parent.ino()] = lease
-			keep = true
-		}
+		keep = wb.keepLease(parent.ino(), lease)
 	}
-	n := wb.count.Add(1)
+	wb.added(1)
 	wb.mu.Unlock()
-	if n >= maxPending {
-		select {
-		case wb.kick <- struct{}{}:
-		default:
-		}
-	}
 	st.changedHere(name, dirEntry{ino: a.Ino, typ: typ}, true, true)
 	if born != nil {
 		f.delegs.born(born)

@@ -17,16 +17,19 @@ import (
 // loses its link, with its data when none is left (locking.Journal.Flush,
 // OpRecord.DropInos). A rename's source is staged the same way, its new
 // name as a new name of the batch ({op, dst}), and a name it replaces with
-// {op, ovr} (the replaced inode is dropped as a removed one). So `rm -rf` of a tree this mount made costs a batch
-// per flush interval, not a chain of requests per entry, and what another
-// mount sees, or a crash leaves, is still a prefix of this mount's calls.
+// {op, ovr} (the replaced inode is dropped as a removed one). So `rm -rf`
+// of a tree this mount made costs a batch per flush interval, not a chain
+// of requests per entry, and what another mount sees, or a crash leaves,
+// is still a prefix of this mount's calls.
 //
 // What stays on the synchronous path: a file open here that would lose
-// its last link (it must outlive its name until its last close), a file
-// losing a link with several links or whose link count is not known (its other names may be in directories others read),
-// a directory not known empty under a write delegation of its own (only
-// that keeps other mounts from adding to it before the batch lands), and
-// a rename of a directory (its subtree's paths move), and anything made
+// its last link (it must outlive its name until its last close); a file
+// losing a link with several links or whose link count is not known (its
+// other names may be in directories others read); a directory not known
+// empty under a write delegation of its own (only that keeps other mounts
+// from adding to it before the batch lands); a rename of a directory (its
+// subtree's paths move); a change in a directory whose own attributes
+// this mount does not hold (a stat would not show it); and anything made
 // in memory and not flushed yet that is not a file. A path changes at
 // most once per batch (writeback.storedPaths): a second change of it
 // flushes first.
@@ -43,7 +46,6 @@ const (
 // removedName is a stored name removed, moved away or replaced in memory.
 type removedName struct {
 	kind storedChange
-	dir  uint64
 	// d is the name as stored (Path, Ino and Type); a replacement's
 	// Intent has the inode moved there (NewIno, NewType).
 	d store.Dentry
@@ -140,7 +142,7 @@ func (f *FS) removeStored(ctx context.Context, parent dirRef, name string, wantD
 		wb.mu.Unlock()
 		return false, nil
 	}
-	rn := removedName{kind: removal, dir: parent.ino(), d: store.Dentry{Path: path, Ino: e.ino, Type: e.typ}}
+	rn := removedName{kind: removal, d: store.Dentry{Path: path, Ino: e.ino, Type: e.typ}}
 	if child != nil {
 		rn.deleg = child.d
 		// Its own times, changed by removals in it, go with it.

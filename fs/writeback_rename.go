@@ -99,13 +99,13 @@ func (f *FS) renameStored(ctx context.Context, from dirRef, name string, to dirR
 		wb.mu.Unlock()
 		return false, nil
 	}
-	wb.removed = append(wb.removed, removedName{kind: moveAway, dir: from.ino(), d: store.Dentry{Path: srcPath, Ino: e.ino, Type: e.typ}})
+	wb.removed = append(wb.removed, removedName{kind: moveAway, d: store.Dentry{Path: srcPath, Ino: e.ino, Type: e.typ}})
 	if target.absent {
 		d := store.Dentry{Path: dstPath, Ino: e.ino, Type: e.typ}
 		d.Parent, d.Name = store.Split(dstPath)
 		wb.names = append(wb.names, pendingName{dir: to.ino(), d: d})
 	} else {
-		wb.removed = append(wb.removed, removedName{kind: replacement, dir: to.ino(),
+		wb.removed = append(wb.removed, removedName{kind: replacement,
 			d: store.Dentry{Path: dstPath, Ino: target.ino, Type: target.typ, Intent: store.Intent{NewIno: e.ino, NewType: e.typ}}})
 	}
 	wb.storedPaths[srcPath], wb.storedPaths[dstPath] = true, true

@@ -69,9 +69,6 @@ type BatchSpec struct {
 // becomes visible); another error when the batch was rolled back (nothing
 // visible) or its outcome is left to recovery (err wraps ErrBatchUnknown).
 func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) error {
-	if len(spec.Names) == 0 && len(spec.Removed) == 0 && len(spec.Moved) == 0 && len(spec.Replaced) == 0 {
-		return nil
-	}
 	inos := make([]uint64, len(spec.Inodes))
 	for i, a := range spec.Inodes {
 		inos[i] = a.Ino
