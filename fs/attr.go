@@ -167,13 +167,7 @@ func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.
 			changes = st.changeCount()
 		}
 	}
-	var a store.Inode
-	var err error
-	if isDir && st == nil {
-		a, err = n.f.dirInodeWatching(ctx, n)
-	} else {
-		a, err = n.f.freshInode(ctx, n.ino())
-	}
+	a, err := n.f.freshInode(ctx, n.ino())
 	if errors.Is(err, store.ErrNotFound) {
 		if of := n.f.openState(n.ino()); of != nil {
 			a = of.lastAttr() // unlinked while open here
@@ -193,31 +187,6 @@ func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.
 	out.SetTimeout(time.Nanosecond)
 	n.f.fillAttr(a, &out.Attr)
 	return 0
-}
-
-// dirInodeWatching reads the attributes of directory n in real time, and
-// with them, in parallel, its delegation document: if another mount
-// writes the directory in memory (its link count and times change with
-// what it makes there), that mount is recalled, and flushes, and the
-// attributes are read again.
-func (f *FS) dirInodeWatching(ctx context.Context, n *node) (store.Inode, error) {
-	var lk []store.LockDoc
-	var lerr error
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		lk, lerr = f.st.GetLocks(ctx, []string{store.DelegLockID(n.ino())})
-	}()
-	a, err := f.freshInode(ctx, n.ino())
-	<-read
-	if err != nil || lerr != nil || !lk[0].WrittenElsewhere(f.co.Session().ID()) {
-		return a, err // a failed read of the document leaves the answer as read
-	}
-	path, _ := n.path()
-	if err := f.co.Delegations.RecallWriter(ctx, n.ino(), path); err != nil {
-		return store.Inode{}, err
-	}
-	return f.freshInode(ctx, n.ino())
 }
 
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
