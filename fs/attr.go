@@ -167,7 +167,14 @@ func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.
 			changes = st.changeCount()
 		}
 	}
-	a, err := n.f.freshInode(ctx, n.ino())
+	var a store.Inode
+	var err error
+	if isDir {
+		path, _ := n.path() // for display only: the recall is by inode
+		a, err = n.f.inodeNow(ctx, n.ino(), store.TypeDir, path)
+	} else {
+		a, err = n.f.freshInode(ctx, n.ino())
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		if of := n.f.openState(n.ino()); of != nil {
 			a = of.lastAttr() // unlinked while open here

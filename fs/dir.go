@@ -230,6 +230,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		// Subdirectories under delegations of their own learn their
 		// attributes from the read, which comes after those grants.
 		subs := map[uint64]*dirState{}
+		watch := map[uint64]string{} // subdirectories other mounts may write
 		changes := map[uint64]uint64{}
 		for _, de := range d.page {
 			if a, ok := f.wb.inode(de.Ino); ok {
@@ -243,6 +244,8 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 			if de.Type == store.TypeDir {
 				if sub := f.delegs.state(de.Ino); sub != nil {
 					subs[de.Ino], changes[de.Ino] = sub, sub.changeCount()
+				} else if f.watched(de.Ino) {
+					watch[de.Ino] = store.Join(d.path, de.Name)
 				}
 			}
 			inos, names = append(inos, de.Ino), append(names, de.Name)
@@ -250,7 +253,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		var res []store.InodeResult
 		if len(inos) > 0 {
 			var err error
-			if res, err = f.st.GetInodes(ctx, inos); err != nil {
+			if res, err = f.inodesNow(ctx, inos, watch); err != nil {
 				return nil, f.toErrno("readdirplus", err)
 			}
 		}

@@ -286,10 +286,7 @@ func (f *FS) resolveEntry(ctx context.Context, path string, e locking.Entry, now
 	d := e.Dentry
 	var attr store.Inode
 	if now {
-		attr, err = f.st.GetInode(ctx, d.Ino)
-		if err == nil {
-			f.cache.PutInode(attr, gen)
-		}
+		attr, err = f.inodeNow(ctx, d.Ino, d.Type, path)
 	} else {
 		attr, err = f.inode(ctx, d.Ino, gen)
 	}
@@ -371,6 +368,71 @@ func (f *FS) freshInode(ctx context.Context, ino uint64) (store.Inode, error) {
 	}
 	f.cache.PutInode(n, gen)
 	return n, nil
+}
+
+// watched returns whether a real-time read of directory ino must come
+// with its delegation document: with delegations, unless a delegation of
+// this mount covers it (then no other mount writes it) or it is this
+// mount's own, not flushed yet.
+func (f *FS) watched(ino uint64) bool {
+	if f.delegs == nil || f.delegs.state(ino) != nil {
+		return false
+	}
+	_, pending := f.wb.inode(ino)
+	return !pending
+}
+
+// inodesNow reads the attributes of inos in real time, and caches them.
+// Those of a directory in dirs (its path by inode, see watched) come with
+// its delegation document in the same round trip: a directory another
+// mount writes in memory changes its link count and times with what that
+// mount makes there, so that mount is recalled (it flushes first) and
+// the attributes are read again.
+func (f *FS) inodesNow(ctx context.Context, inos []uint64, dirs map[uint64]string) ([]store.InodeResult, error) {
+	gen := f.cache.Gen()
+	watch := make([]uint64, 0, len(dirs))
+	ids := make([]string, 0, len(dirs))
+	for ino := range dirs {
+		watch, ids = append(watch, ino), append(ids, store.DelegLockID(ino))
+	}
+	res, locks, err := f.st.GetInodesWithLocks(ctx, inos, ids)
+	if err != nil {
+		return nil, err
+	}
+	recalled := false
+	for i, lk := range locks {
+		if lk.WrittenElsewhere(f.co.Session().ID()) {
+			if err := f.co.Delegations.RecallWriter(ctx, watch[i], dirs[watch[i]]); err != nil {
+				return nil, err
+			}
+			recalled = true
+		}
+	}
+	if recalled {
+		gen = f.cache.Gen()
+		if res, err = f.st.GetInodes(ctx, inos); err != nil {
+			return nil, err
+		}
+	}
+	for _, r := range res {
+		if r.Err == nil {
+			f.cache.PutInode(r.Inode, gen)
+		}
+	}
+	return res, nil
+}
+
+// inodeNow is freshInode of ino, a file or a directory (typ) at path: a
+// directory's read comes with its delegation document (inodesNow).
+func (f *FS) inodeNow(ctx context.Context, ino uint64, typ store.FileType, path string) (store.Inode, error) {
+	if typ != store.TypeDir || !f.watched(ino) {
+		return f.freshInode(ctx, ino)
+	}
+	res, err := f.inodesNow(ctx, []uint64{ino}, map[uint64]string{ino: path})
+	if err != nil {
+		return store.Inode{}, err
+	}
+	return res[0].Inode, res[0].Err
 }
 
 // updateInode applies change to the attributes of ino with compare-and-set,

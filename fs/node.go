@@ -201,7 +201,11 @@ func (n *node) lookupDelegated(ctx context.Context, st *dirState, name string, o
 		ctx, cancel := n.f.ctxOf(ctx)
 		defer cancel()
 		var err error
-		if a, err = n.f.freshInode(ctx, e.ino); err != nil {
+		path := "" // for display only: a recall is by inode
+		if dir, ok := n.path(); ok {
+			path = store.Join(dir, name)
+		}
+		if a, err = n.f.inodeNow(ctx, e.ino, e.typ, path); err != nil {
 			return nil, 0, false // let the ordinary lookup find out
 		}
 		ds.learnAttr(st, name, a)

@@ -61,3 +61,48 @@ func (s *Store) mgetMixed(ctx context.Context, refs []docRef, what string) ([]ge
 	body, _ := json.Marshal(map[string]any{"docs": docs})
 	return s.mgetBody(ctx, "/_mget", body, len(refs), what)
 }
+
+// GetInodesWithLocks reads inodes inos and lock documents lockIDs in one
+// round trip: a reader learns, with a directory's attributes, whether the
+// directory is written elsewhere. Inodes come as GetInodes gives them; a
+// missing lock document is an empty LockDoc.
+func (s *Store) GetInodesWithLocks(ctx context.Context, inos []uint64, lockIDs []string) ([]InodeResult, []LockDoc, error) {
+	what := fmt.Sprintf("reading %d inodes and %d locks", len(inos), len(lockIDs))
+	refs := make([]docRef, 0, len(inos)+len(lockIDs))
+	for _, ino := range inos {
+		refs = append(refs, docRef{s.idx.name(inodesIndex), inodeID(ino)})
+	}
+	for _, id := range lockIDs {
+		refs = append(refs, docRef{s.idx.name(locksIndex), id})
+	}
+	docs, err := s.mgetMixed(ctx, refs, what)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]InodeResult, len(inos))
+	for i, g := range docs[:len(inos)] {
+		err := ErrNotFound
+		if g.Found {
+			out[i].Inode, err = decodeInode(g.Source, g.version())
+			if err == nil && out[i].Inode.Ino != inos[i] {
+				err = fmt.Errorf("document holds inode %d: %w", out[i].Inode.Ino, ErrCorrupt)
+			}
+		}
+		if err != nil {
+			out[i] = InodeResult{Err: fmt.Errorf("reading inode %d: %w", inos[i], err)}
+		}
+	}
+	locks := make([]LockDoc, len(lockIDs))
+	for i, g := range docs[len(inos):] {
+		locks[i] = LockDoc{ID: lockIDs[i]}
+		if g.Found {
+			l, err := decodeLock(g.Source, g.version())
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: lock document %s: %w", what, lockIDs[i], err)
+			}
+			l.ID = lockIDs[i]
+			locks[i] = l
+		}
+	}
+	return out, locks, nil
+}

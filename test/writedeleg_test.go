@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/esfs/esfs/test/mounttest"
+	"golang.org/x/sys/unix"
 )
 
 // writerMount mounts f with write delegations, flushing only every hour
@@ -491,6 +492,84 @@ func TestWriteDelegationsRenameAndUnlinkInMemory(t *testing.T) {
 	for name, want := range map[string]string{"saved": "version 19\n", "moved": "moved\n"} {
 		if got, err := os.ReadFile(b.Path("d", name)); err != nil || string(got) != want {
 			t.Fatalf("d/%s on the other mount: %q, %v; want %q", name, got, err, want)
+		}
+	}
+	mounttest.FsckClean(t, f)
+}
+
+// TestWriteDelegationsOtherMountSeesDirectoryAttributes: a directory
+// written in A's memory changes its own link count and times with what A
+// makes in it. B's stat of the directory (a lookup in its parent, a
+// getattr through a descriptor open before, and ls -l's readdirplus of
+// the parent) reads the directory's delegation document with its
+// attributes and recalls A first: B sees A's link count and mtime.
+func TestWriteDelegationsOtherMountSeesDirectoryAttributes(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, _ := writerMount(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
+	if err := os.Mkdir(b.Path("top"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	statOf := func(path string) unix.Stat_t {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	for round := 0; round < 6; round++ {
+		d := fmt.Sprintf("d%d", round)
+		if err := os.Mkdir(a.Path("top", d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		held, err := os.Open(b.Path("top", d)) // B knows d before A fills it
+		if err != nil {
+			t.Fatal(err)
+		}
+		subdirs := 2 + round
+		for i := 0; i < subdirs; i++ {
+			if err := os.Mkdir(a.Path("top", d, fmt.Sprintf("s%d", i)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(a.Path("top", d, "file"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want := statOf(a.Path("top", d))
+		if int(want.Nlink) != 2+subdirs {
+			t.Fatalf("round %d: the writer itself counts %d links on %s, want %d", round, want.Nlink, d, 2+subdirs)
+		}
+		var got unix.Stat_t
+		var how string
+		switch round % 3 {
+		case 0:
+			how, got = "stat", statOf(b.Path("top", d))
+		case 1:
+			how = "fstat of a descriptor opened before"
+			if err := unix.Fstat(int(held.Fd()), &got); err != nil {
+				t.Fatal(err)
+			}
+		case 2:
+			how = "ls -l of the parent"
+			out, err := exec.Command("ls", "-l", "--time-style=+%s.%N", b.Path("top")).CombinedOutput()
+			if err != nil {
+				t.Fatalf("ls -l: %v\n%s", err, out)
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				fs := strings.Fields(line)
+				if len(fs) == 7 && fs[6] == d {
+					fmt.Sscan(fs[1], &got.Nlink)
+					var sec, nsec int64
+					fmt.Sscanf(fs[5], "%d.%d", &sec, &nsec)
+					got.Mtim = unix.Timespec{Sec: sec, Nsec: nsec}
+				}
+			}
+		}
+		held.Close()
+		if got.Nlink != want.Nlink || got.Mtim != want.Mtim {
+			t.Errorf("round %d, %s on the other mount: %s has %d links, mtime %v; the writer has %d links, mtime %v",
+				round, how, d, got.Nlink, got.Mtim, want.Nlink, want.Mtim)
 		}
 	}
 	mounttest.FsckClean(t, f)
