@@ -78,6 +78,9 @@ func runSearch(c *cli.Context) error {
 	}
 	defer done()
 	ctx := c.Context
+	if err := recallWriters(ctx, co); err != nil {
+		return err
+	}
 	if err := st.RefreshForSearch(ctx); err != nil {
 		return explain(err, c.String("es-url"))
 	}

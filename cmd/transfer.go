@@ -145,6 +145,9 @@ func runExport(c *cli.Context) error {
 		return err
 	}
 	defer done()
+	if err := recallWriters(c.Context, co); err != nil {
+		return err
+	}
 	prog := newProgress("export", c.Bool("quiet"))
 	n, err := transfer.Export(c.Context, st, co, src, local, transferOptions(c, prog))
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -547,4 +549,53 @@ func (ds *Delegations) RecallWriter(ctx context.Context, ino uint64, path string
 		return err
 	}
 	return ds.c.Locks.Release(ctx, held)
+}
+
+// recallWritersAtOnce bounds the recalls RecallWriters has in flight:
+// each waits for a holder's poll and flush, mostly idle time.
+const recallWritersAtOnce = 8
+
+// RecallWriters recalls every other mount that writes a directory in
+// memory, and returns once each has flushed, with how many there were: a
+// reader outside the mounts (export, search) then finds in the store
+// everything that calls which returned before it began had made. Every
+// writer is recalled, not only those under the part being read: a
+// delegation document's path is for display and may be stale.
+func (ds *Delegations) RecallWriters(ctx context.Context) (int, error) {
+	locks, err := ds.c.b.SearchLocks(ctx)
+	if err != nil {
+		return 0, err
+	}
+	self := ds.c.Session().ID()
+	var (
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, recallWritersAtOnce)
+		mu    sync.Mutex
+		first error
+		n     int
+	)
+	for _, l := range locks {
+		if !store.IsDelegLock(l.ID) || !l.WrittenElsewhere(self) {
+			continue
+		}
+		ino, perr := strconv.ParseUint(strings.TrimPrefix(l.ID, "D"), 10, 64)
+		if perr != nil {
+			continue // not a delegation of this format: nothing writes it
+		}
+		n++
+		wg.Add(1)
+		slots <- struct{}{}
+		go func(ino uint64, path string) {
+			defer func() { <-slots; wg.Done() }()
+			if err := ds.RecallWriter(ctx, ino, path); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = fmt.Errorf("recalling the mount that writes %s: %w", path, err)
+				}
+				mu.Unlock()
+			}
+		}(ino, l.Path)
+	}
+	wg.Wait()
+	return n, first
 }
