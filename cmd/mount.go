@@ -41,7 +41,7 @@ func cmdMount() *cli.Command {
 			&cli.DurationFlag{Name: "cache-ttl", Value: time.Second, EnvVars: []string{"ESFS_CACHE_TTL"}, Usage: "how long the daemon caches metadata (0 disables)"},
 			&cli.IntFlag{Name: "cache-size", Value: 64, EnvVars: []string{"ESFS_CACHE_SIZE"}, Usage: "daemon metadata cache size in MiB"},
 			&cli.BoolFlag{Name: "delegations", Value: true, EnvVars: []string{"ESFS_DELEGATIONS"}, Usage: "hold read delegations on directories: names and listings are answered from memory until another mount changes the directory, which recalls them first (--delegations=false: cache for the timeouts below instead)"},
-			&cli.BoolFlag{Name: "write-delegations", EnvVars: []string{"ESFS_WRITE_DELEGATIONS"}, Usage: "directories made by this mount are written in memory and flushed as one atomic batch every --flush-interval, and on fsync, unmount, or when another mount looks in (needs --delegations; a crash loses the last interval's calls, never what fsync returned)"},
+			&cli.BoolFlag{Name: "write-delegations", Value: true, EnvVars: []string{"ESFS_WRITE_DELEGATIONS"}, Usage: "directories this mount made or changes alone are written in memory and flushed as one atomic batch every --flush-interval, and on fsync, unmount, or when another mount looks in (needs --delegations, off with it; a crash loses at most the last interval's calls, never what fsync returned)"},
 			&cli.DurationFlag{Name: "flush-interval", Value: fs.DefaultFlushInterval, EnvVars: []string{"ESFS_FLUSH_INTERVAL"}, Usage: "with --write-delegations, how long a call made in memory may wait for its flush"},
 			&cli.StringFlag{Name: "locking", Value: "tree", EnvVars: []string{"ESFS_LOCKING"}, Usage: "cross-mount locking strategy: tree, document or global"},
 			&cli.DurationFlag{Name: "lease", Value: 10 * time.Second, EnvVars: []string{"ESFS_LEASE"}, Usage: "session lease: a mount silent this long (plus half of it) is declared dead and its work recovered"},
@@ -80,7 +80,7 @@ func runMount(c *cli.Context) error {
 	if c.Duration("lease") < 500*time.Millisecond || c.Duration("lock-timeout") <= 0 {
 		return usagef("--lease must be at least 500ms and --lock-timeout positive")
 	}
-	if c.Bool("write-delegations") && !c.Bool("delegations") {
+	if c.IsSet("write-delegations") && c.Bool("write-delegations") && !c.Bool("delegations") {
 		return usagef("--write-delegations needs --delegations (a directory written in memory must be recalled before others read it)")
 	}
 	if c.Duration("flush-interval") <= 0 {
@@ -285,7 +285,7 @@ func serve(c *cli.Context, mp string) error {
 		NegativeTimeout:  c.Duration("negative-timeout"),
 		CacheTTL:         c.Duration("cache-ttl"),
 		Delegations:      c.Bool("delegations"),
-		WriteDelegations: c.Bool("write-delegations"),
+		WriteDelegations: c.Bool("write-delegations") && c.Bool("delegations"),
 		FlushInterval:    c.Duration("flush-interval"),
 		LockTimeout:      c.Duration("lock-timeout"),
 		Debug:            c.Bool("debug"),

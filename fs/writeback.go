@@ -30,7 +30,9 @@ import (
 //     rename, a link, a change of an inode that is not pending, a create
 //     outside a write-delegated directory): so every change lands after
 //     the pending ones it may depend on;
-//   - on fsync and fsyncdir of anything, on syncfs and unmount;
+//   - on fsync and fsyncdir of anything, and on unmount (syncfs and
+//     sync(2) never reach a FUSE filesystem: the kernel sends SYNCFS to
+//     virtiofs only, so `sync` alone waits for the flush interval);
 //   - when a delegation is recalled (another mount wants to read or
 //     change a directory this mount writes), before it is given back.
 //
@@ -206,7 +208,7 @@ func (f *FS) settle(ctx context.Context) error {
 	return wb.flush(ctx)
 }
 
-// sync is settle for fsync, fsyncdir and syncfs: it also reports a batch
+// sync is settle for fsync and fsyncdir: it also reports a batch
 // lost since the last one.
 func (f *FS) sync(ctx context.Context) error {
 	if f.wb == nil {

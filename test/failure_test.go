@@ -665,7 +665,9 @@ func TestLateLockBulkIsCollected(t *testing.T) {
 func TestLateStageBulkStaysInvisible(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
-	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String())
+	// Synchronous renames: one made in memory would never meet the held
+	// bulk.
+	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--write-delegations=false")
 	b := mounttest.MountUncached(t, f, nil)
 	for _, d := range []string{"a", "b"} {
 		if err := os.Mkdir(a.Path(d), 0o755); err != nil {

@@ -304,7 +304,9 @@ func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
 	fsck := mounttest.StartHeld(t, f, "scanning inodes", func(r *http.Request, body []byte) bool {
 		return r.Method == http.MethodPost && r.URL.Path == "/"+f.Index+"-inodes/_search"
 	}, "fsck", "--repair", "--no-wait")
-	mounttest.Sh(t, m.Dir, `echo born > born && ln linked link2 && rm doomed && mkdir d0/new`)
+	// sync . (an fsync of the root) flushes what write delegations kept
+	// in memory: this test reads the store itself.
+	mounttest.Sh(t, m.Dir, `echo born > born && ln linked link2 && rm doomed && mkdir d0/new && sync .`)
 	mounttest.ESRequest(t, f.URL, "POST", "/"+f.Index+","+f.Index+"-*/_refresh", "")
 	out, err := fsck.Finish()
 	if err != nil {

@@ -21,7 +21,9 @@ import (
 func TestMetrics(t *testing.T) {
 	f := mounttest.NewFS(t)
 	addr := mounttest.FreeAddr(t)
-	m := f.Mount(t, "--metrics-addr", addr, "--lease", "2s", "--log-format", "json")
+	// Synchronous calls, whose requests and locks this test counts (the
+	// TestWriteDelegations* tests count write delegations' batches).
+	m := f.Mount(t, "--metrics-addr", addr, "--lease", "2s", "--log-format", "json", "--write-delegations=false")
 	mounttest.Sh(t, m.Dir, `mkdir d && echo hello > d/f && mv d/f d/g && ls -l d >/dev/null && cat d/g >/dev/null && ! cat d/missing 2>/dev/null`)
 	fams := mounttest.Scrape(t, "http://"+addr+"/metrics")
 

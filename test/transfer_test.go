@@ -202,7 +202,9 @@ func TestImportExport(t *testing.T) {
 	}
 	exportAsNobody(t, f, src)
 
-	// Faster than cp -a through the mount, on the same small files.
+	// The same small files imported and copied through the mount (whose
+	// write delegations make cp -a about as fast: no timed assertion here,
+	// the bench measures both) make the same tree.
 	start = time.Now()
 	out, code = esfs("import", filepath.Join(src, "many"), "/in/many-imported")
 	manyImport := time.Since(start)
@@ -215,9 +217,6 @@ func TestImportExport(t *testing.T) {
 	}
 	manyCp := time.Since(start)
 	t.Logf("300 small files: esfs import %s, cp -a through the mount %s (%.1fx); whole tree import %s", manyImport, manyCp, manyCp.Seconds()/manyImport.Seconds(), importTook)
-	if manyImport >= manyCp {
-		t.Errorf("import (%s) was not faster than cp -a through the mount (%s)", manyImport, manyCp)
-	}
 	if out, err := exec.Command("diff", "-r", m.Path("in", "many-imported"), m.Path("in", "many-copied")).CombinedOutput(); err != nil {
 		t.Errorf("imported and copied trees differ: %s", out)
 	}

@@ -71,7 +71,9 @@ func TestViewOfFrozenRename(t *testing.T) {
 			f := mounttest.NewFS(t)
 			// A lease longer than the export's former wait for renames in
 			// flight: nobody declares the mount dead during the test.
-			dying := f.MountAt(t, t.TempDir(), []string{"ESFS_CRASH_POINT=" + tc.point}, "--lease", "90s")
+			// Synchronous calls: the tree must be stored before the rename,
+			// whose record is the only one the readers may meet.
+			dying := f.MountAt(t, t.TempDir(), []string{"ESFS_CRASH_POINT=" + tc.point}, "--lease", "90s", "--write-delegations=false")
 			mounttest.Sh(t, dying.Dir, viewTree)
 			if err := os.Rename(dying.Path("top", "old"), dying.Path("top", "new")); err == nil {
 				t.Fatal("the rename succeeded although the mount was to die in it")
