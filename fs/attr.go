@@ -170,6 +170,9 @@ func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.
 	var a store.Inode
 	var err error
 	if isDir {
+		if err := n.f.settleDir(ctx, n.ino()); err != nil {
+			return n.f.toErrno("getattr", err)
+		}
 		path, _ := n.path() // for display only: the recall is by inode
 		a, err = n.f.inodeNow(ctx, n.ino(), store.TypeDir, path)
 	} else {

@@ -75,6 +75,9 @@ func (d *dirHandle) start(ctx context.Context) error {
 		// that made it returns: the listing must see every change that
 		// completed before it began, which search shows after a refresh.
 		f.delegs.want(d.n.ino(), d.path, d.n.EmbeddedInode())
+		if err := f.settleDir(ctx, d.n.ino()); err != nil {
+			return err
+		}
 		// Whether another mount writes the directory (its entries may be
 		// in its memory only) is read while the refresh runs.
 		var lk []store.LockDoc

@@ -144,6 +144,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		// time and not kept: nothing would tell us when it changes.
 		n.f.delegs.want(n.ino(), dir, n.EmbeddedInode())
 		uncached(out)
+		if err := n.f.settleDir(ctx, n.ino()); err != nil {
+			return nil, n.f.toErrno("lookup", err)
+		}
 		sn, recalled, err := n.f.resolveWatching(ctx, n.ino(), dir, path)
 		if recalled && err == nil {
 			// Another mount was writing here: now that it flushed, look

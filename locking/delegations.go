@@ -246,6 +246,12 @@ func (ds *Delegations) Upgrade(ctx context.Context, d *Delegation, move func(w *
 		ds.mu.Unlock()
 		return nil, ErrCooling
 	}
+	if r := ds.recalls[d.Ino]; len(r) > 0 && time.Since(r[len(r)-1]) < coolWindow {
+		// Another mount used the directory lately: it is shared, and a
+		// write delegation would only be recalled again, with a flush.
+		ds.mu.Unlock()
+		return nil, ErrCooling
+	}
 	if _, ok := ds.pending[d.Ino]; ok {
 		ds.mu.Unlock()
 		return nil, fmt.Errorf("directory %d is being granted: %w", d.Ino, ErrLocked)

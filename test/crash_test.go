@@ -497,7 +497,7 @@ func TestCrashOfRecoveringMountIsRecoveredAgain(t *testing.T) {
 	names := mounttest.Names(5000)
 	mounttest.Populate(t, f, "/src", names, mounttest.Content)
 	b := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=resolve-after-first-page"})
-	a := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"})
+	a := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"}, "--write-delegations=false") // a journaled rename
 	mv := mounttest.Background(func() mounttest.Result {
 		err := os.Rename(a.Path("src"), a.Path("dst"))
 		return mounttest.Result{Err: err, End: time.Now()}

@@ -153,6 +153,8 @@ func TestCreateManyUnderOneDirLeavesNoLocks(t *testing.T) {
 	cb.Run(b, per, "b", func(k int) string { return fmt.Sprintf("d/s%d", per+k) })
 	time.Sleep(4 * time.Second)
 	ops := append(ca.Finish(t), cb.Finish(t)...)
+	a.Sync(t) // what write delegations keep in memory, for the index read below
+	b.Sync(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	paths := make([]string, len(ops))

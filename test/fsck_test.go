@@ -59,7 +59,7 @@ func TestFsckLeftoverData(t *testing.T) {
 	// Two files whose flush dies between chunks and inode.
 	var crashed []uint64
 	for _, name := range []string{"gone", "empty"} {
-		m := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=flush-after-chunks"})
+		m := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=flush-after-chunks"}, "--write-delegations=false") // data flushed by close, not in a batch
 		err := os.WriteFile(m.Path(name), data(3<<20, 1), 0o644)
 		if _, ok := m.WaitExit(time.Minute); !ok {
 			t.Fatalf("the mount did not die at its flush (write: %v)", err)
@@ -194,7 +194,7 @@ func TestFsckDirLinkCounts(t *testing.T) {
 	f := mounttest.NewFS(t)
 	b := mounttest.MountUncached(t, f, nil)
 	mounttest.Sh(t, b.Dir, `mkdir -p a/keep a/d/sub b old/x/y`)
-	a := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=rename-after-links-marked"})
+	a := mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=rename-after-links-marked"}, "--write-delegations=false") // a journaled rename
 	mv := mounttest.Background(func() mounttest.Result {
 		return mounttest.Exec(2*time.Minute, "/", "mv", "-T", a.Path("a", "d"), a.Path("b", "d"))
 	})
@@ -248,7 +248,7 @@ func TestFsckDirLinkCounts(t *testing.T) {
 
 	// No mount alive: an admin command finishes a dead mount's rename.
 	b.Unmount(t)
-	a = mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"})
+	a = mounttest.MountUncached(t, f, []string{"ESFS_CRASH_POINT=rename-after-commit"}, "--write-delegations=false") // a journaled rename
 	mv = mounttest.Background(func() mounttest.Result {
 		return mounttest.Exec(2*time.Minute, "/", "mv", "-T", a.Path("b", "d"), a.Path("old", "d"))
 	})

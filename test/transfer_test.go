@@ -624,7 +624,7 @@ func removeDoc(t *testing.T, f *mounttest.FS, index, id string) {
 // the directory whole, under one name or the other, never drop it.
 func TestExportDuringRenameRecovery(t *testing.T) {
 	f := mounttest.NewFS(t)
-	dying := f.MountAt(t, t.TempDir(), []string{"ESFS_CRASH_POINT=rename-after-commit"}, "--lease", "2s")
+	dying := f.MountAt(t, t.TempDir(), []string{"ESFS_CRASH_POINT=rename-after-commit"}, "--lease", "2s", "--write-delegations=false") // a journaled rename
 	mounttest.Sh(t, dying.Dir, `mkdir -p r/src && for i in $(seq 20); do echo $i > r/src/f$i; done && echo keep > r/keep`)
 	_ = exec.Command("mv", dying.Path("r", "src"), dying.Path("r", "dst")).Run() // the mount dies at its commit point
 	if err, ok := dying.WaitExit(60 * time.Second); !ok {

@@ -152,7 +152,7 @@ func TestViewOfFrozenRename(t *testing.T) {
 // the files under their new names (before, it found nothing).
 func TestViewSearchRenameFinishedMeanwhile(t *testing.T) {
 	f := mounttest.NewFS(t)
-	dying := f.MountAt(t, t.TempDir(), []string{"ESFS_CRASH_POINT=rename-after-commit"}, "--lease", "2s")
+	dying := f.MountAt(t, t.TempDir(), []string{"ESFS_CRASH_POINT=rename-after-commit"}, "--lease", "2s", "--write-delegations=false") // a journaled rename
 	mounttest.Sh(t, dying.Dir, viewTree)
 	_ = os.Rename(dying.Path("top", "old"), dying.Path("top", "new"))
 	if _, ok := dying.WaitExit(60 * time.Second); !ok {

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -571,6 +572,99 @@ func TestWriteDelegationsOtherMountSeesDirectoryAttributes(t *testing.T) {
 			t.Errorf("round %d, %s on the other mount: %s has %d links, mtime %v; the writer has %d links, mtime %v",
 				round, how, d, got.Nlink, got.Mtim, want.Nlink, want.Mtim)
 		}
+	}
+	mounttest.FsckClean(t, f)
+}
+
+// TestWriteDelegationsRecallRacingCreates: creates on A, four at a time,
+// in directories A makes one after another (each write-delegated from
+// birth), while B lists the newest one (which recalls A, which flushes;
+// A's later creates there are synchronous). A create that found the
+// delegation valid just before its recall must land with the recall's
+// flush, and A's own lookups while the recall flushes must find what A
+// made in memory (they read the store without it, and creates failed
+// with ENOENT): every create on A succeeds, is on B afterwards, and A
+// loses no batch.
+func TestWriteDelegationsRecallRacingCreates(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, _ := writerMount(t, f, nil)
+	b := mounttest.MountUncached(t, f, nil)
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var current atomic.Int64 // the directory being filled: d/<current>
+	if err := os.Mkdir(a.Path("d", "0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	made := map[string]bool{}
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				name := filepath.Join(fmt.Sprint(current.Load()), fmt.Sprintf("w%d-%05d", w, i))
+				if err := os.WriteFile(a.Path("d", name), nil, 0o644); err != nil {
+					t.Errorf("create %s on A: %v", name, err)
+					return
+				}
+				mu.Lock()
+				made[name] = true
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Add(1)
+	go func() { // B: lists the newest directory, recalling A
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = os.ReadDir(b.Path("d", fmt.Sprint(current.Load())))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	dirs := 1
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); dirs++ {
+		time.Sleep(50 * time.Millisecond)
+		if err := os.Mkdir(a.Path("d", fmt.Sprint(dirs)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		current.Store(int64(dirs))
+	}
+	close(stop)
+	wg.Wait()
+	var missing []string
+	listed := 0
+	for k := 0; k < dirs; k++ {
+		got := map[string]bool{}
+		for _, n := range listing(b.Path("d", fmt.Sprint(k))) {
+			got[filepath.Join(fmt.Sprint(k), n)] = true
+		}
+		listed += len(got)
+		for n := range made {
+			if strings.HasPrefix(n, fmt.Sprint(k)+"/") && !got[n] {
+				missing = append(missing, n)
+			}
+		}
+	}
+	sort.Strings(missing)
+	t.Logf("%d creates on A in %d directories, %d names listed on B", len(made), dirs, listed)
+	if len(missing) > 0 {
+		t.Errorf("%d creates A reported are not on B: %s", len(missing), mounttest.JoinCapped(missing, 10))
+	}
+	if strings.Contains(a.Log(), "batch was lost") {
+		t.Errorf("A lost a batch with no mount cut off:\n%s", a.Log())
 	}
 	mounttest.FsckClean(t, f)
 }

@@ -241,6 +241,20 @@ func (f *FS) mountAt(t testing.TB, dir string, env []string, extra ...string) *M
 }
 
 // Path joins names below the mount point.
+// Sync fsyncs the mount's root, which flushes what the mount made in
+// memory under write delegations: for a test that reads the index itself.
+func (m *Mount) Sync(t testing.TB) {
+	t.Helper()
+	d, err := os.Open(m.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		t.Fatalf("fsync of %s: %v", m.Dir, err)
+	}
+}
+
 func (m *Mount) Path(rel ...string) string {
 	return filepath.Join(append([]string{m.Dir}, rel...)...)
 }
