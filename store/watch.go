@@ -39,15 +39,25 @@ func (s *Store) GetDentryWithLock(ctx context.Context, path, lockID string) (Den
 	if derr != nil && !errors.Is(derr, ErrNotFound) {
 		derr = fmt.Errorf("%s: %w", what, derr)
 	}
-	l := LockDoc{ID: lockID}
-	if docs[1].Found {
-		var lerr error
-		if l, lerr = decodeLock(docs[1].Source, docs[1].version()); lerr != nil {
-			return Dentry{}, nil, LockDoc{}, fmt.Errorf("%s: lock document: %w", what, lerr)
-		}
-		l.ID = lockID
+	l, err := lockOf(docs[1], lockID)
+	if err != nil {
+		return Dentry{}, nil, LockDoc{}, fmt.Errorf("%s: %w", what, err)
 	}
 	return d, derr, l, nil
+}
+
+// lockOf decodes lock document id from an mget's answer g; a missing one
+// is an empty LockDoc.
+func lockOf(g getResult, id string) (LockDoc, error) {
+	if !g.Found {
+		return LockDoc{ID: id}, nil
+	}
+	l, err := decodeLock(g.Source, g.version())
+	if err != nil {
+		return LockDoc{}, fmt.Errorf("lock document %s: %w", id, err)
+	}
+	l.ID = id
+	return l, nil
 }
 
 type docRef struct{ index, id string }
@@ -94,14 +104,8 @@ func (s *Store) GetInodesWithLocks(ctx context.Context, inos []uint64, lockIDs [
 	}
 	locks := make([]LockDoc, len(lockIDs))
 	for i, g := range docs[len(inos):] {
-		locks[i] = LockDoc{ID: lockIDs[i]}
-		if g.Found {
-			l, err := decodeLock(g.Source, g.version())
-			if err != nil {
-				return nil, nil, fmt.Errorf("%s: lock document %s: %w", what, lockIDs[i], err)
-			}
-			l.ID = lockIDs[i]
-			locks[i] = l
+		if locks[i], err = lockOf(g, lockIDs[i]); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	return out, locks, nil
