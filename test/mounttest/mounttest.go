@@ -222,9 +222,12 @@ func (f *FS) mountAt(t testing.TB, dir string, env []string, extra ...string) *M
 		close(m.done)
 	}()
 	t.Cleanup(m.cleanup)
+	// The kernel lists the mount while the daemon is still in go-fuse's
+	// NewServer; it is ready (signals handled, its log saying so) once it
+	// logs "mounted". A test that kills it earlier would find no such line.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if conn, _, _, ok := MountEntry(dir); ok {
+		if conn, _, _, ok := MountEntry(dir); ok && loggedMounted(m.Log()) {
 			m.conn, m.mounted = conn, true
 			return m
 		}
@@ -370,6 +373,11 @@ func (m *Mount) cleanup() {
 		m.t.Logf("log of the mount at %s:\n%s", m.Dir, tail(m.Log(), 60))
 	}
 	m.log.Close()
+}
+
+// loggedMounted: the daemon's "mounted" line, in text or JSON form.
+func loggedMounted(log string) bool {
+	return strings.Contains(log, "msg=mounted") || strings.Contains(log, `"msg":"mounted"`)
 }
 
 func lazyUnmount(dir string) {
