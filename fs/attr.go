@@ -53,10 +53,10 @@ func fileType(mode uint32) store.FileType {
 
 // fillAttr converts store attributes for the kernel.
 func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
-	size, chunks := a.Size, a.Chunks
 	if of := f.openState(a.Ino); of != nil {
-		size, chunks = of.current(a)
+		a = of.current(a)
 	}
+	size, chunks := a.Size, a.Chunks
 	out.Ino = a.Ino
 	out.Size = uint64(size)
 	out.Blocks = (uint64(size) + 511) / 512

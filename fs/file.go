@@ -103,20 +103,24 @@ func (f *FS) openState(ino uint64) *openFile {
 	return f.open[ino]
 }
 
-// current returns the size of the file and the number of chunks it
-// stores (an upper bound; -1 unknown) as this mount sees them, given the
-// stored inode.
-func (of *openFile) current(stored store.Inode) (size, chunks int64) {
+// current returns the stored inode a as this mount sees it: the size and
+// times of writes not yet flushed, and the chunks they add to what it
+// stores (an upper bound; -1 unknown).
+func (of *openFile) current(a store.Inode) store.Inode {
 	of.mu.Lock()
 	defer of.mu.Unlock()
-	size, chunks = stored.Size, stored.Chunks
 	if of.changed {
-		size = of.size
+		// The times too: a kernel that stats between a write and the close
+		// keeps what it is told (for as long as a delegation holds it), and
+		// the close's flush tells it nothing.
+		a.Size = of.size
+		a.Mtime = max(a.Mtime, of.mtime)
+		a.Ctime = max(a.Ctime, of.mtime)
 	}
-	if chunks >= 0 {
-		chunks += of.newChunks + int64(len(of.dirty))
+	if a.Chunks >= 0 {
+		a.Chunks += of.newChunks + int64(len(of.dirty))
 	}
-	return size, chunks
+	return a
 }
 
 func (of *openFile) lastAttr() store.Inode {
