@@ -35,9 +35,9 @@ func cmdMount() *cli.Command {
 		Flags: append(esFlags(), []cli.Flag{
 			&cli.BoolFlag{Name: "read-only", Aliases: []string{"ro"}, EnvVars: []string{"ESFS_READ_ONLY"}, Usage: "mount read-only"},
 			&cli.BoolFlag{Name: "allow-other", EnvVars: []string{"ESFS_ALLOW_OTHER"}, Usage: "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)"},
-			&cli.DurationFlag{Name: "attr-timeout", Value: time.Second, EnvVars: []string{"ESFS_ATTR_TIMEOUT"}, Usage: "how long the kernel caches attributes"},
-			&cli.DurationFlag{Name: "entry-timeout", Value: time.Second, EnvVars: []string{"ESFS_ENTRY_TIMEOUT"}, Usage: "how long the kernel caches names"},
-			&cli.DurationFlag{Name: "negative-timeout", Value: time.Second, EnvVars: []string{"ESFS_NEGATIVE_TIMEOUT"}, Usage: "how long the kernel caches missing names"},
+			&cli.DurationFlag{Name: "attr-timeout", Value: time.Second, DefaultText: delegatedTimeoutText, EnvVars: []string{"ESFS_ATTR_TIMEOUT"}, Usage: "how long the kernel caches attributes"},
+			&cli.DurationFlag{Name: "entry-timeout", Value: time.Second, DefaultText: delegatedTimeoutText, EnvVars: []string{"ESFS_ENTRY_TIMEOUT"}, Usage: "how long the kernel caches names"},
+			&cli.DurationFlag{Name: "negative-timeout", Value: time.Second, DefaultText: delegatedTimeoutText, EnvVars: []string{"ESFS_NEGATIVE_TIMEOUT"}, Usage: "how long the kernel caches missing names"},
 			&cli.DurationFlag{Name: "cache-ttl", Value: time.Second, EnvVars: []string{"ESFS_CACHE_TTL"}, Usage: "how long the daemon caches metadata (0 disables)"},
 			&cli.IntFlag{Name: "cache-size", Value: 64, EnvVars: []string{"ESFS_CACHE_SIZE"}, Usage: "daemon metadata cache size in MiB"},
 			&cli.BoolFlag{Name: "delegations", Value: true, EnvVars: []string{"ESFS_DELEGATIONS"}, Usage: "hold read delegations on directories: names and listings are answered from memory until another mount changes the directory, which recalls them first (--delegations=false: cache for the timeouts below instead)"},
@@ -280,9 +280,9 @@ func serve(c *cli.Context, mp string) error {
 	fsys := fs.New(st, co, ch, fs.Options{
 		ReadOnly:         c.Bool("read-only"),
 		AllowOther:       c.Bool("allow-other"),
-		AttrTimeout:      c.Duration("attr-timeout"),
-		EntryTimeout:     c.Duration("entry-timeout"),
-		NegativeTimeout:  c.Duration("negative-timeout"),
+		AttrTimeout:      kernelTimeout(c, "attr-timeout"),
+		EntryTimeout:     kernelTimeout(c, "entry-timeout"),
+		NegativeTimeout:  kernelTimeout(c, "negative-timeout"),
 		CacheTTL:         c.Duration("cache-ttl"),
 		Delegations:      c.Bool("delegations"),
 		WriteDelegations: c.Bool("write-delegations") && c.Bool("delegations"),
@@ -460,6 +460,26 @@ func daemonize(mp, index, logFile string) error {
 }
 
 // reportReady tells a waiting --daemon parent the outcome, once.
+// Under delegations the kernel is told an answer for as long as
+// delegatedTimeout, and only when a delegation covers it: a recall
+// invalidates it first, so nothing bounds it but the delegation. What no
+// delegation covers is told for 1 ns whatever the flags say (see
+// fs.uncached). Without delegations the timeouts are the staleness bound
+// another mount's change has, and stay short.
+const (
+	delegatedTimeout     = time.Hour
+	delegatedTimeoutText = "1s, and 1h for what a delegation covers"
+)
+
+// kernelTimeout is the kernel cache timeout flag name asks for: the one
+// given, else the default of the mount's consistency model.
+func kernelTimeout(c *cli.Context, name string) time.Duration {
+	if !c.IsSet(name) && c.Bool("delegations") {
+		return delegatedTimeout
+	}
+	return c.Duration(name)
+}
+
 func reportReady(err error) {
 	fdStr := os.Getenv(daemonEnv)
 	if fdStr == "" {

@@ -321,12 +321,16 @@ func (st *dirState) told(name string, node *gofs.Inode) bool {
 		st.answering.Add(-1)
 		return false
 	}
+	if !st.kernel[name] && len(st.kernel) >= maxDelegNames {
+		// A name told but not recorded would not be invalidated on
+		// recall, and the kernel keeps a delegated answer for long.
+		st.answering.Add(-1)
+		return false
+	}
 	if st.node == nil {
 		st.node = node
 	}
-	if len(st.kernel) < maxDelegNames {
-		st.kernel[name] = true
-	}
+	st.kernel[name] = true
 	return true
 }
 
@@ -598,8 +602,10 @@ func (ds *delegs) recall(ctx context.Context, d *locking.Delegation) {
 	}
 	// The kernel may make a notification wait for the directory's lock,
 	// held by a request of this very mount that could be waiting for
-	// another mount: never wait for it long. The kernel's entries were
-	// given with the ordinary entry timeout, which bounds what is missed.
+	// another mount: never wait for it long. The notifications still go
+	// in once that request ends; until then this mount's kernel may answer
+	// from the entries it has (they were given for --entry-timeout, an
+	// hour by default under delegations).
 	notified := make(chan struct{})
 	go func() {
 		defer close(notified)
@@ -612,7 +618,7 @@ func (ds *delegs) recall(ctx context.Context, d *locking.Delegation) {
 	select {
 	case <-notified:
 	case <-time.After(time.Second):
-		ds.f.log.Warn("the kernel did not take a recalled directory's invalidations within 1s; its entries expire with --entry-timeout", "dir", d.Path)
+		ds.f.log.Warn("the kernel did not take a recalled directory's invalidations within 1s; they go in once its request in the directory ends", "dir", d.Path)
 	case <-ctx.Done():
 	}
 }

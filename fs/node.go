@@ -109,9 +109,25 @@ func (n *node) replyCreated(name string, sn store.Node, child *gofs.Inode, out *
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	var kept bool
+	child, errno := n.lookup(ctx, name, out, &kept)
+	if errno == syscall.ENOENT && n.f.delegs != nil && !kept {
+		// go-fuse has the kernel keep a negative answer for
+		// --negative-timeout (an hour under delegations) unless told
+		// otherwise: only one a delegation covers may be kept (kept). Any
+		// other, a parent gone meanwhile say, is not.
+		uncached(out)
+	}
+	return child, errno
+}
+
+// lookup is Lookup; it sets kept when a delegation covers its "no such
+// name", which the kernel may then keep.
+func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut, kept *bool) (*gofs.Inode, syscall.Errno) {
 	st := n.f.delegs.state(n.ino())
 	if st != nil {
 		if child, errno, ok := n.lookupDelegated(ctx, st, name, out); ok {
+			*kept = errno == syscall.ENOENT
 			return child, errno
 		}
 	} else if n.f.delegs == nil {
@@ -151,7 +167,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 		if recalled && err == nil {
 			// Another mount was writing here: now that it flushed, look
 			// again.
-			return n.Lookup(ctx, name, out)
+			return n.lookup(ctx, name, out, kept)
 		}
 		if err != nil {
 			return nil, n.f.toErrno("lookup", err)
@@ -170,6 +186,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	}
 	defer st.tell(name, n.EmbeddedInode(), out)()
 	if err != nil {
+		// Kept if told under the delegation (tell did not make it
+		// uncached).
+		*kept = errors.Is(err, store.ErrNotFound) && out.EntryTimeout() == 0
 		return nil, n.f.toErrno("lookup", err)
 	}
 	child := n.newChild(ctx, sn, out)

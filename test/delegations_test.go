@@ -533,3 +533,128 @@ func TestDelegationsKeepDirectoryAttributesAcrossOwnChanges(t *testing.T) {
 	}
 	same("moved by another mount", "d", "y")
 }
+
+// TestKernelKeepsDelegatedAnswers: with the default flags the kernel keeps
+// what a delegation told it (a name, its attributes, a missing name) until
+// the delegation is recalled, not for the 1 s timeouts of a mount without
+// delegations: stats of a delegated directory spread over several seconds
+// reach the daemon no more. Another mount's change is still seen at once,
+// since the recall invalidates them first.
+func TestKernelKeepsDelegatedAnswers(t *testing.T) {
+	f := mounttest.NewFS(t)
+	addr := mounttest.FreeAddr(t)
+	a := f.Mount(t, "--metrics-addr", addr)
+	b := f.Mount(t)
+	metrics := "http://" + addr + "/metrics"
+	// Made by B: A gets read delegations only.
+	if err := os.Mkdir(b.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.Path("d", "f"), []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	look := func() {
+		t.Helper()
+		if fi, err := os.Stat(a.Path("d", "f")); err != nil || fi.Size() != 3 {
+			t.Fatalf("stat d/f on A: %v, %v", fi, err)
+		}
+		if _, err := os.Stat(a.Path("d")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(a.Path("d", "missing")); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("lstat d/missing on A: %v, want ENOENT", err)
+		}
+	}
+	kernelCalls := func() float64 {
+		fams := mounttest.Scrape(t, metrics)
+		return mounttest.Sample(fams, "esfs_fuse_request_duration_seconds", "op", "LOOKUP") +
+			mounttest.Sample(fams, "esfs_fuse_request_duration_seconds", "op", "GETATTR")
+	}
+	mounttest.WaitFor(t, "A's kernel answering d from its cache", 30*time.Second, func() bool {
+		look()
+		before := kernelCalls()
+		look()
+		return kernelCalls() == before
+	})
+	before := kernelCalls()
+	const rounds = 4
+	for range rounds {
+		time.Sleep(1200 * time.Millisecond) // past the timeouts without delegations
+		look()
+	}
+	// Without delegations each round costs 4 requests (the lookups of d, f
+	// and missing, and d's attributes).
+	if got := kernelCalls() - before; got > spareReads {
+		t.Errorf("%v lookups and getattrs reached A over %d rounds spread over %v: the kernel did not keep what its delegations told it",
+			got, rounds, rounds*1200*time.Millisecond)
+	}
+
+	if err := os.WriteFile(b.Path("d", "f"), []byte("three"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.Path("d", "missing"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(a.Path("d", "f")); err != nil || fi.Size() != 5 {
+		t.Errorf("stat d/f on A right after B rewrote it: %v, %v, want size 5", fi, err)
+	}
+	if _, err := os.Lstat(a.Path("d", "missing")); err != nil {
+		t.Errorf("lstat d/missing on A right after B made it: %v", err)
+	}
+}
+
+// TestStatWhileWritingShowsTheWrite: a stat between a write and the close
+// shows the write's mtime, and the stat after the close what the close
+// stored: the kernel keeps what it is told under a delegation until a
+// recall, and the close's flush tells it nothing, so an mtime from before
+// the write would stay (make would see an old target).
+func TestStatWhileWritingShowsTheWrite(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t)
+	b := f.Mount(t)
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := a.Path("d", "f")
+	if err := os.WriteFile(p, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		start := time.Now().Add(-time.Second) // the clocks are one machine's
+		fh, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fh.Write([]byte("more")); err != nil {
+			t.Fatal(err)
+		}
+		during, err := fh.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fh.Close(); err != nil {
+			t.Fatal(err)
+		}
+		after, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if during.ModTime().Before(start) || after.ModTime().Before(start) {
+			t.Errorf("round %d: mtime %v while writing, %v after the close, want after %v", round, during.ModTime(), after.ModTime(), start)
+		}
+		onB, err := os.Stat(b.Path("d", "f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !onB.ModTime().Equal(after.ModTime()) || onB.Size() != after.Size() {
+			t.Errorf("round %d: A says %v %d bytes after the close, B %v %d bytes", round, after.ModTime(), after.Size(), onB.ModTime(), onB.Size())
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
