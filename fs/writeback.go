@@ -595,6 +595,13 @@ func (wb *writeback) flush(ctx context.Context) error {
 	return err
 }
 
+// madeDir is a directory made in memory, with its delegation here and that
+// delegation's change count when its batch was taken.
+type madeDir struct {
+	st      *dirState
+	changes uint64
+}
+
 // run1 flushes batch b and settles the pending state by its outcome.
 func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pendingBatch) error {
 	f := wb.f
@@ -647,6 +654,20 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 	}
 	var stageRes []store.BulkResult
 	spec.Staged = func(res []store.BulkResult) { stageRes = res }
+	// The batch's directories whose delegation here held nothing of
+	// their attributes but the pending inode: once stored, the inode
+	// written is theirs (the gate keeps this mount from changing them
+	// meanwhile; changes counts anything else).
+	var created []store.Version
+	spec.Created = func(vers []store.Version) { created = vers }
+	made := map[uint64]madeDir{}
+	for _, a := range b.inodes {
+		if a.Type == store.TypeDir {
+			if st := f.delegs.state(a.Ino); st != nil {
+				made[a.Ino] = madeDir{st, st.changeCount()}
+			}
+		}
+	}
 	err := f.co.Journal.Flush(ctx, sess, spec)
 	switch {
 	case err == nil:
@@ -678,6 +699,12 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 	}
 	wb.landed(b, func() {
 		wb.settleStage(ctx, b, pls, bornIno, stageRes)
+		for i, a := range b.inodes {
+			if d, ok := made[a.Ino]; ok && i < len(created) {
+				a.Ver = created[i]
+				d.st.learnSelf(a, d.changes)
+			}
+		}
 	})
 	wb.removedLanded(b)
 	return nil

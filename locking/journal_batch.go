@@ -57,6 +57,10 @@ type BatchSpec struct {
 	// which fsck repairs.
 	Stage  []store.BulkOp
 	Staged func([]store.BulkResult)
+	// Created gets the versions Inodes were created at, in their order,
+	// once every one of them landed in the stage. (They are what is
+	// stored only if the batch then commits.)
+	Created func([]store.Version)
 	// DirLinks are the counts the stage sets on existing directories
 	// (compare-and-set items of Stage): a rollback puts them back.
 	DirLinks []store.DirLinkChange
@@ -357,6 +361,13 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 		if err := res[i].Err; err != nil {
 			return nil, fmt.Errorf("batch %s: inode %d: %w", spec.Op, a.Ino, err)
 		}
+	}
+	if spec.Created != nil {
+		vers := make([]store.Version, len(spec.Inodes))
+		for i := range spec.Inodes {
+			vers[i] = res[i].Ver
+		}
+		spec.Created(vers)
 	}
 	known := make([]staged, len(docs))
 	for i, d := range docs {

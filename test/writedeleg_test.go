@@ -413,6 +413,20 @@ func TestWriteDelegationsCallsNeedNoRoundTrip(t *testing.T) {
 	if flushed > 5 {
 		t.Errorf("a batch of %d entries cost %v requests, want the batch's 5", 3*n, flushed)
 	}
+	// The directories the batch stored keep their attributes held: what
+	// it wrote is what they are.
+	before = foreground()
+	for i := 0; i < n; i++ {
+		if _, err := os.Stat(m.Path("d", fmt.Sprintf("s%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := os.Stat(m.Path("d")); err != nil || st.Sys().(*syscall.Stat_t).Nlink != 2+n {
+		t.Fatalf("stat d after the flush: %v, %v, want %d links", st, err, 2+n)
+	}
+	if got := foreground() - before; got > spareReads {
+		t.Errorf("stats of %d directories made in memory cost %v requests once their batch landed, want none", n+1, got)
+	}
 	// esfs status says it, as of the mount's next heartbeat.
 	mounttest.WaitFor(t, "esfs status to show the batch", 30*time.Second, func() bool {
 		out, _ := f.Run("status")
