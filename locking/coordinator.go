@@ -51,6 +51,8 @@ type Coordinator struct {
 
 	// Delegations are this mount's delegations on directories.
 	Delegations *Delegations
+	// FileLocks are the advisory locks (flock, fcntl) programs take here.
+	FileLocks *FileLocks
 	answering   chan struct{} // closed when answering recalls has returned
 
 	stop chan struct{}
@@ -91,6 +93,7 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 	c.shares = &shares{c: c, by: map[string]*share{}}
 	c.tending = make(chan struct{})
 	c.Delegations = newDelegations(c)
+	c.FileLocks = newFileLocks(c)
 	c.answering = make(chan struct{})
 	go c.run()
 	go c.every(sharePoll, c.tending, c.shares.tend)
@@ -385,6 +388,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	<-c.answering
 	c.shares.closeAll()
 	c.Delegations.closeAll(ctx)
+	c.FileLocks.ReleaseAll(ctx)
 	c.Journal.RetryUnfinished(ctx)
 	if n := c.Journal.Unfinished(); n > 0 {
 		c.log.Warn("closing with unfinished renames; another mount recovers them after the lease", "count", n)

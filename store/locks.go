@@ -31,6 +31,11 @@ const (
 	// with a write delegation only, so that its holder is recalled (and
 	// flushes), and with nothing else.
 	Flushed LockMode = "F"
+	// FileRead and FileWrite are the advisory locks programs take on a
+	// file's bytes (fcntl record locks, OFD locks, flock): documents
+	// FileLockID, whose holders have ranges and owners (see Holder).
+	FileRead  LockMode = "r"
+	FileWrite LockMode = "w"
 )
 
 // Holder is one entry of a lock document: who holds it, for which
@@ -45,6 +50,16 @@ type Holder struct {
 	// holder flushed under this entry (see locking.Journal.Flush): the
 	// recovery of a dead holder settles it before the entry goes.
 	Batch string `json:"b,omitempty"`
+	// File locks (documents FileLockID): the lock owner the kernel named
+	// (a process's file table for POSIX locks, the open file for flock and
+	// OFD locks), the byte range, both ends included (End math.MaxInt64:
+	// to the end of the file, however long), the pid F_GETLK reports, and
+	// whether it is a flock, which never conflicts with a record lock.
+	Owner uint64 `json:"w,omitempty"`
+	Start int64  `json:"a,omitempty"`
+	End   int64  `json:"z,omitempty"`
+	Pid   uint32 `json:"p,omitempty"`
+	Flock bool   `json:"f,omitempty"`
 }
 
 // Waiter marks an exclusive request that was refused, so that shared
@@ -57,6 +72,11 @@ type Waiter struct {
 	// Mode is the mode waited for; empty (documents written before there
 	// were other modes) means Exclusive.
 	Mode LockMode `json:"m,omitempty"`
+	// File locks: what is waited for, as in Holder.
+	Owner uint64 `json:"w,omitempty"`
+	Start int64  `json:"a,omitempty"`
+	End   int64  `json:"z,omitempty"`
+	Flock bool   `json:"f,omitempty"`
 }
 
 // WaitMode is the mode w waits for.
@@ -91,6 +111,13 @@ func DelegLockID(ino uint64) string { return "D" + strconv.FormatUint(ino, 10) }
 
 // IsDelegLock reports whether id is a delegation lock's.
 func IsDelegLock(id string) bool { return strings.HasPrefix(id, "D") }
+
+// FileLockID is the id of the document of the advisory locks on file
+// ino: by inode, so that a rename keeps them.
+func FileLockID(ino uint64) string { return "K" + strconv.FormatUint(ino, 10) }
+
+// IsFileLock reports whether id is a file's advisory lock document.
+func IsFileLock(id string) bool { return strings.HasPrefix(id, "K") }
 
 type lockJSON struct {
 	Kind    string   `json:"kind"`
