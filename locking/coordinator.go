@@ -53,7 +53,7 @@ type Coordinator struct {
 	Delegations *Delegations
 	// FileLocks are the advisory locks (flock, fcntl) programs take here.
 	FileLocks *FileLocks
-	answering   chan struct{} // closed when answering recalls has returned
+	answering chan struct{} // closed when answering recalls has returned
 
 	stop chan struct{}
 	done chan struct{}
