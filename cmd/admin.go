@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"text/tabwriter"
@@ -150,12 +151,22 @@ func cmdLocks() *cli.Command {
 					name = "(global)"
 				case store.IsDelegLock(d.ID):
 					name += " (directory)"
+				case store.IsFileLock(d.ID):
+					name += " (file lock)"
 				}
 				for _, h := range d.Holders {
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", name, lockMode(d.ID, h.Mode), h.Session, h.Op, age(now, h.Since))
+					mode := lockMode(d.ID, h.Mode)
+					if store.IsFileLock(d.ID) {
+						mode = fileLockMode(h.Mode, h.Flock, h.Start, h.End) + fmt.Sprintf(" pid %d", h.Pid)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", name, mode, h.Session, h.Op, age(now, h.Since))
 				}
 				for _, q := range d.Waiters {
-					fmt.Fprintf(w, "%s\t%s (waiting)\t%s\t%s\t%s\n", name, lockMode(d.ID, q.WaitMode()), q.Session, q.Op, age(now, q.Since))
+					mode := lockMode(d.ID, q.WaitMode())
+					if store.IsFileLock(d.ID) {
+						mode = fileLockMode(q.Mode, q.Flock, q.Start, q.End)
+					}
+					fmt.Fprintf(w, "%s\t%s (waiting)\t%s\t%s\t%s\n", name, mode, q.Session, q.Op, age(now, q.Since))
 				}
 			}
 			w.Flush()
@@ -179,6 +190,25 @@ func lockMode(id string, m store.LockMode) string {
 		return "change"
 	}
 	return string(m)
+}
+
+// fileLockMode names an advisory file lock: "flock exclusive", or
+// "write 0-99", "read 100-EOF" for a record lock's bytes.
+func fileLockMode(m store.LockMode, flock bool, start, end int64) string {
+	if flock {
+		if m == store.FileWrite {
+			return "flock exclusive"
+		}
+		return "flock shared"
+	}
+	kind := "read"
+	if m == store.FileWrite {
+		kind = "write"
+	}
+	if end == math.MaxInt64 {
+		return fmt.Sprintf("%s %d-EOF", kind, start)
+	}
+	return fmt.Sprintf("%s %d-%d", kind, start, end)
 }
 
 // age is for display only: it compares another machine's clock with ours.

@@ -17,6 +17,9 @@ import (
 type dirHandle struct {
 	n    *node
 	path string
+	// locks: the owners that took advisory locks through this open
+	// directory (filelock.go).
+	locks lockOwners
 
 	// The bridge serializes calls on one handle; no lock needed.
 	sc     *locking.Pages
@@ -340,5 +343,12 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {
 	if d.sc != nil {
 		d.sc.Close()
+	}
+	if d.locks.any() {
+		f := d.n.f
+		ctx, cancel := context.WithTimeout(context.Background(), 4*f.st.Timeout())
+		defer cancel()
+		f.releaseHandleLocks(ctx, d.n.ino(), &d.locks)
+		f.co.FileLocks.Forget(d.n.ino())
 	}
 }

@@ -173,6 +173,9 @@ type handle struct {
 	of     *openFile
 	append bool
 	write  bool
+	// locks: the owners that took advisory locks through this open file
+	// (filelock.go).
+	locks lockOwners
 }
 
 var (
@@ -249,6 +252,10 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	f := of.f
 	ctx, cancel := context.WithTimeout(context.Background(), 4*f.st.Timeout())
 	defer cancel()
+	if h.locks.any() {
+		f.releaseHandleLocks(ctx, of.ino, &h.locks)
+		f.co.FileLocks.Forget(of.ino)
+	}
 	of.mu.Lock()
 	err := of.flush(ctx)
 	f.mu.Lock()

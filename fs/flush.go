@@ -168,6 +168,12 @@ func (of *openFile) flush(ctx context.Context) error {
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	of := h.of
+	if h.lockLost() {
+		return syscall.EIO
+	}
+	// A close: the closing process's record locks on the file go, after
+	// what it wrote has landed.
+	defer of.f.releaseOwnerLocks(ctx, of.ino)
 	ctx, cancel := of.f.ctxOf(ctx)
 	defer cancel()
 	of.mu.Lock()

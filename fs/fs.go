@@ -74,6 +74,8 @@ type FS struct {
 	// are.
 	delegs *delegs
 	wb     *writeback
+	// flushOwners: the lock owner of each FLUSH under way (filelock.go).
+	flushOwners sync.Map
 	// changing: this mount's entry changes under way, by directory.
 	changing entryChanges
 

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -75,13 +76,16 @@ const (
 	opFsyncDir
 	opStatFs
 	opStatx
+	opGetLk
+	opSetLk
+	opSetLkw
 	opCount
 )
 
 var opNames = [opCount]string{"LOOKUP", "GETATTR", "SETATTR", "MKNOD", "MKDIR", "UNLINK", "RMDIR", "RENAME",
 	"LINK", "SYMLINK", "READLINK", "ACCESS", "GETXATTR", "LISTXATTR", "SETXATTR", "REMOVEXATTR", "CREATE",
 	"OPEN", "READ", "LSEEK", "RELEASE", "WRITE", "COPY_FILE_RANGE", "FLUSH", "FSYNC", "FALLOCATE", "OPENDIR",
-	"READDIR", "READDIRPLUS", "RELEASEDIR", "FSYNCDIR", "STATFS", "STATX"}
+	"READDIR", "READDIRPLUS", "RELEASEDIR", "FSYNCDIR", "STATFS", "STATX", "GETLK", "SETLK", "SETLKW"}
 
 // NewMetrics makes the FUSE collectors and registers them with reg (nil:
 // they count but nobody scrapes them).
@@ -157,6 +161,9 @@ func errnoName(st fuse.Status) string {
 type timedFS struct {
 	fuse.RawFileSystem
 	m *Metrics
+	// owners: the lock owner of each FLUSH under way, by its request's
+	// cancel channel (see flushOwner).
+	owners *sync.Map
 }
 
 func (t timedFS) Lookup(c <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) (st fuse.Status) {
@@ -225,7 +232,23 @@ func (t timedFS) Lseek(c <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) 
 }
 func (t timedFS) Flush(c <-chan struct{}, in *fuse.FlushIn) (st fuse.Status) {
 	defer t.m.since(opFlush, time.Now(), &st)
+	if t.owners != nil {
+		t.owners.Store(c, in.LockOwner)
+		defer t.owners.Delete(c)
+	}
 	return t.RawFileSystem.Flush(c, in)
+}
+func (t timedFS) GetLk(c <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) (st fuse.Status) {
+	defer t.m.since(opGetLk, time.Now(), &st)
+	return t.RawFileSystem.GetLk(c, in, out)
+}
+func (t timedFS) SetLk(c <-chan struct{}, in *fuse.LkIn) (st fuse.Status) {
+	defer t.m.since(opSetLk, time.Now(), &st)
+	return t.RawFileSystem.SetLk(c, in)
+}
+func (t timedFS) SetLkw(c <-chan struct{}, in *fuse.LkIn) (st fuse.Status) {
+	defer t.m.since(opSetLkw, time.Now(), &st)
+	return t.RawFileSystem.SetLkw(c, in)
 }
 func (t timedFS) Fsync(c <-chan struct{}, in *fuse.FsyncIn) (st fuse.Status) {
 	defer t.m.since(opFsync, time.Now(), &st)

@@ -38,7 +38,10 @@ type Server struct {
 func Mount(mountpoint string, f *FS) (*Server, error) {
 	root := &node{f: f}
 	opts := MountOptions(f.opts, log.New(logWriter{f}, "", 0))
-	var raw fuse.RawFileSystem = timedFS{RawFileSystem: gofs.NewNodeFS(root, opts), m: f.metrics}
+	// flock and fcntl locks come to esfs (filelock.go), which holds them
+	// across mounts; without this the kernel keeps them to this mount.
+	opts.EnableLocks = true
+	var raw fuse.RawFileSystem = timedFS{RawFileSystem: gofs.NewNodeFS(root, opts), m: f.metrics, owners: &f.flushOwners}
 	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)

@@ -145,6 +145,9 @@ func (of *openFile) remember(c int64, b []byte) {
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	of := h.of
+	if h.lockLost() {
+		return nil, syscall.EIO
+	}
 	ctx, cancel := of.f.ctxOf(ctx)
 	defer cancel()
 	of.mu.Lock()

@@ -12,6 +12,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if of.f.opts.ReadOnly {
 		return 0, syscall.EROFS
 	}
+	if h.lockLost() {
+		return 0, syscall.EIO
+	}
 	uid, _ := caller(ctx)
 	ctx, cancel := of.f.ctxOf(ctx)
 	defer cancel()

@@ -38,6 +38,7 @@ var cases = []benchCase{
 	{"rename_dir", benchRenameDir},
 	{"rename_disjoint", benchDisjoint},
 	{"lock_rt", benchLockRT},
+	{"flock_rt", benchFlockRT},
 	{"memory", benchMemory},
 	{"mdtest", benchMdtest},
 	{"real_tools", benchRealTools},
@@ -591,6 +592,59 @@ func benchLockRT(s *suite) {
 		s.add(row{name: fmt.Sprintf("lock_rt_depth_%d", depth), workload: fmt.Sprintf("%d × (acquire + release) of a rename's tree locks at depth %d", iters, depth),
 			floor: "raw create + delete of one document", esfs: as, base: bs, target: "≤ 2.2, flat in depth", limit: 2.2})
 	}
+}
+
+// benchFlockRT: an uncontended flock and unlock of one file through a
+// mount (issue 14), against the raw round trips of one lock document.
+func benchFlockRT(s *suite) {
+	t := s.t
+	f := mounttest.NewFS(t)
+	addr := mounttest.FreeAddr(t)
+	m := f.Mount(t, "--metrics-addr", addr)
+	r := newRaw(t, f.Index)
+	p := m.Path("lockfile")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	// The lock's requests: its document's reads and writes (the mount's
+	// heartbeat and recall polls go to other indices).
+	lockRequests := func() float64 {
+		fams := mounttest.Scrape(t, "http://"+addr+"/metrics")
+		return mounttest.Sample(fams, "esfs_es_request_duration_seconds", "index", "lock") +
+			mounttest.Sample(fams, "esfs_es_request_duration_seconds", "endpoint", "_bulk")
+	}
+	const iters = 200
+	var perPair []float64
+	as, bs := s.ab(func() time.Duration {
+		before := lockRequests()
+		start := time.Now()
+		for i := 0; i < iters; i++ {
+			if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Flock(fd, unix.LOCK_UN); err != nil {
+				t.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		perPair = append(perPair, (lockRequests()-before)/iters)
+		return took
+	}, func() time.Duration {
+		start := time.Now()
+		for i := 0; i < iters; i++ {
+			r.do("PUT", "/"+r.prefix+"-locks/_create/raw-floor", []byte(`{"kind":"lock","path":"/raw-floor"}`))
+			r.do("DELETE", "/"+r.prefix+"-locks/_doc/raw-floor", nil)
+		}
+		return time.Since(start)
+	})
+	s.add(row{name: "flock_rt", workload: fmt.Sprintf("%d × (flock LOCK_EX + LOCK_UN) of one file through a mount, uncontended", iters),
+		floor: "raw create + delete of one document", esfs: as, base: bs,
+		note: fmt.Sprintf("%.1f requests to Elasticsearch a pair (a read and a compare-and-set for each of the lock and the unlock); %s a pair", median(perPair), (median(as) / iters).Round(time.Microsecond))})
 }
 
 // peakRSS reads the peak resident set size (VmHWM) of process pid, in MiB.
