@@ -8,8 +8,8 @@ import (
 	"syscall"
 
 	"github.com/esfs/esfs/locking"
-	"github.com/hanwen/go-fuse/v2/fuse"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // Advisory locks (flock(2), fcntl record and OFD locks) are held across
