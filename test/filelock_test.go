@@ -73,6 +73,22 @@ func TestFlockAcrossMounts(t *testing.T) {
 		t.Fatalf("a blocking flock on B returned while A holds the lock: %v", err)
 	case <-time.After(500 * time.Millisecond):
 	}
+	// A second waiter, killed while it waits, leaves no waiting marker.
+	killed := exec.Command("flock", b.Path("lockfile"), "true")
+	if err := killed.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitingMarkers := func() int {
+		out, err := f.Run("locks")
+		if err != nil {
+			t.Fatalf("esfs locks: %v\n%s", err, out)
+		}
+		return strings.Count(out, "flock exclusive (waiting)")
+	}
+	mounttest.WaitFor(t, "both waiters' markers", 30*time.Second, func() bool { return waitingMarkers() == 2 })
+	_ = killed.Process.Kill()
+	_ = killed.Wait()
+	mounttest.WaitFor(t, "the killed waiter's marker to go", 30*time.Second, func() bool { return waitingMarkers() == 1 })
 	_ = holder.Process.Kill()
 	released := time.Now()
 	select {
