@@ -112,6 +112,41 @@ func TestFlockAcrossMounts(t *testing.T) {
 	if !flockN(t, b.Path("lockfile"), "-s") {
 		t.Error("flock -n -s on B refused while A holds a shared lock")
 	}
+	_ = syscall.Kill(-shared.Process.Pid, syscall.SIGKILL)
+
+	// Upgrade and downgrade of one open file's flock, seen from two other
+	// mounts.
+	c := f.Mount(t)
+	fd, err := unix.Open(a.Path("lockfile"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	mounttest.WaitFor(t, "the shared holder's lock to go", 30*time.Second, func() bool { return flockN(t, b.Path("lockfile")) })
+	if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		how          int
+		shared, excl bool // what B and C may take then
+		what         string
+	}{
+		{unix.LOCK_EX, false, false, "upgraded to exclusive"},
+		{unix.LOCK_SH, true, false, "downgraded to shared"},
+		{unix.LOCK_UN, true, true, "unlocked"},
+	} {
+		if err := unix.Flock(fd, step.how|unix.LOCK_NB); err != nil {
+			t.Fatalf("%s: %v", step.what, err)
+		}
+		for _, m := range []*mounttest.Mount{b, c} {
+			if got := flockN(t, m.Path("lockfile"), "-s"); got != step.shared {
+				t.Errorf("A's lock %s: flock -n -s on %s got it: %v, want %v", step.what, m.Dir, got, step.shared)
+			}
+			if got := flockN(t, m.Path("lockfile")); got != step.excl {
+				t.Errorf("A's lock %s: flock -n on %s got it: %v, want %v", step.what, m.Dir, got, step.excl)
+			}
+		}
+	}
 }
 
 // setlk is fcntl(F_SETLK) (or F_OFD_SETLK with ofd) of [start, start+n).
