@@ -37,6 +37,28 @@ func flockN(t *testing.T, path string, args ...string) bool {
 	return false
 }
 
+// tryFlock reports whether a flock (how, without waiting) of path is
+// granted; one granted is unlocked at once (an unlock is synchronous, the
+// last close that would also end it is not: see TestFlockAcrossMounts).
+func tryFlock(t *testing.T, path string, how int) bool {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	switch err := unix.Flock(fd, how|unix.LOCK_NB); {
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return false
+	case err != nil:
+		t.Fatalf("flock %s: %v", path, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_UN); err != nil {
+		t.Fatalf("unlocking %s: %v", path, err)
+	}
+	return true
+}
+
 // TestFlockAcrossMounts: flock(1) on two mounts of one filesystem, as
 // cron jobs and deploy scripts use it: an exclusive lock refuses the
 // other mount's, shared locks share, and a blocking flock on B returns
@@ -122,10 +144,12 @@ func TestFlockAcrossMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	mounttest.WaitFor(t, "the shared holder's lock to go", 30*time.Second, func() bool { return flockN(t, b.Path("lockfile")) })
-	if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
-		t.Fatal(err)
-	}
+	// The kernel sends the last close of an open file (which ends its
+	// flock) after close returns: flock(1)'s own lock may outlive it for
+	// a moment.
+	mounttest.WaitFor(t, "the other holders' locks to go", 30*time.Second, func() bool {
+		return flockN(t, b.Path("lockfile")) && unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB) == nil
+	})
 	for _, step := range []struct {
 		how          int
 		shared, excl bool // what B and C may take then
@@ -139,11 +163,11 @@ func TestFlockAcrossMounts(t *testing.T) {
 			t.Fatalf("%s: %v", step.what, err)
 		}
 		for _, m := range []*mounttest.Mount{b, c} {
-			if got := flockN(t, m.Path("lockfile"), "-s"); got != step.shared {
-				t.Errorf("A's lock %s: flock -n -s on %s got it: %v, want %v", step.what, m.Dir, got, step.shared)
+			if got := tryFlock(t, m.Path("lockfile"), unix.LOCK_SH); got != step.shared {
+				t.Errorf("A's lock %s: a shared flock on %s got it: %v, want %v", step.what, m.Dir, got, step.shared)
 			}
-			if got := flockN(t, m.Path("lockfile")); got != step.excl {
-				t.Errorf("A's lock %s: flock -n on %s got it: %v, want %v", step.what, m.Dir, got, step.excl)
+			if got := tryFlock(t, m.Path("lockfile"), unix.LOCK_EX); got != step.excl {
+				t.Errorf("A's lock %s: an exclusive flock on %s got it: %v, want %v", step.what, m.Dir, got, step.excl)
 			}
 		}
 	}
