@@ -98,7 +98,9 @@ func TestOutageFailsFastAndRecovers(t *testing.T) {
 	f := mounttest.NewFS(t)
 	proxy := mounttest.NewToxi(t, testenv.URL(t))
 	const timeout = 2 * time.Second
-	m := f.MountAt(t, t.TempDir(), nil, "--es-url", proxy.URL, "--es-timeout", timeout.String())
+	// Write delegations pinned off, as in the test below: the operations
+	// must need the cluster.
+	m := f.MountAt(t, t.TempDir(), nil, "--es-url", proxy.URL, "--es-timeout", timeout.String(), "--write-delegations=false")
 
 	fh, err := os.Create(m.Path("kept"))
 	if err != nil {
@@ -161,7 +163,12 @@ func TestOutageNetworkFaultsFailFastAndRecover(t *testing.T) {
 	x := mounttest.NewToxi(t, f.URL)
 	const timeout = time.Second
 	const lease = 2 * time.Second
-	m := f.MountAt(t, t.TempDir(), nil, "--es-url", x.URL, "--es-timeout", timeout.String(), "--lease", lease.String())
+	// Write delegations pinned off: the operations below must need the
+	// cluster. A directory written in memory (the root, once this mount
+	// has changed it alone) takes creates, mkdirs and renames without a
+	// request while its lease lasts, which is right, and then fails none
+	// of them.
+	m := f.MountAt(t, t.TempDir(), nil, "--es-url", x.URL, "--es-timeout", timeout.String(), "--lease", lease.String(), "--write-delegations=false")
 	// Another mount with a direct line, which stays healthy throughout and
 	// judges the first one when it falls silent.
 	other := f.Mount(t, "--lease", lease.String())
