@@ -581,17 +581,21 @@ func benchLockRT(s *suite) {
 				}
 			}
 			return time.Since(start)
-		}, func() time.Duration {
-			start := time.Now()
-			for i := 0; i < iters; i++ {
-				r.do("PUT", "/"+r.prefix+"-locks/_create/raw-floor", []byte(`{"kind":"lock","path":"/raw-floor"}`))
-				r.do("DELETE", "/"+r.prefix+"-locks/_doc/raw-floor", nil)
-			}
-			return time.Since(start)
-		})
+		}, func() time.Duration { return r.lockFloor(iters) })
 		s.add(row{name: fmt.Sprintf("lock_rt_depth_%d", depth), workload: fmt.Sprintf("%d × (acquire + release) of a rename's tree locks at depth %d", iters, depth),
 			floor: "raw create + delete of one document", esfs: as, base: bs, target: "≤ 2.2, flat in depth", limit: 2.2})
 	}
+}
+
+// lockFloor is the floor of the lock rows: n × a raw create and delete
+// of one lock document.
+func (r *raw) lockFloor(n int) time.Duration {
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		r.do("PUT", "/"+r.prefix+"-locks/_create/raw-floor", []byte(`{"kind":"lock","path":"/raw-floor"}`))
+		r.do("DELETE", "/"+r.prefix+"-locks/_doc/raw-floor", nil)
+	}
+	return time.Since(start)
 }
 
 // benchFlockRT: an uncontended flock and unlock of one file through a
@@ -634,14 +638,7 @@ func benchFlockRT(s *suite) {
 		took := time.Since(start)
 		perPair = append(perPair, (lockRequests()-before)/iters)
 		return took
-	}, func() time.Duration {
-		start := time.Now()
-		for i := 0; i < iters; i++ {
-			r.do("PUT", "/"+r.prefix+"-locks/_create/raw-floor", []byte(`{"kind":"lock","path":"/raw-floor"}`))
-			r.do("DELETE", "/"+r.prefix+"-locks/_doc/raw-floor", nil)
-		}
-		return time.Since(start)
-	})
+	}, func() time.Duration { return r.lockFloor(iters) })
 	s.add(row{name: "flock_rt", workload: fmt.Sprintf("%d × (flock LOCK_EX + LOCK_UN) of one file through a mount, uncontended", iters),
 		floor: "raw create + delete of one document", esfs: as, base: bs,
 		note: fmt.Sprintf("%.1f requests to Elasticsearch a pair (a read and a compare-and-set for each of the lock and the unlock); %s a pair", median(perPair), (median(as) / iters).Round(time.Microsecond))})
