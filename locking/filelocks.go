@@ -146,6 +146,16 @@ func (fl *FileLocks) read(ctx context.Context, ino uint64) (store.LockDoc, error
 // display). If another owner holds a conflicting lock it fails with
 // ErrWouldBlock, or, with wait, waits until it can take it or ctx ends.
 func (fl *FileLocks) Set(ctx context.Context, ino uint64, path string, lk FileLock, wait bool) error {
+	err := fl.set(ctx, ino, path, lk, wait)
+	if err != nil && ctx.Err() != nil {
+		// Interrupted (a signal, for the caller EINTR), whichever request
+		// of the wait the interruption cut.
+		return ctx.Err()
+	}
+	return err
+}
+
+func (fl *FileLocks) set(ctx context.Context, ino uint64, path string, lk FileLock, wait bool) error {
 	if lk.Start < 0 || lk.End < lk.Start {
 		return fmt.Errorf("lock range %d-%d: %w", lk.Start, lk.End, store.ErrInvalid)
 	}
@@ -163,9 +173,6 @@ func (fl *FileLocks) Set(ctx context.Context, ino uint64, path string, lk FileLo
 		}
 		doc, err := fl.read(ctx, ino)
 		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err() // interrupted: the caller says EINTR
-			}
 			return err
 		}
 		doc.ID = store.FileLockID(ino)
@@ -181,7 +188,7 @@ func (fl *FileLocks) Set(ctx context.Context, ino uint64, path string, lk FileLo
 			if gone {
 				nd := doc
 				nd.Holders = without(doc.Holders, *held)
-				if _, err := fl.write(ctx, nd); err != nil && !errors.Is(err, store.ErrConflict) {
+				if err := fl.write(ctx, nd); err != nil && !errors.Is(err, store.ErrConflict) {
 					return err
 				}
 				continue
@@ -193,13 +200,13 @@ func (fl *FileLocks) Set(ctx context.Context, ino uint64, path string, lk FileLo
 			}
 			if w == nil {
 				opID, n := sess.BeginOp()
-				w = &fileWaiter{op: opID, n: n, ticket: fmt.Sprintf("%020d-%s", time.Now().UnixNano(), opID)}
+				w = &fileWaiter{sess: sess, op: opID, n: n, ticket: fmt.Sprintf("%020d-%s", time.Now().UnixNano(), opID)}
 			}
 			if !w.marked {
 				nd := doc
 				nd.Waiters = append(append([]store.Waiter(nil), doc.Waiters...), store.Waiter{Session: me, Op: w.op, Ticket: w.ticket, Since: time.Now().UnixNano(),
 					Mode: lockMode(lk), Owner: lk.Owner, Start: lk.Start, End: lk.End, Flock: lk.Flock})
-				if _, err := fl.write(ctx, nd); err == nil {
+				if err := fl.write(ctx, nd); err == nil {
 					w.marked = true
 					continue
 				} else if !errors.Is(err, store.ErrConflict) {
@@ -216,7 +223,7 @@ func (fl *FileLocks) Set(ctx context.Context, ino uint64, path string, lk FileLo
 		if w != nil {
 			nd.Waiters = withoutWaiter(doc.Waiters, me, w.op)
 		}
-		if _, err := fl.write(ctx, nd); errors.Is(err, store.ErrConflict) {
+		if err := fl.write(ctx, nd); errors.Is(err, store.ErrConflict) {
 			continue
 		} else if err != nil {
 			return err
@@ -231,6 +238,7 @@ func (fl *FileLocks) Set(ctx context.Context, ino uint64, path string, lk FileLo
 
 // fileWaiter is a blocking request's waiting marker.
 type fileWaiter struct {
+	sess   *Session
 	op     string
 	n      int64
 	ticket string
@@ -269,7 +277,7 @@ func (fl *FileLocks) blocker(doc store.LockDoc, lk FileLock, me string, w *fileW
 // unwait takes w's marker out of ino's document, and ends its operation
 // (which lets the sweeper drop a marker this could not).
 func (fl *FileLocks) unwait(ctx context.Context, ino uint64, me string, w *fileWaiter) {
-	defer fl.c.Session().EndOp(w.n)
+	defer w.sess.EndOp(w.n)
 	if !w.marked {
 		return
 	}
@@ -283,7 +291,7 @@ func (fl *FileLocks) unwait(ctx context.Context, ino uint64, me string, w *fileW
 		if len(nd.Waiters) == len(doc.Waiters) {
 			return
 		}
-		if _, err := fl.write(ctx, nd); !errors.Is(err, store.ErrConflict) {
+		if err := fl.write(ctx, nd); !errors.Is(err, store.ErrConflict) {
 			return
 		}
 	}
@@ -291,22 +299,23 @@ func (fl *FileLocks) unwait(ctx context.Context, ino uint64, me string, w *fileW
 
 // write writes doc at its version (creates it if not found, deletes it
 // when nothing is left in it).
-func (fl *FileLocks) write(ctx context.Context, doc store.LockDoc) (store.Version, error) {
+func (fl *FileLocks) write(ctx context.Context, doc store.LockDoc) error {
 	empty := len(doc.Holders) == 0 && len(doc.Waiters) == 0
 	if empty && !doc.Found {
-		return store.Version{}, nil
+		return nil
 	}
 	res, err := fl.c.b.Bulk(ctx, store.WriteLocks([]store.LockWrite{{Doc: doc, Delete: empty}}))
 	if err != nil {
-		return store.Version{}, err
+		return err
 	}
 	if err := res[0].Err; err != nil {
 		if errors.Is(err, store.ErrExists) || errors.Is(err, store.ErrNotFound) {
-			return store.Version{}, fmt.Errorf("%w: %v", store.ErrConflict, err)
+			// Someone created or removed it since our read: read again.
+			return fmt.Errorf("%w: %v", store.ErrConflict, err)
 		}
-		return store.Version{}, err
+		return err
 	}
-	return res[0].Ver, nil
+	return nil
 }
 
 // note records which owners of this session hold entries on ino.
