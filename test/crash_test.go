@@ -472,7 +472,7 @@ func TestCrashKilledCreatorsDirectoryCanBeRemoved(t *testing.T) {
 		}
 	}
 	// Listings of another mount's changes lag the index refresh interval
-	// (1s, README "Consistency model"): rm -r lists first, so wait that out.
+	// (1s, docs/consistency.md "Consistency model"): rm -r lists first, so wait that out.
 	time.Sleep(1500 * time.Millisecond)
 	rm := mounttest.Exec(time.Minute, b.Dir, "rm", "-rf", "d")
 	t.Logf("REPORT %s: %d files acknowledged before the kill; rm -rf d in B: %v after %s (%s after the kill) %s",

@@ -20,7 +20,7 @@ import (
 )
 
 // staleBound is the documented bound on how long another mount may show
-// the old state with default flags (README, "Consistency model"): kernel
+// the old state with default flags (docs/consistency.md, "Consistency model"): kernel
 // timeout 1s + daemon cache 1s + refresh interval 1s for listings.
 const staleBound = 3 * time.Second
 

@@ -30,9 +30,10 @@ var unsupported = map[string]string{
 	"Fallocate":         "fallocate is not implemented (EOPNOTSUPP): esfs files are sparse by nature",
 	"FallocateKeepSize": "fallocate is not implemented (EOPNOTSUPP)",
 	// This check expects two fcntl locks of one process to conflict, which
-	// POSIX record locks never do on a local filesystem either; esfs leaves
-	// record locks to the kernel, per mount (see README).
-	"FcntlFlockLocksFile": "record locks are kernel-local per mount",
+	// POSIX record locks never do on a local filesystem either: they belong
+	// to the process, as esfs's do (test/filelock_test.go checks conflicts
+	// between processes and mounts).
+	"FcntlFlockLocksFile": "one process's record locks never conflict with each other (POSIX)",
 }
 
 // TestPosix runs go-fuse's POSIX checks on a real mount, each on a fresh

@@ -40,7 +40,7 @@ func lkRace(a, b func() error) (errA, errB error) {
 }
 
 // lkSnapFresh is lkSnap after a refresh of the path index. Listings are
-// searches, near-realtime by design (README, "Consistency model"), and
+// searches, near-realtime by design (docs/consistency.md, "Consistency model"), and
 // worse: a listing on another mount shortly after a directory rename may
 // show the directory in neither place (TestRenameListedAtomicallyByOtherMount).
 // The races check the locking, so they read a refreshed index.
