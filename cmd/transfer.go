@@ -65,11 +65,12 @@ func fsPath(what, p string) (string, error) {
 	return p, nil
 }
 
-// transferOptions reports a transfer's progress and warnings on stderr,
+// transferOptions reports a transfer's progress and warnings on stderr
+// (the warnings through the progress, which clears its line for them),
 // and explains its errors of Elasticsearch as the other commands do.
 func transferOptions(c *cli.Context, prog *progress) transfer.Options {
 	url := c.String("es-url")
-	return transfer.Options{Progress: prog, Warn: os.Stderr, Explain: func(err error) error { return explain(err, url) }}
+	return transfer.Options{Progress: prog, Warn: prog, Explain: func(err error) error { return explain(err, url) }}
 }
 
 func runImport(c *cli.Context) error {

@@ -244,7 +244,9 @@ func (imp *Import) clearLeftovers(ctx context.Context) error {
 	}
 }
 
-// count walks the tree once for totals and hard link counts.
+// count walks the tree once for totals and hard link counts. The bytes
+// are what data will read: the data of each file once, whatever its
+// links, and not its holes (so a sparse file counts what it holds).
 func (imp *Import) count() error {
 	var entries, bytes int64
 	err := filepath.WalkDir(imp.src, func(p string, d fs.DirEntry, err error) error {
@@ -256,19 +258,21 @@ func (imp *Import) count() error {
 			return err
 		}
 		entries++
-		if st.Mode&unix.S_IFMT == unix.S_IFREG {
-			bytes += st.Size
-		}
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR && p != imp.src {
 			imp.subdirs[filepath.Dir(p)]++
 		}
+		first := true // the first link of a file, whose data is copied
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 {
 			k := devIno{uint64(st.Dev), st.Ino}
 			if l := imp.links[k]; l != nil {
 				l.count++
+				first = false
 			} else {
 				imp.links[k] = &linkState{ino: store.NewIno(), count: 1}
 			}
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && first {
+			bytes += fileData(p, st.Size)
 		}
 		return nil
 	})

@@ -150,6 +150,8 @@ func (imp *Import) data(p string, ino uint64, size int64) (chunks int64, err err
 		if k == 0 {
 			break // the file shrank while we read it
 		}
+		// The progress counts the chunk's data as count did, stored or not.
+		imp.bytes += dataIn(f, n*imp.chunk, n*imp.chunk+int64(k))
 		if isZero(buf[:k]) {
 			continue // a hole: absent chunks read as zeros
 		}
@@ -158,7 +160,6 @@ func (imp *Import) data(p string, ino uint64, size int64) (chunks int64, err err
 			return 0, err
 		}
 		chunks++
-		imp.bytes += int64(k)
 		imp.add(o, k*4/3+128)
 	}
 	return chunks, nil
@@ -176,6 +177,49 @@ func nextData(f *os.File, off int64) (int64, bool) {
 		return math.MaxInt64, true
 	}
 	return 0, false
+}
+
+// dataIn returns how many bytes of [from, to) in f are data, not holes,
+// by SEEK_DATA and SEEK_HOLE (all of them where the filesystem cannot
+// tell, as data then reads every chunk).
+func dataIn(f *os.File, from, to int64) int64 {
+	fd := int(f.Fd())
+	var n int64
+	for off := from; off < to; {
+		d, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // holes to the end
+		}
+		if err != nil {
+			return n + to - off
+		}
+		if d >= to {
+			break
+		}
+		h, err := unix.Seek(fd, d, unix.SEEK_HOLE)
+		if err != nil {
+			return n + to - d
+		}
+		h = min(h, to)
+		n += h - d
+		off = h
+	}
+	return n
+}
+
+// fileData is how many bytes of data the local file p of size bytes
+// holds (see dataIn); its size if it cannot be opened (reading it will
+// fail then, and say why).
+func fileData(p string, size int64) int64 {
+	if size == 0 {
+		return 0
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return size
+	}
+	defer f.Close()
+	return dataIn(f, 0, size)
 }
 
 func isZero(b []byte) bool {
