@@ -115,7 +115,7 @@ func openStore(ctx context.Context, c *cli.Context, log *slog.Logger, mustExist 
 func explain(err error, url string) error {
 	switch {
 	case errors.Is(err, store.ErrNoSuchHost):
-		return fmt.Errorf("the host name in the Elasticsearch URL %s does not resolve (check its spelling and the DNS; set ELASTICSEARCH_URL or --es-url): %w", redact(url), err)
+		return fmt.Errorf("cannot find Elasticsearch at %s (check the host name and the DNS; set ELASTICSEARCH_URL or --es-url): %w", redact(url), err)
 	case errors.Is(err, store.ErrUnavailable):
 		return fmt.Errorf("cannot reach Elasticsearch at %s (is it running? set ELASTICSEARCH_URL or --es-url): %w", redact(url), err)
 	case errors.Is(err, store.ErrForbidden):

@@ -107,7 +107,11 @@ func (s *Store) transportError(ctx context.Context, what string, err error) erro
 	// than an outage: say which name, not "is it running?".
 	var dns *net.DNSError
 	if errors.As(err, &dns) && !dns.IsTimeout {
-		return fmt.Errorf("%s: %s: %w", what, redactURL(dns.Error()), ErrNoSuchHost)
+		cause := dns.Err
+		if dns.Server != "" {
+			cause += ", from " + dns.Server
+		}
+		return fmt.Errorf("%s: %w: %s (%s)", what, ErrNoSuchHost, dns.Name, cause)
 	}
 	msg := redactURL(err.Error())
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
