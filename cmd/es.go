@@ -49,6 +49,12 @@ func storeConfig(c *cli.Context, log *slog.Logger) (store.Config, error) {
 	if c.String("es-url") == "" {
 		return cfg, usagef("%s is empty: give the cluster's URL, such as %s", flagSource(c, "es-url"), store.DefaultURL)
 	}
+	if f := c.String("es-ca-cert"); f != "" {
+		// Read by the store too; read here for a message naming the flag.
+		if _, err := readFlagFile(c, "es-ca-cert"); err != nil {
+			return cfg, err
+		}
+	}
 	if f := c.String("es-password-file"); f != "" {
 		pw, err := readSecret(c, "es-password-file")
 		if err != nil {
@@ -69,9 +75,22 @@ func storeConfig(c *cli.Context, log *slog.Logger) (store.Config, error) {
 	return cfg, nil
 }
 
-// readSecret reads the secret in the file named by flag; its errors say
-// which flag (or environment variable) named which file.
+// readSecret reads the secret in the file named by flag.
 func readSecret(c *cli.Context, flag string) (string, error) {
+	b, err := readFlagFile(c, flag)
+	if err != nil {
+		return "", err
+	}
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return "", fmt.Errorf("%s %s: the file is empty", flagSource(c, flag), c.String(flag))
+	}
+	return secret, nil
+}
+
+// readFlagFile reads the file named by flag; its error says which flag
+// (or environment variable) named which file.
+func readFlagFile(c *cli.Context, flag string) ([]byte, error) {
 	path := c.String(flag)
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -79,13 +98,9 @@ func readSecret(c *cli.Context, flag string) (string, error) {
 		if errors.As(err, &perr) {
 			err = perr.Err // the path is said once, below
 		}
-		return "", fmt.Errorf("%s %s: cannot read the file: %v", flagSource(c, flag), path, err)
+		return nil, fmt.Errorf("%s %s: cannot read the file: %w", flagSource(c, flag), path, err)
 	}
-	secret := strings.TrimSpace(string(b))
-	if secret == "" {
-		return "", fmt.Errorf("%s %s: the file is empty", flagSource(c, flag), path)
-	}
-	return secret, nil
+	return b, nil
 }
 
 // openStore connects to the cluster and opens the filesystem, turning the
