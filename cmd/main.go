@@ -56,9 +56,11 @@ func Main(args []string) error {
 		Version:  Version,
 		Commands: commands(),
 		// One clear line on stderr, from main, never a usage dump on an
-		// operational error; a misspelled name gets a suggestion.
+		// operational error. A misspelled name gets a suggestion from
+		// flagUsageError and unknownCommand, not from App.Suggest: that
+		// one is not consulted when OnUsageError is set, and suggests the
+		// nearest name however far (frobnicate: did you mean fsck?).
 		HideHelpCommand:      true, // cmdHelp is ours: it refuses an unknown command the same way
-		Suggest:              true,
 		EnableBashCompletion: true, // the completion scripts' --generate-bash-completion
 		ExitErrHandler:       func(*cli.Context, error) {},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
