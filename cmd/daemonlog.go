@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -41,7 +42,11 @@ func openDaemonLog(index, mp, logFile string) (daemonLog, error) {
 	if logFile != "" {
 		f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 		if err != nil {
-			return daemonLog{}, fmt.Errorf("log file: %w", err)
+			var perr *os.PathError
+			if errors.As(err, &perr) {
+				err = perr.Err // the path is said once
+			}
+			return daemonLog{}, fmt.Errorf("--log-file %s: cannot open it for appending: %w", logFile, err)
 		}
 		return daemonLog{out: f, where: logFile}, nil
 	}

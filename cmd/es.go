@@ -23,9 +23,9 @@ func esFlags() []cli.Flag {
 		&cli.StringFlag{Name: "index", EnvVars: []string{"ESFS_INDEX"}, Value: store.DefaultPrefix,
 			Usage: "name of the filesystem (the prefix of its indices)"},
 		&cli.StringFlag{Name: "es-username", EnvVars: []string{"ESFS_ES_USERNAME"}, Usage: "basic auth user (password from ESFS_ES_PASSWORD or --es-password-file)"},
-		&cli.StringFlag{Name: "es-password-file", EnvVars: []string{"ESFS_ES_PASSWORD_FILE"}, Usage: "file holding the basic auth password"},
-		&cli.StringFlag{Name: "es-api-key-file", EnvVars: []string{"ESFS_ES_API_KEY_FILE"}, Usage: "file holding an API key (or set ESFS_ES_API_KEY)"},
-		&cli.StringFlag{Name: "es-ca-cert", EnvVars: []string{"ESFS_ES_CA_CERT"}, Usage: "PEM file of the CA that signed the cluster's certificate"},
+		&cli.StringFlag{Name: "es-password-file", TakesFile: true, EnvVars: []string{"ESFS_ES_PASSWORD_FILE"}, Usage: "file holding the basic auth password"},
+		&cli.StringFlag{Name: "es-api-key-file", TakesFile: true, EnvVars: []string{"ESFS_ES_API_KEY_FILE"}, Usage: "file holding an API key (or set ESFS_ES_API_KEY)"},
+		&cli.StringFlag{Name: "es-ca-cert", TakesFile: true, EnvVars: []string{"ESFS_ES_CA_CERT"}, Usage: "PEM file of the CA that signed the cluster's certificate"},
 		&cli.StringFlag{Name: "es-fingerprint", EnvVars: []string{"ESFS_ES_FINGERPRINT"}, Usage: "hex SHA-256 fingerprint of the cluster's certificate"},
 		&cli.BoolFlag{Name: "es-insecure", EnvVars: []string{"ESFS_ES_INSECURE"}, Usage: "do not verify the cluster's TLS certificate (unsafe)"},
 		&cli.DurationFlag{Name: "es-timeout", EnvVars: []string{"ESFS_ES_TIMEOUT"}, Value: 15 * time.Second, Usage: "bound on each request to Elasticsearch"},
@@ -46,32 +46,61 @@ func storeConfig(c *cli.Context, log *slog.Logger) (store.Config, error) {
 		RequestTimeout:  c.Duration("es-timeout"),
 		Logger:          log,
 	}
+	if c.String("es-url") == "" {
+		return cfg, usagef("%s is empty: give the cluster's URL, such as %s", flagSource(c, "es-url"), store.DefaultURL)
+	}
+	if f := c.String("es-ca-cert"); f != "" {
+		// Read by the store too; read here for a message naming the flag.
+		if _, err := readFlagFile(c, "es-ca-cert"); err != nil {
+			return cfg, err
+		}
+	}
 	if f := c.String("es-password-file"); f != "" {
-		pw, err := readSecret(f)
+		pw, err := readSecret(c, "es-password-file")
 		if err != nil {
 			return cfg, err
 		}
 		cfg.Password = pw
 	}
 	if f := c.String("es-api-key-file"); f != "" {
-		key, err := readSecret(f)
+		key, err := readSecret(c, "es-api-key-file")
 		if err != nil {
 			return cfg, err
 		}
 		cfg.APIKey = key
 	}
 	if cfg.RequestTimeout <= 0 {
-		return cfg, usagef("--es-timeout must be positive")
+		return cfg, usagef("%s %s: must be positive, such as 15s (the default)", flagSource(c, "es-timeout"), cfg.RequestTimeout)
 	}
 	return cfg, nil
 }
 
-func readSecret(path string) (string, error) {
+// readSecret reads the secret in the file named by flag.
+func readSecret(c *cli.Context, flag string) (string, error) {
+	b, err := readFlagFile(c, flag)
+	if err != nil {
+		return "", err
+	}
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return "", fmt.Errorf("%s %s: the file is empty", flagSource(c, flag), c.String(flag))
+	}
+	return secret, nil
+}
+
+// readFlagFile reads the file named by flag; its error says which flag
+// (or environment variable) named which file.
+func readFlagFile(c *cli.Context, flag string) ([]byte, error) {
+	path := c.String(flag)
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("reading secret: %w", err)
+		var perr *os.PathError
+		if errors.As(err, &perr) {
+			err = perr.Err // the path is said once, below
+		}
+		return nil, fmt.Errorf("%s %s: cannot read the file: %w", flagSource(c, flag), path, err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	return b, nil
 }
 
 // openStore connects to the cluster and opens the filesystem, turning the
@@ -100,6 +129,8 @@ func openStore(ctx context.Context, c *cli.Context, log *slog.Logger, mustExist 
 // error. The store's part says what was sent and trusted (never a secret).
 func explain(err error, url string) error {
 	switch {
+	case errors.Is(err, store.ErrNoSuchHost):
+		return fmt.Errorf("cannot find Elasticsearch at %s (check the host name and the DNS; set ELASTICSEARCH_URL or --es-url): %w", redact(url), err)
 	case errors.Is(err, store.ErrUnavailable):
 		return fmt.Errorf("cannot reach Elasticsearch at %s (is it running? set ELASTICSEARCH_URL or --es-url): %w", redact(url), err)
 	case errors.Is(err, store.ErrForbidden):

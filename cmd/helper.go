@@ -1,8 +1,10 @@
 package cmd
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -107,38 +109,95 @@ func helperArgs(args []string) ([]string, bool, error) {
 	out := []string{args[0], "mount", "--daemon", "--index", index}
 	known := mountFlagNames()
 	for _, o := range opts {
-		if o == "" {
-			continue
-		}
-		name, value, hasValue := strings.Cut(o, "=")
-		if genericOptions[name] || strings.HasPrefix(name, "x-") || name == "comment" {
-			continue
-		}
-		flag, ok := mountOptionFlags[name]
-		if !ok {
-			flag = strings.ReplaceAll(name, "_", "-")
-		}
-		kind, ok := known[flag]
+		flag, err := mountOptionFlag(o, known)
+		var notOurs notAnOption
 		switch {
-		case !ok || flag == "daemon":
-			if sloppy {
-				continue
-			}
-			return nil, true, usagef("mount option %q is not an esfs option (see esfs mount --help; '_' and '-' are alike)", name)
-		case kind == "bool" && hasValue && value != "true" && value != "false":
-			// true and false are allowed, for a switch that is on by
-			// default (delegations=false).
-			return nil, true, usagef("mount option %q takes no value, or true or false", name)
-		case kind != "bool" && !hasValue:
-			return nil, true, usagef("mount option %q needs a value (%s=...)", name, name)
-		}
-		if kind == "bool" && !hasValue {
-			out = append(out, "--"+flag)
-		} else {
-			out = append(out, "--"+flag+"="+value)
+		case sloppy && errors.As(err, &notOurs):
+		case err != nil:
+			return nil, true, err
+		case flag != "":
+			out = append(out, flag)
 		}
 	}
 	return append(out, pos[1]), true, nil
+}
+
+// notAnOption is an -o option that no flag of `esfs mount` takes (which
+// mount -s, sloppy, ignores).
+type notAnOption struct{ error }
+
+func (n notAnOption) Unwrap() error { return n.error }
+
+// mountOptionFlag turns one -o option into the `esfs mount` flag it
+// stands for ("lease=20s" is "--lease=20s"), or "" for one of mount(8)'s
+// own. known is mountFlagNames().
+func mountOptionFlag(o string, known map[string]string) (string, error) {
+	name, value, hasValue := strings.Cut(o, "=")
+	if name == "" || genericOptions[name] || strings.HasPrefix(name, "x-") || name == "comment" {
+		return "", nil
+	}
+	flag, ok := mountOptionFlags[name]
+	if !ok {
+		flag = strings.ReplaceAll(name, "_", "-")
+	}
+	kind, ok := known[flag]
+	switch {
+	case !ok || flag == "daemon":
+		var options []string
+		for n := range known {
+			if n != "daemon" {
+				options = append(options, strings.ReplaceAll(n, "-", "_"))
+			}
+		}
+		for o, f := range mountOptionFlags {
+			if _, ok := known[f]; ok {
+				options = append(options, o)
+			}
+		}
+		sort.Strings(options) // the same suggestion for the same typo
+		return "", notAnOption{usagef("mount option %q is not an esfs option%s (see esfs mount --help; '_' and '-' are alike)",
+			name, didYouMean(strings.ReplaceAll(name, "-", "_"), options, false))}
+	case kind == "bool" && hasValue && value != "true" && value != "false":
+		// true and false are allowed, for a switch that is on by
+		// default (delegations=false).
+		return "", usagef("mount option %q takes no value, or true or false", name)
+	case kind != "bool" && !hasValue:
+		return "", usagef("mount option %q needs a value (%s=...)", name, name)
+	case kind == "bool" && !hasValue:
+		return "--" + flag, nil
+	}
+	return "--" + flag + "=" + value, nil
+}
+
+// withMountOptions gives `esfs mount` mount(8)'s -o: the options of a
+// helper call or an fstab line, on the command line.
+func withMountOptions(mount *cli.Command) *cli.Command {
+	mount.Flags = append(mount.Flags, &cli.StringSliceFlag{Name: "o",
+		Usage: "mount options, as mount(8) and fstab take them: -o ro,allow_other,lease=20s (any flag above, with '_' or '-'; " +
+			"mount's own, such as noatime or _netdev, are ignored); -o options win over flags"})
+	before := mount.Before
+	mount.Before = func(c *cli.Context) error {
+		known := mountFlagNames()
+		for _, o := range c.StringSlice("o") {
+			flag, err := mountOptionFlag(o, known)
+			if err != nil || flag == "" {
+				return err
+			}
+			name, value, hasValue := strings.Cut(strings.TrimPrefix(flag, "--"), "=")
+			if !hasValue {
+				value = "true"
+			}
+			if err := c.Set(name, value); err != nil {
+				option, _, _ := strings.Cut(o, "=")
+				return usageError{badValue(findFlag(c.Command.Flags, name), "-o "+option, value, err.Error())}
+			}
+		}
+		if before != nil {
+			return before(c)
+		}
+		return nil
+	}
+	return mount
 }
 
 // mountFlagNames lists `esfs mount`'s flags with "bool" or "value".

@@ -28,7 +28,8 @@ func TestHelperArgs(t *testing.T) {
 		{"nonempty, as FUSE spells it", []string{"mount.fuse.esfs", "myfs", dir, "-o", "nonempty"}, true,
 			[]string{"mount.fuse.esfs", "mount", "--daemon", "--index", "myfs", "--nonempty", dir}, ""},
 		{"fake mount", []string{"mount.fuse.esfs", "myfs", dir, "-f"}, true, nil, ""},
-		{"unknown option", []string{"mount.fuse.esfs", "myfs", dir, "-o", "colour=blue"}, true, nil, `"colour" is not an esfs option`},
+		{"unknown option", []string{"mount.fuse.esfs", "myfs", dir, "-o", "colour=blue"}, true, nil, `"colour" is not an esfs option (see`},
+		{"misspelled option", []string{"mount.fuse.esfs", "myfs", dir, "-o", "read_onyl"}, true, nil, `"read_onyl" is not an esfs option: did you mean read_only?`},
 		{"sloppy ignores unknown options", []string{"mount.fuse.esfs", "myfs", dir, "-s", "-o", "colour=blue"}, true,
 			[]string{"mount.fuse.esfs", "mount", "--daemon", "--index", "myfs", dir}, ""},
 		{"value missing", []string{"mount.fuse.esfs", "myfs", dir, "-o", "lease"}, true, nil, "needs a value"},
@@ -69,6 +70,10 @@ func TestPermuteFlags(t *testing.T) {
 		{[]string{"esfs", "import", "src", "/dst", "-q"}, []string{"esfs", "import", "-q", "src", "/dst"}},
 		{[]string{"esfs", "search", "--", "-draft"}, []string{"esfs", "search", "--", "-draft"}},
 		{[]string{"esfs", "nosuch", "a", "--b"}, []string{"esfs", "nosuch", "a", "--b"}},
+		{[]string{"esfs", "mount", "/mnt", "-o", "ro", "--index", "x"}, []string{"esfs", "mount", "-o", "ro", "--index", "x", "/mnt"}},
+		// The completion scripts' question stays last, where urfave/cli looks.
+		{[]string{"esfs", "search", "foo", "--un", "--generate-bash-completion"}, []string{"esfs", "search", "--un", "foo", "--generate-bash-completion"}},
+		{[]string{"esfs", "search", "--", "-x", "--generate-bash-completion"}, []string{"esfs", "search", "--", "-x", "--generate-bash-completion"}},
 	} {
 		if got := permuteFlags(c.in); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("permuteFlags(%q) = %q, want %q", c.in, got, c.want)

@@ -23,7 +23,7 @@ var invocation []string
 func commands() []*cli.Command {
 	return []*cli.Command{
 		cmdMkfs(),
-		cmdMount(),
+		withMountOptions(cmdMount()),
 		cmdUmount(),
 		cmdFsck(),
 		cmdLocks(),
@@ -31,6 +31,9 @@ func commands() []*cli.Command {
 		cmdSearch(),
 		cmdImport(),
 		cmdExport(),
+		cmdCompletion(),
+		cmdMan(),
+		cmdHelp(),
 	}
 }
 
@@ -38,7 +41,8 @@ func commands() []*cli.Command {
 // Called as a mount helper (mount.fuse.esfs, or by mount.fuse3), it mounts
 // in the background and returns once the filesystem is mounted.
 func Main(args []string) error {
-	if h, ok, err := helperArgs(args); ok {
+	completing := len(args) > 1 && args[len(args)-1] == completionFlag
+	if h, ok, err := helperArgs(args); ok && !completing {
 		if err != nil || h == nil {
 			return err // h == nil: mount -f, a fake mount
 		}
@@ -52,25 +56,27 @@ func Main(args []string) error {
 		Version:  Version,
 		Commands: commands(),
 		// One clear line on stderr, from main, never a usage dump on an
-		// operational error.
-		HideHelpCommand:      true,
-		EnableBashCompletion: false,
+		// operational error. A misspelled name gets a suggestion from
+		// flagUsageError and unknownCommand, not from App.Suggest: that
+		// one is not consulted when OnUsageError is set, and suggests the
+		// nearest name however far (frobnicate: did you mean fsck?).
+		HideHelpCommand:      true, // cmdHelp is ours: it refuses an unknown command the same way
+		EnableBashCompletion: true, // the completion scripts' --generate-bash-completion
 		ExitErrHandler:       func(*cli.Context, error) {},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return usageError{fmt.Errorf("%w (see esfs --help)", err)}
+			return usageError{fmt.Errorf("%w (see esfs help)", flagUsageError(c.App.Flags, err))}
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return usagef("unknown command %q (see esfs --help)", c.Args().First())
+				return unknownCommand(c, c.Args().First())
 			}
 			return cli.ShowAppHelp(c)
 		},
 	}
 	for _, cmd := range app.Commands {
-		name := cmd.Name
 		cmd.HideHelpCommand = true
 		cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error {
-			return usageError{fmt.Errorf("%s: %w (see esfs %s --help)", name, err, name)}
+			return usageError{fmt.Errorf("%s: %w (see esfs help %s)", cmd.Name, flagUsageError(cmd.Flags, err), cmd.Name)}
 		}
 	}
 	return app.Run(args)
@@ -170,8 +176,13 @@ func permuteFlags(args []string) []string {
 		}
 	}
 	var flags, rest []string
+	completing := false
 	for i := 2; i < len(args); i++ {
 		a := args[i]
+		if a == completionFlag && i == len(args)-1 {
+			completing = true // stays last, where urfave/cli looks for it
+			break
+		}
 		if a == "--" {
 			rest = append(rest, args[i:]...)
 			break
@@ -188,5 +199,9 @@ func permuteFlags(args []string) []string {
 		}
 	}
 	out := append([]string{args[0], args[1]}, flags...)
-	return append(out, rest...)
+	out = append(out, rest...)
+	if completing {
+		out = append(out, completionFlag)
+	}
+	return out
 }

@@ -4,9 +4,18 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 
 	"github.com/esfs/esfs/store"
 	"github.com/urfave/cli/v2"
+)
+
+// What Elasticsearch takes for index.number_of_replicas or
+// index.auto_expand_replicas, and for a time value: checked here so that
+// the message names the flag.
+var (
+	replicasPattern = regexp.MustCompile(`^[0-9]+(-([0-9]+|all))?$`)
+	refreshPattern  = regexp.MustCompile(`^(-1|[0-9]+(d|h|m|s|ms|micros|nanos))$`)
 )
 
 func cmdMkfs() *cli.Command {
@@ -25,6 +34,12 @@ func cmdMkfs() *cli.Command {
 			}
 			if c.Int("shards") < 1 || c.Int("shards") > 1024 {
 				return usagef("--shards must be between 1 and 1024")
+			}
+			if r := c.String("replicas"); !replicasPattern.MatchString(r) {
+				return usagef("--replicas %q: give a number of replicas (1) or a range (0-1, 0-all)", r)
+			}
+			if r := c.String("refresh-interval"); !refreshPattern.MatchString(r) {
+				return usagef("--refresh-interval %q: give a time such as 1s or 500ms, or -1 for no periodic refresh", r)
 			}
 			log := quietLogger(false)
 			ctx, cancel := context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))

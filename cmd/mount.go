@@ -63,6 +63,9 @@ func runMount(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return usagef("mount needs exactly one argument, the mount point")
 	}
+	if err := checkMountFlags(c); err != nil {
+		return err
+	}
 	for _, d := range []string{"attr-timeout", "entry-timeout", "negative-timeout", "cache-ttl"} {
 		if c.Duration(d) < 0 {
 			return usagef("--%s must not be negative", d)
@@ -76,9 +79,6 @@ func runMount(c *cli.Context) error {
 	}
 	if c.Duration("shutdown-grace") < 0 {
 		return usagef("--shutdown-grace must not be negative")
-	}
-	if c.Duration("lease") < 500*time.Millisecond || c.Duration("lock-timeout") <= 0 {
-		return usagef("--lease must be at least 500ms and --lock-timeout positive")
 	}
 	if c.IsSet("write-delegations") && c.Bool("write-delegations") && !c.Bool("delegations") {
 		return usagef("--write-delegations needs --delegations (a directory written in memory must be recalled before others read it)")

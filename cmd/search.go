@@ -62,6 +62,9 @@ func runSearch(c *cli.Context) error {
 			return err
 		}
 		mount = filepath.Clean(abs)
+		if err := checkSearchMount(mount, c.String("index")); err != nil {
+			return err
+		}
 	}
 	under := c.String("under")
 	if mount != "" && filepath.IsAbs(under) && (under == mount || strings.HasPrefix(under, mount+"/")) {

@@ -25,6 +25,11 @@ var (
 	// ErrForbidden: the cluster knows who we are but denies the request (403):
 	// the user or API key lacks privileges. It matches ErrAuth too.
 	ErrForbidden error = forbidden{}
+	// ErrNoSuchHost: the host name of a node's URL does not resolve. It
+	// matches ErrUnavailable too: a name that stops resolving while mounted
+	// (a DNS server down, a service being replaced) is retried like any
+	// unreachable node; only the message differs, naming the host.
+	ErrNoSuchHost error = noSuchHost{}
 	// ErrTLS: the cluster's TLS certificate failed verification (unknown CA,
 	// wrong host name, expired, not the configured fingerprint). A matter of
 	// configuration, never worth a retry, so it is not ErrUnavailable.
@@ -48,6 +53,11 @@ type forbidden struct{}
 
 func (forbidden) Error() string        { return "elasticsearch denied the request (missing privileges)" }
 func (forbidden) Is(target error) bool { return target == ErrAuth }
+
+type noSuchHost struct{}
+
+func (noSuchHost) Error() string        { return "host name does not resolve" }
+func (noSuchHost) Is(target error) bool { return target == ErrUnavailable }
 
 // esError is Elasticsearch's error object, as found in responses and bulk items.
 type esError struct {

@@ -103,6 +103,16 @@ func (s *Store) transportError(ctx context.Context, what string, err error) erro
 	if u := s.speaksTLS(err); u != "" {
 		return fmt.Errorf("%s: %s speaks HTTPS, not plain HTTP: use an https:// URL: %w", what, u, ErrScheme)
 	}
+	// A name that does not resolve is a mistake in the URL far more often
+	// than an outage: say which name, not "is it running?".
+	var dns *net.DNSError
+	if errors.As(err, &dns) && !dns.IsTimeout {
+		cause := dns.Err
+		if dns.Server != "" {
+			cause += ", from " + dns.Server
+		}
+		return fmt.Errorf("%s: %w: %s (%s)", what, ErrNoSuchHost, dns.Name, cause)
+	}
 	msg := redactURL(err.Error())
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		msg = fmt.Sprintf("no answer within %s (%s)", s.timeout, msg)

@@ -594,7 +594,7 @@ func TestCommandLineErrors(t *testing.T) {
 		{"mount point not a directory", []string{"mount", "--es-url", f.URL, "--index", f.Index, notDir}, 1, "not a directory"},
 		{"already mounted", []string{"mount", "--es-url", f.URL, "--index", f.Index, m.Dir}, 1, "already a mount point"},
 		{"no mount point", []string{"mount", "--es-url", f.URL}, 2, "exactly one argument"},
-		{"unknown flag", []string{"mount", "--no-such-flag", emptyDir}, 2, "flag provided but not defined"},
+		{"unknown flag", []string{"mount", "--no-such-flag", emptyDir}, 2, "unknown flag --no-such-flag"},
 		{"bad index name", []string{"mkfs", "--es-url", f.URL, "--index", "Bad/Name"}, 1, "index name"},
 		{"bad URL", []string{"mkfs", "--es-url", "localhost:9200"}, 1, "http(s)://host:port"},
 		{"credentials in the URL stay secret", []string{"mount", "--es-url", "http://someone:hunter2@127.0.0.1:1", "--index", f.Index, emptyDir}, 1, "cannot reach Elasticsearch"},
