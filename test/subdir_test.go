@@ -314,10 +314,16 @@ func TestSubdirGoneWhileMounted(t *testing.T) {
 			mounttest.Sh(t, whole.Dir, `rm -rf p q && mkdir -p p/a/d && echo x > p/a/x`)
 			sub := f.Mount(t, "--subdir", "/p/a")
 			mounttest.Sh(t, sub.Dir, `ls >/dev/null && cat x >/dev/null && ls d >/dev/null`)
+			// Written just before the rename (in memory, under write
+			// delegations): it must move with the directory.
+			mounttest.Sh(t, sub.Dir, `echo written > w`)
 			if how == "the subdir" {
 				mounttest.Sh(t, whole.Dir, `mkdir q && mv p/a q/a && mkdir p/a`)
 			} else {
 				mounttest.Sh(t, whole.Dir, `mv p q && mkdir -p p/a`)
+			}
+			if data, err := os.ReadFile(whole.Path("q/a/w")); err != nil || string(data) != "written\n" {
+				t.Errorf("the file written on the subdir mount before the rename: %q, %v at q/a/w", data, err)
 			}
 			stale := func(op string, err error) {
 				t.Helper()
