@@ -51,6 +51,7 @@ func cmdMount() *cli.Command {
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ESFS_LOG_FORMAT"}, Usage: "text (key=value) or json"},
 			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"ESFS_METRICS_ADDR"}, Usage: "serve Prometheus metrics (/metrics) and Go profiles (/debug/pprof/) on this host:port (off by default)"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 10 * time.Second, EnvVars: []string{"ESFS_SHUTDOWN_GRACE"}, Usage: "on SIGTERM or SIGINT, how long a busy mount (detached at once) keeps serving the files still open before the daemon exits; a second signal exits at once"},
+			&cli.StringFlag{Name: "subdir", EnvVars: []string{"ESFS_SUBDIR"}, Usage: "mount this directory of the filesystem (a path from its root, such as /projects/a) instead of the whole filesystem; it must exist"},
 			&cli.BoolFlag{Name: "nonempty", EnvVars: []string{"ESFS_NONEMPTY"}, Usage: "mount over a directory that is not empty, hiding its files until unmounted (refused otherwise)"},
 			&cli.BoolFlag{Name: "daemon", Aliases: []string{"d"}, Usage: "detach once mounted; the exit status says whether it mounted"},
 			&cli.StringFlag{Name: "log-file", EnvVars: []string{"ESFS_LOG_FILE"}, Usage: "with --daemon, append the daemon's log here; without it, the log goes to syslog (the system journal) through " + defaultSyslogSocket + " when that exists (" + syslogSocketEnv + " names another socket), else to " + defaultLogDir + "/INDEX@MOUNTPOINT.log (" + logDirEnv + " names another directory); the line printed once mounted says where"},
@@ -85,6 +86,9 @@ func runMount(c *cli.Context) error {
 	}
 	if c.Duration("flush-interval") <= 0 {
 		return usagef("--flush-interval must be positive, such as 200ms")
+	}
+	if _, err := subdirPath(c.String("subdir")); err != nil {
+		return err
 	}
 	mp, err := filepath.Abs(c.Args().First())
 	if err != nil {
@@ -277,6 +281,16 @@ func serve(c *cli.Context, mp string) error {
 			log.Warn("ending the session", "err", err)
 		}
 	}()
+	subdir, _ := subdirPath(c.String("subdir")) // checked by runMount
+	root := store.Dentry{Path: "/", Ino: store.RootIno}
+	if subdir != "/" {
+		ctx, cancel = context.WithTimeout(stop.ctx, 2*c.Duration("es-timeout"))
+		root, err = subdirRoot(ctx, st, co, subdir)
+		cancel()
+		if err != nil {
+			return stop.explain(explain(err, c.String("es-url")))
+		}
+	}
 	fsys := fs.New(st, co, ch, fs.Options{
 		ReadOnly:         c.Bool("read-only"),
 		AllowOther:       c.Bool("allow-other"),
@@ -290,7 +304,9 @@ func serve(c *cli.Context, mp string) error {
 		LockTimeout:      c.Duration("lock-timeout"),
 		Debug:            c.Bool("debug"),
 		Logger:           log,
-		FsName:           "esfs:" + st.Prefix(),
+		FsName:           fsName(st.Prefix(), root.Path),
+		Root:             root.Path,
+		RootIno:          root.Ino,
 		Metrics:          fs.NewMetrics(reg),
 	})
 	srv, err := fs.Mount(mp, fsys)
@@ -298,7 +314,7 @@ func serve(c *cli.Context, mp string) error {
 		return oneLine(err)
 	}
 	stop.onSecond(func() { _ = fs.Unmount(mp, true) })
-	log.Info("mounted", "index", st.Prefix(), "mountpoint", mp, "pid", os.Getpid())
+	log.Info("mounted", "index", st.Prefix(), "subdir", root.Path, "mountpoint", mp, "pid", os.Getpid())
 	reportReady(nil)
 
 	done := make(chan struct{})

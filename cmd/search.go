@@ -66,14 +66,23 @@ func runSearch(c *cli.Context) error {
 			return err
 		}
 	}
+	// subdir: the directory of the filesystem mounted at mount (esfs
+	// mount --subdir), "/" for the whole filesystem.
+	subdir := "/"
+	if mount != "" {
+		subdir = mountedSubdir(mount, c.String("index"))
+	}
 	under := c.String("under")
 	if mount != "" && filepath.IsAbs(under) && (under == mount || strings.HasPrefix(under, mount+"/")) {
-		under = "/" + strings.TrimPrefix(strings.TrimPrefix(under, mount), "/")
+		under = filepath.Join(subdir, strings.TrimPrefix(under, mount))
 	}
 	if !strings.HasPrefix(under, "/") {
 		return usagef("--under %q: give a path from the filesystem's root (/dir), or one under --mount", under)
 	}
 	f.Under = filepath.Clean(under)
+	if store.IsWithin(subdir, f.Under) {
+		f.Under = subdir // what is outside the mount cannot be printed under it
+	}
 
 	st, co, done, err := adminSession(c)
 	if err != nil {
@@ -158,16 +167,21 @@ func runSearch(c *cli.Context) error {
 	}
 	sort.Strings(paths)
 	w := bufio.NewWriter(os.Stdout)
+	printed := 0
 	for _, p := range paths {
 		if mount != "" {
-			p = mount + p
+			if !store.IsWithin(p, subdir) || p == subdir {
+				continue // outside the mounted directory, or its root
+			}
+			p = mount + strings.TrimPrefix(p, strings.TrimSuffix(subdir, "/"))
 		}
 		fmt.Fprintln(w, p)
+		printed++
 	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	if len(paths) == 0 {
+	if printed == 0 {
 		return exitCode{1}
 	}
 	return nil

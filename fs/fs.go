@@ -60,6 +60,14 @@ type Options struct {
 	// FlushInterval is how often the pending batch is flushed (default
 	// DefaultFlushInterval).
 	FlushInterval time.Duration
+	// Root is the stored path of the directory mounted as the mount's
+	// root, and RootIno its inode ("" and 0: the filesystem's root). A
+	// node's path is its names below Root joined to Root, so everything
+	// the daemon asks the store (and every lock it takes, on the stored
+	// paths up to "/") is about stored paths, as on a mount of the whole
+	// filesystem; the kernel keeps ".." at the mount's root inside it.
+	Root    string
+	RootIno uint64
 }
 
 // FS is one mounted filesystem.
@@ -123,11 +131,14 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = DefaultFlushInterval
 	}
+	if o.Root == "" || o.RootIno == 0 {
+		o.Root, o.RootIno = "/", store.RootIno
+	}
 	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}, parents: map[uint64]uint64{}}
 	// A rename that replaced a file, finished by this mount, drops the
 	// replaced inode's link as unlink does: kept while open here.
 	co.Journal.SetDropLink(f.dropLink)
-	f.parents[store.RootIno] = store.RootIno
+	f.parents[o.RootIno] = o.RootIno
 	if o.Delegations {
 		f.delegs = newDelegs(f)
 		co.Delegations.Recall = f.delegs.recall

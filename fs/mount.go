@@ -56,6 +56,10 @@ func MountOptions(o Options, logger *log.Logger) *gofs.Options {
 	// go-fuse uses zero timeouts whenever Options is non-nil, so every
 	// kernel cache timeout is set explicitly here.
 	entry, attr, neg := o.EntryTimeout, o.AttrTimeout, o.NegativeTimeout
+	rootIno := o.RootIno
+	if rootIno == 0 {
+		rootIno = 1 // the filesystem's root (store.RootIno)
+	}
 	mo := fuse.MountOptions{
 		AllowOther: o.AllowOther,
 		FsName:     o.FsName,
@@ -80,7 +84,7 @@ func MountOptions(o Options, logger *log.Logger) *gofs.Options {
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
 		NegativeTimeout: &neg,
-		RootStableAttr:  &gofs.StableAttr{Ino: 1},
+		RootStableAttr:  &gofs.StableAttr{Ino: rootIno},
 		Logger:          logger,
 		// Modes are what was asked: without this, go-fuse shows a stored
 		// 0000 as 0644 (0755 for directories). The kernel applies the

@@ -43,8 +43,9 @@ var (
 
 func (n *node) ino() uint64 { return n.StableAttr().Ino }
 
-// path returns the node's path in the store, from go-fuse's tree. ok is
-// false when the node is no longer in the tree (unlinked or forgotten).
+// path returns the node's path in the store, from go-fuse's tree below the
+// mount's root (Options.Root). ok is false when the node is no longer in
+// the tree (unlinked or forgotten).
 func (n *node) path() (string, bool) {
 	var names []string
 	var p *gofs.Inode = n.EmbeddedInode()
@@ -56,10 +57,14 @@ func (n *node) path() (string, bool) {
 		names = append(names, name)
 		p = parent
 	}
+	root := n.f.opts.Root
 	if len(names) == 0 {
-		return "/", true
+		return root, true
 	}
-	path := ""
+	path := root
+	if root == "/" {
+		path = ""
+	}
 	for i := len(names) - 1; i >= 0; i-- {
 		path += "/" + names[i]
 	}
