@@ -55,22 +55,18 @@ func runSearch(c *cli.Context) error {
 	if query == "" && f.Name == "" {
 		return usagef("search needs a QUERY, or --name/--iname")
 	}
-	mount := c.String("mount")
+	// subdir: the directory of the filesystem mounted at mount (esfs
+	// mount --subdir), "/" for the whole filesystem.
+	mount, subdir := c.String("mount"), "/"
 	if mount != "" {
 		abs, err := filepath.Abs(mount)
 		if err != nil {
 			return err
 		}
 		mount = filepath.Clean(abs)
-		if err := checkSearchMount(mount, c.String("index")); err != nil {
+		if subdir, err = checkSearchMount(mount, c.String("index")); err != nil {
 			return err
 		}
-	}
-	// subdir: the directory of the filesystem mounted at mount (esfs
-	// mount --subdir), "/" for the whole filesystem.
-	subdir := "/"
-	if mount != "" {
-		subdir = mountedSubdir(mount, c.String("index"))
 	}
 	under := c.String("under")
 	if mount != "" && filepath.IsAbs(under) && (under == mount || strings.HasPrefix(under, mount+"/")) {

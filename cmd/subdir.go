@@ -84,17 +84,3 @@ func subdirOfSource(source, prefix string) (dir string, ok bool) {
 	}
 	return "", false
 }
-
-// mountedSubdir is the directory of filesystem prefix mounted at mp, from
-// the mount table: "/" when mp is a mount of the whole filesystem, or not
-// an esfs mount of it at all (whoever asks checks that, if it matters).
-func mountedSubdir(mp, prefix string) string {
-	m, ok, err := mountEntry(mp)
-	if err != nil || !ok || m.fstype != esfsType {
-		return "/"
-	}
-	if dir, ok := subdirOfSource(m.source, prefix); ok {
-		return dir
-	}
-	return "/"
-}

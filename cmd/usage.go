@@ -162,30 +162,30 @@ func checkMountFlags(c *cli.Context) error {
 
 // checkSearchMount refuses a --mount that is not where the filesystem
 // named by index is mounted: the paths printed would name other files.
-func checkSearchMount(dir, index string) error {
+func checkSearchMount(dir, index string) (subdir string, err error) {
 	m, ok, err := mountEntry(dir)
 	switch {
 	case err != nil:
-		return err
+		return "", err
 	case !ok:
 		if st, err := os.Stat(dir); err != nil {
-			return usagef("--mount %s: %v", dir, errors.Unwrap(err))
+			return "", usagef("--mount %s: %v", dir, errors.Unwrap(err))
 		} else if !st.IsDir() {
-			return usagef("--mount %s is not a directory: give where filesystem %s is mounted", dir, index)
+			return "", usagef("--mount %s is not a directory: give where filesystem %s is mounted", dir, index)
 		}
-		return usagef("--mount %s is not a mount point: give where filesystem %s is mounted", dir, index)
+		return "", usagef("--mount %s is not a mount point: give where filesystem %s is mounted", dir, index)
 	case m.fstype != esfsType:
-		return usagef("--mount %s is a %s mount (source %s), not esfs: give where filesystem %s is mounted", dir, m.fstype, m.source, index)
-	case m.source != esfsSource(index):
-		return usagef("--mount %s is where filesystem %s is mounted, not %s (--index %s, or --mount where %s is mounted)",
-			dir, strings.TrimPrefix(m.source, "esfs:"), index, strings.TrimPrefix(m.source, "esfs:"), index)
+		return "", usagef("--mount %s is a %s mount (source %s), not esfs: give where filesystem %s is mounted", dir, m.fstype, m.source, index)
 	}
-	return nil
+	subdir, ok = subdirOfSource(m.source, index)
+	if !ok {
+		// The source is esfs:INDEX, or esfs:INDEX:/DIR for a subdirectory.
+		other, _, _ := strings.Cut(strings.TrimPrefix(m.source, "esfs:"), ":")
+		return "", usagef("--mount %s is where filesystem %s is mounted, not %s (--index %s, or --mount where %s is mounted)",
+			dir, other, index, other, index)
+	}
+	return subdir, nil
 }
-
-// esfsSource is the source of index's mounts in the mount table (the
-// FsName serve gives them).
-func esfsSource(index string) string { return "esfs:" + index }
 
 // checkListenAddr checks a host:port flag before anything is started,
 // so that a bare port number gets the fix rather than Go's "missing port".
