@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/esfs/esfs/store"
 	"github.com/urfave/cli/v2"
@@ -34,6 +35,10 @@ func cmdMkfs() *cli.Command {
 				return err
 			}
 			defer s.Close()
+			before, err := s.Inspect(ctx)
+			if err != nil {
+				return explain(err, c.String("es-url"))
+			}
 			err = s.Mkfs(ctx, store.MkfsOptions{
 				Shards:          c.Int("shards"),
 				Replicas:        c.String("replicas"),
@@ -45,7 +50,46 @@ func cmdMkfs() *cli.Command {
 				return explain(err, c.String("es-url"))
 			}
 			fmt.Printf("filesystem %q ready\n", s.Prefix())
+			mkfsKept(c, s.Prefix(), before)
 			return nil
 		},
+	}
+}
+
+// mkfsKept says what mkfs did to a filesystem that existed, wholly or in
+// part: it made the missing indices, and changed no setting of the others
+// even where the flags ask for other values (config changes them).
+func mkfsKept(c *cli.Context, name string, before []store.IndexInfo) {
+	var made []string
+	for _, i := range before {
+		if !i.Exists {
+			made = append(made, i.Name)
+		}
+	}
+	if len(made) == len(before) {
+		return // a new filesystem
+	}
+	if len(made) > 0 {
+		fmt.Printf("completed: made the missing index %s\n", strings.Join(made, ", "))
+	}
+	for _, i := range before {
+		if !i.Exists {
+			continue
+		}
+		var differ []string
+		if c.IsSet("shards") && i.Shards != fmt.Sprint(c.Int("shards")) {
+			differ = append(differ, fmt.Sprintf("shards %s, not %d (fixed at mkfs)", i.Shards, c.Int("shards")))
+		}
+		if c.IsSet("replicas") && i.ReplicasSetting() != c.String("replicas") {
+			differ = append(differ, fmt.Sprintf("replicas %s, not %s", i.ReplicasSetting(), c.String("replicas")))
+		}
+		if c.IsSet("refresh-interval") && i.RefreshInterval != c.String("refresh-interval") {
+			differ = append(differ, fmt.Sprintf("refresh interval %s, not %s", i.RefreshInterval, c.String("refresh-interval")))
+		}
+		if len(differ) > 0 {
+			fmt.Printf("note: filesystem %s already existed and mkfs changes no setting of an existing index: it keeps %s (change replicas and refresh interval with esfs config --index %s)\n",
+				name, strings.Join(differ, ", "), name)
+		}
+		return // config keeps the indices alike: the first tells
 	}
 }
