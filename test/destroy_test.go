@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,6 +84,94 @@ func TestDestroyAfterCrash(t *testing.T) {
 	if got := existing(t, f); len(got) != 0 {
 		t.Fatalf("after destroy, indices %v remain", got)
 	}
+}
+
+// TestDestroyConfirm: on a terminal destroy asks for the filesystem's
+// name; a wrong answer destroys nothing, the name destroys it. script(1)
+// gives the command a terminal.
+func TestDestroyConfirm(t *testing.T) {
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Skip("script(1) is not installed")
+	}
+	f := mounttest.NewFS(t)
+	answer := func(typed string) (string, error) {
+		t.Helper()
+		line := strings.Join([]string{f.Bin, "destroy", "--es-url", f.URL, "--index", f.Index}, " ")
+		cmd := exec.Command("script", "-qec", line, "/dev/null")
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := &lockedBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		mounttest.WaitFor(t, "the question", time.Minute, func() bool { return strings.Contains(out.String(), "name to go on:") })
+		_, _ = io.WriteString(in, typed+"\n")
+		err = cmd.Wait()
+		return out.String(), err
+	}
+	out, err := answer("not-" + f.Index)
+	if err == nil || !strings.Contains(out, "not destroyed") || len(existing(t, f)) != 5 {
+		t.Fatalf("a wrong name: %v, indices %v:\n%s", err, existing(t, f), out)
+	}
+	out, err = answer(f.Index)
+	if err != nil || !strings.Contains(out, "destroyed") || len(existing(t, f)) != 0 {
+		t.Fatalf("the filesystem's name: %v, indices %v:\n%s", err, existing(t, f), out)
+	}
+}
+
+// TestDestroyMountedMeanwhile: a mount that registers after destroy
+// judged the mounts, before its block on new mounts is in place (the
+// block request is held here until the mount is up), is found under the
+// block: destroy refuses, naming it, and lifts the block; the mount works.
+func TestDestroyMountedMeanwhile(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once, released sync.Once
+	letGo := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(letGo)
+	fp.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if strings.HasSuffix(r.URL.Path, "/_block/write") {
+			once.Do(func() { close(reached) })
+			<-release
+		}
+		return false
+	})
+	type result struct {
+		out  string
+		code int
+	}
+	done := make(chan result, 1)
+	go func() {
+		r := mounttest.Run(t, mounttest.Cmd{Args: []string{"destroy", "--yes", "--es-url", fp.URL, "--index", f.Index, "--es-timeout", "2m"},
+			Env: []string{"ELASTICSEARCH_URL="}, Limit: 2 * time.Minute, MayHang: true})
+		done <- result{r.Out, r.Code}
+	}()
+	select {
+	case <-reached:
+	case r := <-done:
+		t.Fatalf("destroy ended before blocking new mounts: status %d:\n%s", r.code, r.out)
+	}
+	m := f.Mount(t)
+	letGo()
+	r := <-done
+	if r.code != 1 || !strings.Contains(r.out, "mounted meanwhile") || !strings.Contains(r.out, m.Dir) {
+		t.Fatalf("destroy with a mount started meanwhile: status %d, want 1 naming it:\n%s", r.code, r.out)
+	}
+	infos, err := f.Store.Inspect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range infos {
+		if !i.Exists || i.WriteBlocked {
+			t.Errorf("after the refusal, %s: exists %v, write blocked %v", i.Name, i.Exists, i.WriteBlocked)
+		}
+	}
+	mounttest.Sh(t, m.Dir, `echo alive > f && test "$(cat f)" = alive`)
+	mounttest.Alive(t, m)
 }
 
 // TestDestroyInterrupted: a destroy that died after blocking new mounts
@@ -273,4 +363,22 @@ func settings(t *testing.T, f *mounttest.FS) map[string]indexSettings {
 		t.Fatalf("settings of %d indices, want 5: %s", len(out), b)
 	}
 	return out
+}
+
+// lockedBuffer is a bytes.Buffer that a command writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
