@@ -182,7 +182,7 @@ func (s *Store) foreignError(i IndexInfo) error {
 	if i.RawFormat != nil {
 		what = fmt.Sprintf("has esfs_format %v in its mapping, which is no format number", i.RawFormat)
 	}
-	return fmt.Errorf("index %s exists but %s: it was made by something else than esfs mkfs, and esfs never touches indices it did not make; choose another --index: %w", i.Name, what, ErrMapping)
+	return fmt.Errorf("index %s exists but %s: it was made by something other than esfs mkfs, and esfs never touches indices it did not make; choose another --index: %w", i.Name, what, ErrMapping)
 }
 
 // olderError refuses a format older than this esfs reads. A future format
@@ -190,8 +190,8 @@ func (s *Store) foreignError(i IndexInfo) error {
 // (once no older esfs mounts it); formats before the first need none.
 func (s *Store) olderError(format int) error {
 	fs := s.idx.Paths
-	return fmt.Errorf("filesystem %s was made by an older esfs (format %d; this esfs reads format %d and cannot upgrade format %d in place): copy it with an esfs that reads format %d (esfs export) into a new filesystem made by this one (esfs mkfs, esfs import): %w",
-		fs, format, FormatVersion, format, format, ErrFormat)
+	return fmt.Errorf("filesystem %s was made by an older esfs (format %d; this esfs reads format %d and cannot upgrade format %d in place): copy it with an esfs that reads format %d (esfs export) into a new filesystem made by this one (esfs mkfs, esfs import), then esfs destroy --index %s: %w",
+		fs, format, FormatVersion, format, format, fs, ErrFormat)
 }
 
 // Settings returns what Inspect finds, after checking that this esfs reads
