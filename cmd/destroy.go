@@ -64,6 +64,10 @@ func destroy(c *cli.Context, st *store.Store) error {
 	if err := st.Check(infos); errors.Is(err, store.ErrMapping) {
 		return explain(err, url) // an index esfs did not make: never touched
 	}
+	if !c.Bool("yes") && !isTerminal(os.Stdin) {
+		// Said before watching the mounts, which can take a lease.
+		return usagef("destroy: standard input is not a terminal to confirm on: add --yes to destroy filesystem %s", name)
+	}
 	if sessions {
 		if err := judgeMounts(ctx, st, c.Bool("no-wait")); err != nil {
 			return explain(err, url)
@@ -168,12 +172,15 @@ func describeMounts(ss []store.SessionDoc) string {
 	return strings.Join(out, ", ")
 }
 
-// confirm asks to type the filesystem's name on a terminal; without one it
-// refuses, since nobody could have read the question.
+// isTerminal: f is a terminal, where someone can read a question and
+// answer it (not /dev/null, which is a character device too).
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// confirm asks to type the filesystem's name on the terminal.
 func confirm(name string, indices []string) error {
-	if _, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS); err != nil {
-		return usagef("destroy: standard input is not a terminal to confirm on: add --yes to destroy filesystem %s", name)
-	}
 	fmt.Fprintf(os.Stderr, "This deletes filesystem %s and every file in it (indices %s).\nType the filesystem's name to go on: ", name, strings.Join(indices, ", "))
 	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
 	if got := strings.TrimSpace(line); got != name {

@@ -33,13 +33,14 @@ func TestDestroy(t *testing.T) {
 		t.Fatalf("destroy of a mounted filesystem: status %d, want 1 and a message naming the mount %s (pid %d):\n%s", code, m.Dir, m.Pid(), out)
 	}
 	mounttest.Sh(t, m.Dir, `echo still > here && test "$(cat here)" = still`)
-	m.Unmount(t)
 
 	// exec gives the command /dev/null for standard input: no terminal.
+	// That is said at once, before watching the mounts.
 	out, code = mounttest.RunOn(t, f, "", "destroy")
-	if code != 2 || !strings.Contains(out, "--yes") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
+	if code != 2 || !strings.Contains(out, "--yes") || strings.Contains(out, "watching") || strings.Count(strings.TrimSpace(out), "\n") != 0 {
 		t.Fatalf("destroy without a terminal or --yes: status %d, want 2 and one line saying --yes:\n%s", code, out)
 	}
+	m.Unmount(t)
 	if got := existing(t, f); len(got) != 5 {
 		t.Fatalf("after the refusals, indices %v, want all five", got)
 	}
