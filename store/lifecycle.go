@@ -9,7 +9,7 @@ package store
 // whose meaning changes, a document layout it cannot decode). Changes an
 // older esfs can live with do not bump it: new mapping fields and settings
 // are added in place by Open and mkfs. So:
-//   - a newer format is refused by everything but nothing-touching commands
+//   - a newer format is refused by every command, destroy included
 //     (ErrFormat: "upgrade esfs"), since this esfs could misread it;
 //   - an older format is upgraded in place by mkfs, when an upgrade step
 //     from it exists (none yet: format 1 is the first), and otherwise
