@@ -139,6 +139,8 @@ func explain(err error, url string) error {
 		return fmt.Errorf("Elasticsearch at %s refused to authenticate esfs (check ESFS_ES_USERNAME with ESFS_ES_PASSWORD or --es-password-file, or ESFS_ES_API_KEY or --es-api-key-file): %w", redact(url), err)
 	case errors.Is(err, store.ErrTLS):
 		return fmt.Errorf("cannot verify the TLS certificate of Elasticsearch at %s (give the CA that signed it with --es-ca-cert or ESFS_ES_CA_CERT, or its SHA-256 with --es-fingerprint): %w", redact(url), err)
+	case errors.Is(err, store.ErrBlocked):
+		return fmt.Errorf("Elasticsearch refuses writes to an index of the filesystem (esfs destroy blocks new mounts while it runs; a full disk or an administrator can block writes too): %w", oneLine(err))
 	case errors.Is(err, store.ErrScheme):
 		return fmt.Errorf("wrong scheme in the Elasticsearch URL %s (set ELASTICSEARCH_URL or --es-url): %w", redact(url), err)
 	}

@@ -31,6 +31,8 @@ func commands() []*cli.Command {
 		cmdSearch(),
 		cmdImport(),
 		cmdExport(),
+		cmdConfig(),
+		cmdDestroy(),
 		cmdCompletion(),
 		cmdMan(),
 		cmdHelp(),

@@ -4,18 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"regexp"
+	"strings"
 
 	"github.com/esfs/esfs/store"
 	"github.com/urfave/cli/v2"
-)
-
-// What Elasticsearch takes for index.number_of_replicas or
-// index.auto_expand_replicas, and for a time value: checked here so that
-// the message names the flag.
-var (
-	replicasPattern = regexp.MustCompile(`^[0-9]+(-([0-9]+|all))?$`)
-	refreshPattern  = regexp.MustCompile(`^(-1|[0-9]+(d|h|m|s|ms|micros|nanos))$`)
 )
 
 func cmdMkfs() *cli.Command {
@@ -35,11 +27,8 @@ func cmdMkfs() *cli.Command {
 			if c.Int("shards") < 1 || c.Int("shards") > 1024 {
 				return usagef("--shards must be between 1 and 1024")
 			}
-			if r := c.String("replicas"); !replicasPattern.MatchString(r) {
-				return usagef("--replicas %q: give a number of replicas (1) or a range (0-1, 0-all)", r)
-			}
-			if r := c.String("refresh-interval"); !refreshPattern.MatchString(r) {
-				return usagef("--refresh-interval %q: give a time such as 1s or 500ms, or -1 for no periodic refresh", r)
+			if err := checkIndexSettings(c); err != nil {
+				return err
 			}
 			log := quietLogger(false)
 			ctx, cancel := context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
@@ -49,6 +38,10 @@ func cmdMkfs() *cli.Command {
 				return err
 			}
 			defer s.Close()
+			before, err := s.Inspect(ctx)
+			if err != nil {
+				return explain(err, c.String("es-url"))
+			}
 			err = s.Mkfs(ctx, store.MkfsOptions{
 				Shards:          c.Int("shards"),
 				Replicas:        c.String("replicas"),
@@ -60,7 +53,46 @@ func cmdMkfs() *cli.Command {
 				return explain(err, c.String("es-url"))
 			}
 			fmt.Printf("filesystem %q ready\n", s.Prefix())
+			mkfsKept(c, s.Prefix(), before)
 			return nil
 		},
+	}
+}
+
+// mkfsKept says what mkfs did to a filesystem that existed, wholly or in
+// part: it made the missing indices, and changed no setting of the others
+// even where the flags ask for other values (config changes them).
+func mkfsKept(c *cli.Context, name string, before []store.IndexInfo) {
+	var made []string
+	for _, i := range before {
+		if !i.Exists {
+			made = append(made, i.Name)
+		}
+	}
+	if len(made) == len(before) {
+		return // a new filesystem
+	}
+	if len(made) > 0 {
+		fmt.Printf("completed: made the missing index %s\n", strings.Join(made, ", "))
+	}
+	for _, i := range before {
+		if !i.Exists {
+			continue
+		}
+		var differ []string
+		if c.IsSet("shards") && i.Shards != fmt.Sprint(c.Int("shards")) {
+			differ = append(differ, fmt.Sprintf("shards %s, not %d (fixed at mkfs)", i.Shards, c.Int("shards")))
+		}
+		if c.IsSet("replicas") && i.ReplicasSetting() != c.String("replicas") {
+			differ = append(differ, fmt.Sprintf("replicas %s, not %s", i.ReplicasSetting(), c.String("replicas")))
+		}
+		if c.IsSet("refresh-interval") && i.RefreshInterval != c.String("refresh-interval") {
+			differ = append(differ, fmt.Sprintf("refresh interval %s, not %s", i.RefreshInterval, c.String("refresh-interval")))
+		}
+		if len(differ) > 0 {
+			fmt.Printf("note: filesystem %s already existed and mkfs changes no setting of an existing index: it keeps %s (change replicas and refresh interval with esfs config --index %s)\n",
+				name, strings.Join(differ, ", "), name)
+		}
+		return // config keeps the indices alike: the first tells
 	}
 }

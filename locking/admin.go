@@ -7,6 +7,8 @@ package locking
 import (
 	"context"
 	"time"
+
+	"github.com/esfs/esfs/store"
 )
 
 // Dead reports whether session id is dead, declaring it so when it has
@@ -25,52 +27,81 @@ func (c *Coordinator) JudgeSessions(ctx context.Context, wait bool) error {
 	c.mu.Lock()
 	obs := c.obs
 	c.mu.Unlock()
-	first, err := obs.Watch(ctx)
+	_, err := obs.Judge(ctx, wait)
+	return err
+}
+
+// Verdicts are what Observer.Judge concluded of the sessions it saw (the
+// observer's own excepted).
+type Verdicts struct {
+	// Live were seen heartbeating (or appeared while watched).
+	Live []store.SessionDoc
+	// Dead are declared dead, by this observer or earlier by anyone: they
+	// are fenced for good.
+	Dead []store.SessionDoc
+	// Silent were neither: not watched for their lease plus grace (without
+	// wait), or their declaration failed.
+	Silent []store.SessionDoc
+}
+
+// Judge watches every session long enough to tell live from dead, as
+// Coordinator.JudgeSessions does, and says what it concluded. Without
+// wait it looks once: only sessions already declared dead are known dead.
+func (o *Observer) Judge(ctx context.Context, wait bool) (Verdicts, error) {
+	first, err := o.Watch(ctx)
 	if err != nil {
-		return err
+		return Verdicts{}, err
 	}
-	if !wait {
-		return nil
-	}
+	last := first
 	var longest time.Duration
 	for _, s := range first {
-		if s.ID != c.Session().ID() && !s.Dead {
+		if s.ID != o.self && !s.Dead {
 			longest = max(longest, time.Duration(s.LeaseMs)*time.Millisecond)
 		}
 	}
-	if longest == 0 {
-		return nil
-	}
-	deadline := time.Now().Add(longest + c.cfg.Grace + longest/2)
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(longest / 4):
-		}
-		all, err := obs.Watch(ctx)
-		if err != nil {
-			return err
-		}
-		undecided := false
-		for _, s := range all {
-			if s.ID == c.Session().ID() || s.Dead {
-				continue
+	moved := func(s store.SessionDoc) bool {
+		for _, f := range first {
+			if f.ID == s.ID {
+				return f.Counter != s.Counter
 			}
-			// Seen moving since the first look: alive.
-			moved := true
-			for _, f := range first {
-				if f.ID == s.ID && f.Counter == s.Counter {
-					moved = false
+		}
+		return true // appeared since the first look
+	}
+	if wait && longest > 0 {
+		deadline := time.Now().Add(longest + o.grace + longest/2)
+		for time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return Verdicts{}, ctx.Err()
+			case <-time.After(min(longest/4, time.Second)):
+			}
+			all, err := o.Watch(ctx)
+			if err != nil {
+				return Verdicts{}, err
+			}
+			last = all
+			undecided := false
+			for _, s := range all {
+				if s.ID != o.self && !s.Dead && !moved(s) {
+					undecided = true
 				}
 			}
-			if !moved {
-				undecided = true
+			if !undecided {
+				break
 			}
 		}
-		if !undecided {
-			return nil
+	}
+	var v Verdicts
+	for _, s := range last {
+		switch {
+		case s.ID == o.self:
+		case s.Dead:
+			v.Dead = append(v.Dead, s)
+		case wait && moved(s):
+			v.Live = append(v.Live, s)
+		default:
+			v.Silent = append(v.Silent, s)
 		}
 	}
-	return nil
+	return v, nil
 }

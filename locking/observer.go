@@ -61,17 +61,22 @@ func (o *Observer) Dead(ctx context.Context, id string) (bool, error) {
 }
 
 // Watch records a sighting of every session, so that a later Dead can
-// decide without waiting a whole lease from its first look. The sweeper
-// calls it periodically.
+// decide without waiting a whole lease from its first look, and returns
+// them as judged (those it declared dead marked so). The sweeper calls it
+// periodically.
 func (o *Observer) Watch(ctx context.Context) ([]store.SessionDoc, error) {
 	all, err := o.b.ListSessions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range all {
+	for i, d := range all {
 		if d.ID != o.self {
-			if _, err := o.judge(ctx, d); err != nil {
+			dead, err := o.judge(ctx, d)
+			if err != nil {
 				o.log.Warn("judging a session", "session", d.ID, "err", err)
+			}
+			if dead && !d.Dead { // declared just now
+				all[i].Dead, all[i].DeadBy = true, o.self
 			}
 		}
 	}

@@ -40,6 +40,9 @@ var (
 	ErrNoIndex = errors.New("index missing (run esfs mkfs)")
 	// ErrMapping: an index exists with a mapping esfs cannot use.
 	ErrMapping = errors.New("index mapping conflicts with esfs")
+	// ErrBlocked: the index refuses writes (index.blocks.write, which esfs
+	// destroy sets on the sessions index while it judges the mounts).
+	ErrBlocked = errors.New("index blocked from writes")
 	// ErrCorrupt: a document could not be decoded or breaks the model.
 	ErrCorrupt = errors.New("corrupt document")
 	// ErrInvalid: a request esfs refuses before sending (bad path, bad name).
@@ -97,6 +100,8 @@ func statusError(status int, what string, cause *esError) error {
 		base = ErrConflict
 	case status == 401:
 		base = ErrAuth
+	case status == 403 && cause != nil && cause.Type == "cluster_block_exception":
+		base = ErrBlocked // not a matter of privileges
 	case status == 403:
 		base = ErrForbidden
 	case status == 429 || status >= 500:

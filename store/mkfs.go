@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// FormatVersion is written into every index's _meta; Open refuses others.
+// FormatVersion is written into every index's _meta; Open refuses others
+// (see lifecycle.go for what a newer or older format gets).
 const FormatVersion = 1
 
 // DefaultChunkSize is the size of one data chunk. 1 MiB keeps a 256 MiB file to
@@ -122,6 +123,15 @@ func (s *Store) Mkfs(ctx context.Context, o MkfsOptions) error {
 	if o.RootMode == 0 {
 		o.RootMode = 0o755
 	}
+	// Refuse before creating anything next to an index esfs did not make
+	// or cannot read; missing indices (a half-made filesystem) are made.
+	infos, err := s.Inspect(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.Check(infos); err != nil && !errors.Is(err, ErrNoIndex) && !errors.Is(err, ErrIncomplete) {
+		return err
+	}
 	maps := s.mappings(o.ChunkSize)
 	for _, name := range s.allIndices() {
 		if err := s.ensureIndex(ctx, name, maps[name], o); err != nil {
@@ -187,8 +197,9 @@ func (s *Store) checkMapping(ctx context.Context, name string, want map[string]f
 	if got.Dynamic != "strict" {
 		return fmt.Errorf("index %s exists with dynamic=%q, esfs needs \"strict\": %w", name, got.Dynamic, ErrMapping)
 	}
-	if f, ok := got.Meta["esfs_format"]; !ok || fmt.Sprint(f) != fmt.Sprint(FormatVersion) {
-		return fmt.Errorf("index %s exists but was not created by this esfs (format %v, want %d): %w", name, f, FormatVersion, ErrMapping)
+	if f, foreign := formatNumber(got.Meta["esfs_format"]); foreign || f != FormatVersion {
+		// Made meanwhile (Mkfs checked the formats first): judge it alone.
+		return s.Check([]IndexInfo{{Name: name, Exists: true, Format: f, Foreign: foreign, RawFormat: got.Meta["esfs_format"]}})
 	}
 	missing := map[string]field{}
 	var conflicts []string
@@ -306,17 +317,21 @@ func (s *Store) getMapping(ctx context.Context, name string) (indexMapping, erro
 // Open checks that the filesystem exists and was made by a compatible esfs,
 // and reads the settings fixed at mkfs time. Every other method needs it.
 func (s *Store) Open(ctx context.Context) error {
-	for _, name := range s.allIndices() {
-		m, err := s.getMapping(ctx, name)
-		if errors.Is(err, ErrNoIndex) {
-			return fmt.Errorf("filesystem %q not found (index %s is missing; create it with: esfs mkfs --index %s): %w", s.idx.Paths, name, s.idx.Paths, ErrNoIndex)
+	infos, err := s.Inspect(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.Check(infos); err != nil {
+		return err
+	}
+	for _, info := range infos {
+		if info.Role == "session" && info.WriteBlocked {
+			return fmt.Errorf("filesystem %s is being destroyed: esfs destroy blocked new mounts (if no destroy is running, one was interrupted: run esfs destroy --index %s again, or keep the filesystem with esfs config --index %s --unblock): %w",
+				s.idx.Paths, s.idx.Paths, s.idx.Paths, ErrDestroying)
 		}
-		if err != nil {
-			return err
-		}
-		if f := m.Meta["esfs_format"]; fmt.Sprint(f) != fmt.Sprint(FormatVersion) {
-			return fmt.Errorf("index %s was not made by esfs mkfs (format %v, want %d): %w", name, f, FormatVersion, ErrMapping)
-		}
+	}
+	for _, info := range infos {
+		name, m := info.Name, info.mapping
 		if missing := missingFields(m, s.mappings(0)[name]); len(missing) > 0 {
 			// A filesystem made by an older esfs: add the fields this
 			// version writes (safe on a live index). Without the right to,
