@@ -25,6 +25,12 @@ func (c *Coordinator) JudgeSessions(ctx context.Context, wait bool) error {
 	c.mu.Lock()
 	obs := c.obs
 	c.mu.Unlock()
+	return judgeSessions(ctx, obs, c.Session().ID(), c.cfg.Grace, wait)
+}
+
+// judgeSessions is JudgeSessions for the observer obs of session self
+// ("" for a Reader, which has none).
+func judgeSessions(ctx context.Context, obs *Observer, self string, grace time.Duration, wait bool) error {
 	first, err := obs.Watch(ctx)
 	if err != nil {
 		return err
@@ -34,14 +40,17 @@ func (c *Coordinator) JudgeSessions(ctx context.Context, wait bool) error {
 	}
 	var longest time.Duration
 	for _, s := range first {
-		if s.ID != c.Session().ID() && !s.Dead {
+		if s.ID != self && !s.Dead {
 			longest = max(longest, time.Duration(s.LeaseMs)*time.Millisecond)
 		}
 	}
 	if longest == 0 {
 		return nil
 	}
-	deadline := time.Now().Add(longest + c.cfg.Grace + longest/2)
+	if grace <= 0 {
+		grace = longest / 2
+	}
+	deadline := time.Now().Add(longest + grace + longest/2)
 	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
@@ -54,7 +63,7 @@ func (c *Coordinator) JudgeSessions(ctx context.Context, wait bool) error {
 		}
 		undecided := false
 		for _, s := range all {
-			if s.ID == c.Session().ID() || s.Dead {
+			if s.ID == self || s.Dead {
 				continue
 			}
 			// Seen moving since the first look: alive.

@@ -317,7 +317,7 @@ func (s *Store) Open(ctx context.Context) error {
 		if f := m.Meta["esfs_format"]; fmt.Sprint(f) != fmt.Sprint(FormatVersion) {
 			return fmt.Errorf("index %s was not made by esfs mkfs (format %v, want %d): %w", name, f, FormatVersion, ErrMapping)
 		}
-		if missing := missingFields(m, s.mappings(0)[name]); len(missing) > 0 {
+		if missing := missingFields(m, s.mappings(0)[name]); len(missing) > 0 && !s.readOnly {
 			// A filesystem made by an older esfs: add the fields this
 			// version writes (safe on a live index). Without the right to,
 			// the mount still reads everything; writes of the new fields
@@ -342,7 +342,9 @@ func (s *Store) Open(ctx context.Context) error {
 			// Without the text field (see above), text chunks are written
 			// as binary, which every esfs reads.
 			s.textChunks = m.Properties["text"] != nil
-			s.ensureGCDeletes(ctx)
+			if !s.readOnly {
+				s.ensureGCDeletes(ctx)
+			}
 		}
 	}
 	return nil
