@@ -99,7 +99,7 @@ func flushWriters(ctx context.Context, r *locking.Reader) error {
 
 func adminFlags(extra ...cli.Flag) []cli.Flag {
 	return append(append(esFlags(),
-		&cli.DurationFlag{Name: "lease", Value: 10 * time.Second, EnvVars: []string{"ESFS_LEASE"}, Usage: "this tool's own session lease"},
+		&cli.DurationFlag{Name: "lease", Value: 10 * time.Second, EnvVars: []string{"ESFS_LEASE"}, Usage: "the session lease of the commands that write (import, fsck --repair); the others have no session"},
 		&cli.BoolFlag{Name: "debug", EnvVars: []string{"ESFS_DEBUG"}, Usage: "verbose log"},
 	), extra...)
 }
