@@ -71,8 +71,8 @@ const recallPollReader = 25 * time.Millisecond
 // gone from the lock document) or is dead, with how many directories
 // there were: the store then holds everything that calls which returned
 // before RecallWriters began had made. It writes only the recall documents
-// of those mounts (store.RecallDeleg), and nothing when no mount writes in
-// memory; when the credentials may not write, the error is
+// of those mounts (store.RecallDeleg, in one bulk), and nothing when no
+// mount writes in memory; when the credentials may not write, the error is
 // store.ErrForbidden, n is how many directories were not asked for, and
 // nobody was asked.
 //
@@ -106,11 +106,20 @@ func (r *Reader) RecallWriters(ctx context.Context) (int, error) {
 	if len(writers) == 0 {
 		return 0, nil
 	}
-	// Ask every writer first (a refusal means these credentials may not
-	// write: nobody is asked), then wait for each.
-	for _, w := range writers {
-		if _, err := r.b.Write(ctx, store.RecallDeleg(w.h.Session, w.lock, time.Now().UnixNano())); err != nil {
-			return len(writers), fmt.Errorf("asking the mount that writes %s to flush: %w", w.path, err)
+	// Ask every writer in one round trip (a refusal means these
+	// credentials may not write: nobody is asked), then wait for each.
+	asks := make([]store.BulkOp, len(writers))
+	now := time.Now().UnixNano()
+	for i, w := range writers {
+		asks[i] = store.RecallDeleg(w.h.Session, w.lock, now)
+	}
+	res, err := r.b.Bulk(ctx, asks)
+	if err != nil {
+		return len(writers), fmt.Errorf("asking the mounts that write in memory to flush: %w", err)
+	}
+	for i, x := range res {
+		if x.Err != nil {
+			return len(writers), fmt.Errorf("asking the mount that writes %s to flush: %w", writers[i].path, x.Err)
 		}
 	}
 	var (
