@@ -2,10 +2,12 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,7 +18,8 @@ import (
 )
 
 // adminSession opens the store and joins the protocol as a short-lived
-// session without a sweeper (fsck and status judge sessions themselves).
+// session without a sweeper, for the admin commands that write (import,
+// fsck --repair).
 func adminSession(c *cli.Context) (*store.Store, *locking.Coordinator, func(), error) {
 	log := quietLogger(c.Bool("debug"))
 	ctx, cancel := context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
@@ -25,7 +28,9 @@ func adminSession(c *cli.Context) (*store.Store, *locking.Coordinator, func(), e
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	co, err := locking.Start(ctx, st, locking.Config{Lease: c.Duration("lease"), Mount: "(esfs " + c.Command.Name + ")", Log: log, NoSweeper: true})
+	b := thisBuild()
+	co, err := locking.Start(ctx, st, locking.Config{Lease: c.Duration("lease"), Mount: "(esfs " + c.Command.Name + ")", Log: log, NoSweeper: true,
+		Build: b.String()})
 	if err != nil {
 		st.Close()
 		return nil, nil, nil, explain(err, c.String("es-url"))
@@ -36,6 +41,30 @@ func adminSession(c *cli.Context) (*store.Store, *locking.Coordinator, func(), e
 		_ = co.Close(ctx)
 		st.Close()
 	}, nil
+}
+
+// adminReader opens the store for a command that only reads (status,
+// locks, search, export, fsck without --repair): no session is registered
+// and nothing is written, so read-only credentials run it, and it waits
+// for nothing.
+func adminReader(c *cli.Context) (*store.Store, *locking.Reader, error) {
+	log := quietLogger(c.Bool("debug"))
+	cfg, err := storeConfig(c, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.ReadOnly = true
+	st, err := store.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
+	defer cancel()
+	if err := st.Open(ctx); err != nil {
+		st.Close()
+		return nil, nil, explain(err, c.String("es-url"))
+	}
+	return st, locking.NewReader(st, 0, log), nil
 }
 
 // noWaitRecall bounds fsck --no-wait's recall of the writers.
@@ -51,9 +80,26 @@ func recallWriters(ctx context.Context, co *locking.Coordinator) error {
 	return nil
 }
 
+// flushWriters is recallWriters for a command without a session: the
+// recall is the one write it makes, and only when some mount writes in
+// memory. Credentials that may not write cannot ask; the command goes on
+// with what is in the store, and says in one line on stderr what that
+// may miss.
+func flushWriters(ctx context.Context, r *locking.Reader) error {
+	n, err := r.RecallWriters(ctx)
+	if n > 0 && errors.Is(err, store.ErrForbidden) {
+		fmt.Fprintf(os.Stderr, "esfs: %d directories are written in memory by mounts that were not asked to flush (these credentials may not write): what they did in their last flush interval may be missing\n", n)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("asking the mounts that write in memory to flush first: %w", err)
+	}
+	return nil
+}
+
 func adminFlags(extra ...cli.Flag) []cli.Flag {
 	return append(append(esFlags(),
-		&cli.DurationFlag{Name: "lease", Value: 10 * time.Second, EnvVars: []string{"ESFS_LEASE"}, Usage: "this tool's own session lease"},
+		&cli.DurationFlag{Name: "lease", Value: 10 * time.Second, EnvVars: []string{"ESFS_LEASE"}, Usage: "the session lease of the commands that write (import, fsck --repair); the others have no session"},
 		&cli.BoolFlag{Name: "debug", EnvVars: []string{"ESFS_DEBUG"}, Usage: "verbose log"},
 	), extra...)
 }
@@ -70,30 +116,11 @@ func cmdFsck() *cli.Command {
 			if c.NArg() > 0 {
 				return usagef("fsck takes no arguments")
 			}
-			st, co, done, err := adminSession(c)
-			if err != nil {
-				return err
-			}
-			defer done()
 			ctx, cancel := context.WithTimeout(c.Context, 30*time.Minute)
 			defer cancel()
-			if c.Bool("no-wait") {
-				// A writer that does not answer holds a recall until it is
-				// declared dead: not waited for here, and said.
-				rctx, rcancel := context.WithTimeout(ctx, noWaitRecall)
-				err := recallWriters(rctx, co)
-				rcancel()
-				if err != nil && rctx.Err() == nil {
-					return err
-				} else if err != nil {
-					fmt.Printf("not flushed: a mount that writes in memory did not answer within %s; its directories are checked as of its last flush\n", noWaitRecall)
-				}
-			} else if err := recallWriters(ctx, co); err != nil {
-				return err
-			}
-			rep, err := fsck.Run(ctx, co, st, c.Bool("repair"), !c.Bool("no-wait"))
+			rep, err := runFsck(ctx, c)
 			if err != nil {
-				return explain(err, c.String("es-url"))
+				return err
 			}
 			fmt.Printf("%d paths, %d inodes, %d data chunks, %d lock documents, %d operation records\n", rep.Paths, rep.Inodes, rep.Chunks, rep.Locks, rep.Ops)
 			for _, f := range rep.InFlight {
@@ -120,6 +147,59 @@ func cmdFsck() *cli.Command {
 	}
 }
 
+// runFsck checks, or with --repair repairs, in a session of its own; a
+// check registers nothing and writes nothing (but the recall of the mounts
+// that write in memory, see flushWriters).
+func runFsck(ctx context.Context, c *cli.Context) (fsck.Report, error) {
+	wait := !c.Bool("no-wait")
+	if !c.Bool("repair") {
+		st, r, err := adminReader(c)
+		if err != nil {
+			return fsck.Report{}, err
+		}
+		defer st.Close()
+		if err := boundedRecall(ctx, c, func(ctx context.Context) error { return flushWriters(ctx, r) }); err != nil {
+			return fsck.Report{}, err
+		}
+		rep, err := fsck.Check(ctx, r, st, wait)
+		if err != nil {
+			return rep, explain(err, c.String("es-url"))
+		}
+		return rep, nil
+	}
+	st, co, done, err := adminSession(c)
+	if err != nil {
+		return fsck.Report{}, err
+	}
+	defer done()
+	if err := boundedRecall(ctx, c, func(ctx context.Context) error { return recallWriters(ctx, co) }); err != nil {
+		return fsck.Report{}, err
+	}
+	rep, err := fsck.Repair(ctx, co, st, wait)
+	if err != nil {
+		return rep, explain(err, c.String("es-url"))
+	}
+	return rep, nil
+}
+
+// boundedRecall runs recall, within noWaitRecall under --no-wait: a
+// writer that does not answer holds a recall until it is declared dead,
+// which --no-wait does not wait for, and says so.
+func boundedRecall(ctx context.Context, c *cli.Context, recall func(context.Context) error) error {
+	if !c.Bool("no-wait") {
+		return recall(ctx)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, noWaitRecall)
+	defer rcancel()
+	err := recall(rctx)
+	if err != nil && rctx.Err() == nil {
+		return err
+	} else if err != nil {
+		fmt.Printf("not flushed: a mount that writes in memory did not answer within %s; its directories are checked as of its last flush\n", noWaitRecall)
+	}
+	return nil
+}
+
 // exitCode ends the program with a status and no message (the command
 // printed its own report).
 type exitCode struct{ code int }
@@ -132,11 +212,11 @@ func cmdLocks() *cli.Command {
 		Usage: "list lock holders and waiters",
 		Flags: adminFlags(),
 		Action: func(c *cli.Context) error {
-			st, _, done, err := adminSession(c)
+			st, _, err := adminReader(c)
 			if err != nil {
 				return err
 			}
-			defer done()
+			defer st.Close()
 			locks, err := st.SearchLocks(c.Context)
 			if err != nil {
 				return explain(err, c.String("es-url"))
@@ -222,49 +302,60 @@ func age(now time.Time, since int64) string {
 func cmdStatus() *cli.Command {
 	return &cli.Command{
 		Name:  "status",
-		Usage: "list mounts (sessions), whether they are alive, and operations in flight",
-		Flags: adminFlags(&cli.DurationFlag{Name: "observe", Value: 4 * time.Second, Usage: "how long to watch heartbeats before calling a mount silent"}),
+		Usage: "list mounts (sessions): their state, version and options, their figures, and operations in flight",
+		Flags: adminFlags(&cli.DurationFlag{Name: "observe", Usage: "watch the heartbeats this long (such as 5s) to tell live mounts from silent ones; by default STATE is what the session documents say, at once"}),
 		Action: func(c *cli.Context) error {
-			st, co, done, err := adminSession(c)
+			if c.Duration("observe") < 0 {
+				return usagef("--observe must not be negative")
+			}
+			st, _, err := adminReader(c)
 			if err != nil {
 				return err
 			}
-			defer done()
+			defer st.Close()
 			ctx := c.Context
-			first, err := st.ListSessions(ctx)
+			sessions, err := st.ListSessions(ctx)
 			if err != nil {
 				return explain(err, c.String("es-url"))
 			}
-			time.Sleep(c.Duration("observe"))
-			second, err := st.ListSessions(ctx)
-			if err != nil {
-				return explain(err, c.String("es-url"))
+			// Liveness is a counter seen moving on our own clock, never a
+			// timestamp of another machine's: only watched on demand.
+			observe := c.Duration("observe")
+			var moved map[string]bool
+			if observe > 0 {
+				if sessions, moved, err = watchHeartbeats(ctx, st, sessions, observe); err != nil {
+					return explain(err, c.String("es-url"))
+				}
 			}
-			before := map[string]int64{}
-			for _, s := range first {
-				before[s.ID] = s.Counter
-			}
-			sort.Slice(second, func(i, j int) bool { return second[i].Started < second[j].Started })
+			sort.Slice(sessions, func(i, j int) bool { return sessions[i].Started < sessions[j].Started })
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "SESSION\tSTATE\tHOST\tPID\tMOUNT\tLEASE\tHEARTBEATS")
-			for _, s := range second {
-				state := "live"
+			fmt.Fprintln(w, "SESSION\tSTATE\tHOST\tPID\tMOUNT\tVERSION\tLEASE\tHEARTBEATS")
+			for _, s := range sessions {
+				state := "registered"
 				switch {
-				case s.ID == co.Session().ID():
-					state = "this tool"
 				case s.Dead:
 					state = "dead (declared by " + s.DeadBy + ")"
-				case before[s.ID] == s.Counter:
-					state = fmt.Sprintf("silent for %s+ (expired once silent for lease + grace)", c.Duration("observe"))
+				case observe == 0:
+				case moved[s.ID]:
+					state = "live"
+				default:
+					state = fmt.Sprintf("silent for %s+ (declared dead once silent for lease + grace)", observe)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%d\n", s.ID, state, s.Host, s.Pid, s.Mount, time.Duration(s.LeaseMs)*time.Millisecond, s.Counter)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\n", s.ID, state, s.Host, s.Pid, s.Mount, shortVersion(s.Build),
+					time.Duration(s.LeaseMs)*time.Millisecond, s.Counter)
 			}
 			w.Flush()
-			for _, s := range second {
+			if observe == 0 && len(sessions) > 0 {
+				fmt.Println("(heartbeats not watched: --observe 5s tells live mounts from silent ones)")
+			}
+			for _, s := range sessions {
+				fmt.Printf("\n%s (%s on %s)\n", s.ID, s.Mount, s.Host)
+				fmt.Printf("  esfs %s\n", orUnknown(s.Build))
+				fmt.Printf("  options %s\n", optionsLine(s.Options))
 				if lines := statusLines(s.Stats); len(lines) > 0 {
-					fmt.Printf("\n%s (%s on %s), as of its last heartbeat:\n", s.ID, s.Mount, s.Host)
+					fmt.Println("  as of its last heartbeat:")
 					for _, l := range lines {
-						fmt.Println("  " + l)
+						fmt.Println("    " + l)
 					}
 				}
 			}
@@ -290,4 +381,67 @@ func cmdStatus() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// watchHeartbeats reads the sessions again after d and says which
+// counters moved: those mounts are alive.
+func watchHeartbeats(ctx context.Context, st *store.Store, first []store.SessionDoc, d time.Duration) ([]store.SessionDoc, map[string]bool, error) {
+	select {
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	case <-time.After(d):
+	}
+	second, err := st.ListSessions(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	before := map[string]int64{}
+	for _, s := range first {
+		before[s.ID] = s.Counter
+	}
+	moved := map[string]bool{}
+	for _, s := range second {
+		if c, ok := before[s.ID]; !ok || c != s.Counter {
+			moved[s.ID] = true // new since the first look: it registered, so it ran
+		}
+	}
+	return second, moved, nil
+}
+
+// shortVersion is the version part of a session's build ("?" for the
+// documents of mounts older than esfs's recording it).
+func shortVersion(build string) string {
+	v, _, _ := strings.Cut(build, " ")
+	return orUnknown(v)
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "?"
+	}
+	return s
+}
+
+// optionsLine lists a mount's options as name=value, in the order of
+// mountOptionOrder, then any others ("?" for an older mount's document).
+func optionsLine(o map[string]string) string {
+	if len(o) == 0 {
+		return "?"
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, k := range mountOptionOrder() {
+		if v, ok := o[k]; ok {
+			out = append(out, k+"="+v)
+			seen[k] = true
+		}
+	}
+	var rest []string
+	for k, v := range o {
+		if !seen[k] {
+			rest = append(rest, k+"="+v)
+		}
+	}
+	sort.Strings(rest)
+	return strings.Join(append(out, rest...), " ")
 }

@@ -13,8 +13,10 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// Version is set at build time with -ldflags "-X github.com/esfs/esfs/cmd.Version=...".
-var Version = "dev"
+// Version, when set at build time with -ldflags
+// "-X github.com/esfs/esfs/cmd.Version=...", names this esfs instead of its
+// module version (see build).
+var Version string
 
 // invocation is the command line being run (after a mount helper call was
 // turned into `esfs mount --daemon ...`), for re-executing in the background.
@@ -55,7 +57,7 @@ func Main(args []string) error {
 	app := &cli.App{
 		Name:     "esfs",
 		Usage:    "a POSIX filesystem stored in Elasticsearch",
-		Version:  Version,
+		Version:  thisBuild().String(),
 		Commands: commands(),
 		// One clear line on stderr, from main, never a usage dump on an
 		// operational error. A misspelled name gets a suggestion from

@@ -17,10 +17,17 @@ import (
 )
 
 // newRegistry is the mount's private registry: esfs's own collectors plus
-// the Go runtime's and the process's (RSS, open files, CPU).
+// the Go runtime's and the process's (RSS, open files, CPU), and the
+// build's.
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b := thisBuild()
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "esfs_build_info",
+		Help:        "Always 1; its labels say which esfs this is: its version, the commit it was built from (+dirty if changed), the Go that built it.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion}})
+	info.Set(1)
+	reg.MustRegister(info)
 	return reg
 }
 

@@ -264,9 +264,11 @@ func serve(c *cli.Context, mp string) error {
 	defer ch.Close()
 	ch.Register(reg)
 	ctx, cancel = context.WithTimeout(stop.ctx, 2*c.Duration("es-timeout"))
+	b := thisBuild()
 	co, err := locking.Start(ctx, st, locking.Config{Strategy: c.String("locking"), Lease: c.Duration("lease"),
 		LockTimeout: c.Duration("lock-timeout"), Mount: mp, Log: log,
-		Metrics: locking.NewMetrics(reg), Stats: func() map[string]float64 { return statsOf(reg) }})
+		Metrics: locking.NewMetrics(reg), Stats: func() map[string]float64 { return statsOf(reg) },
+		Build: b.String(), Options: mountOptions(c)})
 	cancel()
 	if err != nil && stop.ctx.Err() != nil {
 		return stop.explain(err)
@@ -314,7 +316,11 @@ func serve(c *cli.Context, mp string) error {
 		return oneLine(err)
 	}
 	stop.onSecond(func() { _ = fs.Unmount(mp, true) })
-	log.Info("mounted", "index", st.Prefix(), "subdir", root.Path, "mountpoint", mp, "pid", os.Getpid())
+	// The first line of a mount's log (but for --metrics-addr's): which
+	// esfs serves what. A mount that fails logs nothing before its error,
+	// which is then the one line it prints.
+	log.Info("mounted", "index", st.Prefix(), "subdir", root.Path, "mountpoint", mp, "pid", os.Getpid(),
+		"version", b.Version, "revision", b.Revision, "go", b.GoVersion)
 	reportReady(nil)
 
 	done := make(chan struct{})
@@ -335,6 +341,43 @@ func serve(c *cli.Context, mp string) error {
 		log.Info("signal: unmounting", "signal", s.String(), "mountpoint", mp)
 	}
 	return shutdown(srv, done, mp, c.Duration("shutdown-grace"), log)
+}
+
+// mountOptions are the flags a mount runs with that matter to an operator,
+// as they take effect (a write delegation needs delegations; the kernel
+// timeouts are those of the consistency model when not given), for its
+// session document: `esfs status` shows which mount runs what.
+func mountOptions(c *cli.Context) map[string]string {
+	writeDeleg := c.Bool("write-delegations") && c.Bool("delegations")
+	o := map[string]string{
+		"read-only":         fmt.Sprint(c.Bool("read-only")),
+		"allow-other":       fmt.Sprint(c.Bool("allow-other")),
+		"delegations":       fmt.Sprint(c.Bool("delegations")),
+		"write-delegations": fmt.Sprint(writeDeleg),
+		"locking":           c.String("locking"),
+		"lease":             c.Duration("lease").String(),
+		"lock-timeout":      c.Duration("lock-timeout").String(),
+		"cache-ttl":         c.Duration("cache-ttl").String(),
+		"cache-size":        fmt.Sprintf("%dMiB", c.Int("cache-size")),
+		"attr-timeout":      kernelTimeout(c, "attr-timeout").String(),
+		"entry-timeout":     kernelTimeout(c, "entry-timeout").String(),
+		"negative-timeout":  kernelTimeout(c, "negative-timeout").String(),
+		"es-timeout":        c.Duration("es-timeout").String(),
+	}
+	if writeDeleg {
+		o["flush-interval"] = c.Duration("flush-interval").String()
+	}
+	if v, ok := c.Value("subdir").(string); ok && v != "" {
+		o["subdir"] = v // a mount of part of the tree, where supported
+	}
+	return o
+}
+
+// mountOptionOrder is the order in which `esfs status` lists the options:
+// what changes what the mount may do first, then its caches and timeouts.
+func mountOptionOrder() []string {
+	return []string{"read-only", "subdir", "delegations", "write-delegations", "flush-interval", "locking",
+		"lease", "lock-timeout", "cache-ttl", "cache-size", "attr-timeout", "entry-timeout", "negative-timeout", "es-timeout", "allow-other"}
 }
 
 // shutdown ends a mount on a signal: it flushes and unmounts, and if the

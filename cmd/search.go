@@ -80,13 +80,13 @@ func runSearch(c *cli.Context) error {
 		f.Under = subdir // what is outside the mount cannot be printed under it
 	}
 
-	st, co, done, err := adminSession(c)
+	st, r, err := adminReader(c)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer st.Close()
 	ctx := c.Context
-	if err := recallWriters(ctx, co); err != nil {
+	if err := flushWriters(ctx, r); err != nil {
 		return err
 	}
 	if err := st.RefreshForSearch(ctx); err != nil {
@@ -96,7 +96,7 @@ func runSearch(c *cli.Context) error {
 	collect := func(q string, inos []uint64) error {
 		// The view shows each path as readers see it (a rename in flight
 		// under its old names or its new ones, never both).
-		sc, err := co.View.Search(q, inos, f, store.DefaultPageSize)
+		sc, err := r.View.Search(q, inos, f, store.DefaultPageSize)
 		if err != nil {
 			return err
 		}

@@ -141,16 +141,16 @@ func runExport(c *cli.Context) error {
 	if fi, err := os.Stat(filepath.Dir(local)); err != nil || !fi.IsDir() {
 		return fmt.Errorf("export: %s is not a directory", filepath.Dir(local))
 	}
-	st, co, done, err := adminSession(c)
+	st, r, err := adminReader(c)
 	if err != nil {
 		return err
 	}
-	defer done()
-	if err := recallWriters(c.Context, co); err != nil {
+	defer st.Close()
+	if err := flushWriters(c.Context, r); err != nil {
 		return err
 	}
 	prog := newProgress("export", c.Bool("quiet"))
-	n, err := transfer.Export(c.Context, st, co, src, local, transferOptions(c, prog))
+	n, err := transfer.Export(c.Context, st, r.View, src, local, transferOptions(c, prog))
 	if err != nil {
 		return err
 	}

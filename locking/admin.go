@@ -68,7 +68,11 @@ func (o *Observer) Judge(ctx context.Context, wait bool) (Verdicts, error) {
 		return true // appeared since the first look
 	}
 	if wait && longest > 0 {
-		deadline := time.Now().Add(longest + o.grace + longest/2)
+		grace := o.grace
+		if grace <= 0 {
+			grace = longest / 2 // a Reader's: the default of the mounts' sweepers
+		}
+		deadline := time.Now().Add(longest + grace + longest/2)
 		for time.Now().Before(deadline) {
 			select {
 			case <-ctx.Done():

@@ -27,6 +27,16 @@ type Config struct {
 	// Stats, if set, gives the figures the heartbeat publishes in the
 	// session document for `esfs status`.
 	Stats func() map[string]float64
+	// Build and Options describe the mount in its session document, for
+	// `esfs status`: which esfs it runs, and the flags that matter to an
+	// operator.
+	Build   string
+	Options map[string]string
+}
+
+// sessionConfig is the configuration of this coordinator's sessions.
+func (c Config) sessionConfig() SessionConfig {
+	return SessionConfig{Lease: c.Lease, Grace: c.Grace, Mount: c.Mount, Log: c.Log, Stats: c.Stats, Build: c.Build, Options: c.Options}
 }
 
 // Coordinator is one mount's side of the protocol: its session, lock
@@ -77,7 +87,7 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess, err := StartSession(ctx, b, SessionConfig{Lease: cfg.Lease, Grace: cfg.Grace, Mount: cfg.Mount, Log: cfg.Log, Stats: cfg.Stats})
+	sess, err := StartSession(ctx, b, cfg.sessionConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +129,7 @@ func (c *Coordinator) renewSession(ctx context.Context) {
 	default:
 		return
 	}
-	sess, err := StartSession(ctx, c.b, SessionConfig{Lease: c.cfg.Lease, Grace: c.cfg.Grace, Mount: c.cfg.Mount, Log: c.cfg.Log, Stats: c.cfg.Stats})
+	sess, err := StartSession(ctx, c.b, c.cfg.sessionConfig())
 	if err != nil {
 		c.log.Warn("could not start a new session", "err", err)
 		return

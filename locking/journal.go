@@ -45,6 +45,9 @@ type Journal struct {
 	log *slog.Logger
 	// Session returns the current session of this mount.
 	Session func() *Session
+	// readOnly: the journal of a Reader, which resolves intents and
+	// writes nothing (no session, no lock manager).
+	readOnly bool
 
 	mu sync.Mutex // protects dropLink, done, unfinished and recovering
 	// dropLink removes one link from the inode a rename replaced, at most

@@ -146,6 +146,12 @@ func (j *Journal) record(ctx context.Context, op string) (store.OpRecord, error)
 		return rec, nil
 	}
 	rec, err := j.b.GetOp(ctx, op)
+	if errors.Is(err, store.ErrNotFound) && j.readOnly {
+		// Not yet written (or collected long after DONE, when only
+		// strays carry the op): not committed, which is all a reader
+		// needs. Not remembered: its owner may still write it.
+		return store.OpRecord{ID: op, State: store.OpDone, Aborted: true}, nil
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		sess := j.Session()
 		aborted := store.OpRecord{ID: op, State: store.OpDone, Aborted: true, Owner: sess.ID(), Epoch: 1,

@@ -23,6 +23,9 @@ type Observer struct {
 	self  string
 	grace time.Duration
 	log   *slog.Logger
+	// judgeOnly: a session silent long enough is judged dead without the
+	// verdict being written (a Reader, which writes nothing).
+	judgeOnly bool
 
 	mu   sync.Mutex // protects seen
 	seen map[string]sighting
@@ -96,9 +99,17 @@ func (o *Observer) judge(ctx context.Context, d store.SessionDoc) (bool, error) 
 		return false, nil
 	}
 	o.mu.Unlock()
-	limit := time.Duration(d.LeaseMs)*time.Millisecond + o.grace
+	lease := time.Duration(d.LeaseMs) * time.Millisecond
+	grace := o.grace
+	if grace <= 0 {
+		grace = lease / 2 // a Reader's: the default of the mounts' sweepers
+	}
+	limit := lease + grace
 	if now-s.since <= limit {
 		return false, nil
+	}
+	if o.judgeOnly {
+		return true, nil
 	}
 	verdict := d
 	verdict.Dead, verdict.DeadBy = true, o.self

@@ -26,6 +26,10 @@ type SessionConfig struct {
 	// Stats, if set, is published with every heartbeat (it costs no
 	// request of its own), for `esfs status`.
 	Stats func() map[string]float64
+	// Build and Options describe the mount for `esfs status` (see
+	// store.SessionDoc).
+	Build   string
+	Options map[string]string
 }
 
 func (c *SessionConfig) defaults() {
@@ -77,7 +81,8 @@ func StartSession(ctx context.Context, b Backend, cfg SessionConfig) (*Session, 
 	s := &Session{b: b, cfg: cfg, id: hex.EncodeToString(raw[:]), inflight: map[int64]struct{}{}, nextOp: 1,
 		lostCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	s.doc = store.SessionDoc{ID: s.id, Host: host, Pid: os.Getpid(), Mount: cfg.Mount,
-		Started: time.Now().UnixNano(), LeaseMs: cfg.Lease.Milliseconds(), DoneBelow: 1}
+		Started: time.Now().UnixNano(), LeaseMs: cfg.Lease.Milliseconds(), DoneBelow: 1,
+		Build: cfg.Build, Options: cfg.Options}
 	sent := bootNow()
 	v, err := b.Write(ctx, store.CreateSession(s.doc))
 	if err != nil {

@@ -37,6 +37,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics counts requests; nil makes a private, unregistered set.
 	Metrics *Metrics
+	// ReadOnly: Open changes nothing (it neither adds the fields of a newer
+	// esfs to an older filesystem's mappings nor sets gc_deletes), for the
+	// commands that only read, which read-only credentials may run.
+	ReadOnly bool
 }
 
 // DefaultPrefix is the index prefix when none is given.

@@ -332,7 +332,7 @@ func (s *Store) Open(ctx context.Context) error {
 	}
 	for _, info := range infos {
 		name, m := info.Name, info.mapping
-		if missing := missingFields(m, s.mappings(0)[name]); len(missing) > 0 {
+		if missing := missingFields(m, s.mappings(0)[name]); len(missing) > 0 && !s.readOnly {
 			// A filesystem made by an older esfs: add the fields this
 			// version writes (safe on a live index). Without the right to,
 			// the mount still reads everything; writes of the new fields
@@ -357,7 +357,9 @@ func (s *Store) Open(ctx context.Context) error {
 			// Without the text field (see above), text chunks are written
 			// as binary, which every esfs reads.
 			s.textChunks = m.Properties["text"] != nil
-			s.ensureGCDeletes(ctx)
+			if !s.readOnly {
+				s.ensureGCDeletes(ctx)
+			}
 		}
 	}
 	return nil

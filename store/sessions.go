@@ -28,7 +28,13 @@ type SessionDoc struct {
 	// Stats are the mount's own figures (operations, errors, cache hits...)
 	// as of its last heartbeat, for `esfs status`.
 	Stats map[string]float64
-	Ver   Version
+	// Build is the esfs that runs the mount (version, revision), and
+	// Options the flags it was mounted with that matter to an operator
+	// (read-only, delegations, lease...), for `esfs status`. Empty in the
+	// documents of older mounts.
+	Build   string
+	Options map[string]string
+	Ver     Version
 }
 
 type sessionJSON struct {
@@ -44,6 +50,8 @@ type sessionJSON struct {
 		DeadBy    string             `json:"dead_by,omitempty"`
 		DoneBelow int64              `json:"done_below,omitempty"`
 		Stats     map[string]float64 `json:"stats,omitempty"`
+		Build     string             `json:"build,omitempty"`
+		Options   map[string]string  `json:"options,omitempty"`
 	} `json:"body"`
 }
 
@@ -53,6 +61,8 @@ func encodeSession(d SessionDoc) sessionJSON {
 	j.Body.DeadBy = d.DeadBy
 	j.Body.DoneBelow = d.DoneBelow
 	j.Body.Stats = d.Stats
+	j.Body.Build = d.Build
+	j.Body.Options = d.Options
 	return j
 }
 
@@ -63,7 +73,8 @@ func decodeSession(src []byte, v Version) (SessionDoc, error) {
 	}
 	m, _ := decodeText(j.Body.Mount)
 	return SessionDoc{ID: j.Session, Counter: j.Counter, Host: j.Host, Pid: j.Pid, Mount: m, Started: j.Started,
-		LeaseMs: j.Lease, Dead: j.Fenced, DeadBy: j.Body.DeadBy, DoneBelow: j.Body.DoneBelow, Stats: j.Body.Stats, Ver: v}, nil
+		LeaseMs: j.Lease, Dead: j.Fenced, DeadBy: j.Body.DeadBy, DoneBelow: j.Body.DoneBelow, Stats: j.Body.Stats,
+		Build: j.Body.Build, Options: j.Body.Options, Ver: v}, nil
 }
 
 // GetSession reads a session in real time.

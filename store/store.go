@@ -39,6 +39,8 @@ type Store struct {
 	// chunkSize is the data chunk size of this filesystem, read from the data
 	// index's _meta at Open (fixed at mkfs time; 0 before Open).
 	chunkSize int64
+	// readOnly: see Config.ReadOnly.
+	readOnly bool
 }
 
 type indices struct {
@@ -168,7 +170,7 @@ func New(cfg Config) (*Store, error) {
 		cfg.Metrics = NewMetrics(nil)
 	}
 	return &Store{es: es, idx: indexNames(cfg.Prefix), timeout: cfg.RequestTimeout, log: cfg.Logger, metrics: cfg.Metrics,
-		auth: describeAuth(cfg), trust: describeTrust(cfg), plainHosts: plainHosts}, nil
+		auth: describeAuth(cfg), trust: describeTrust(cfg), plainHosts: plainHosts, readOnly: cfg.ReadOnly}, nil
 }
 
 // Prefix returns the index prefix this store works on.

@@ -30,7 +30,7 @@ func (c *checker) data(ctx context.Context) error {
 		if d, ok := deadSess[sess]; ok {
 			return d, nil
 		}
-		d, err := c.co.Dead(ctx, sess)
+		d, err := c.judge.Dead(ctx, sess)
 		if err != nil {
 			return false, err
 		}

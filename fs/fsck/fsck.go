@@ -2,8 +2,8 @@
 // breaks them: the operations and locks dead mounts left, the path and
 // inode documents (parents, types, link counts, reachability) and the
 // data chunks. It reads the tree through the protocol's view and settles
-// what dead mounts left as recovery would; `esfs fsck` runs it in an
-// admin session.
+// what dead mounts left as recovery would: a check (Check) without a
+// session, writing nothing; a repair (Repair) in an admin session.
 package fsck
 
 import (
@@ -73,11 +73,21 @@ func (r Report) Unrepaired() int {
 	return n
 }
 
+// Judge tells live sessions from dead ones: a locking.Reader, which only
+// judges (Check), or the session of a repair, which declares (Repair).
+type Judge interface {
+	Dead(ctx context.Context, id string) (bool, error)
+	JudgeSessions(ctx context.Context, wait bool) error
+}
+
 // checker is one run of fsck: what it was asked, and the snapshots its
 // steps compare.
 type checker struct {
-	co     *locking.Coordinator
-	fb     Backend
+	judge Judge
+	view  *locking.View
+	co    *locking.Coordinator // the session that repairs; nil for a check
+	fb    Backend
+	// repair is co != nil.
 	repair bool
 	rep    Report
 
@@ -92,7 +102,7 @@ type pathInfo struct {
 	ino uint64
 }
 
-// Run checks the invariants of the filesystem: every path document's
+// Check checks the invariants of the filesystem: every path document's
 // parent exists and is a directory, its inode exists and agrees on the
 // type, no path and no inode appears twice (unless hard-linked, and then
 // the link count matches), no document carries the intent of a finished
@@ -102,12 +112,21 @@ type pathInfo struct {
 // every data chunk belongs to a file and lies within its size (see
 // checker.data). Sessions are judged dead as the sweeper does: declared,
 // or silent for their lease plus grace, which fsck waits for when it
-// must. With repair, it does what recovery would: finishes or undoes dead
-// mounts' operations, removes leftovers, orphans and strays. co is the
-// session fsck runs in.
-func Run(ctx context.Context, co *locking.Coordinator, fb Backend, repair bool, wait bool) (Report, error) {
-	c := &checker{co: co, fb: fb, repair: repair, paths: map[string]pathInfo{}, links: map[uint64][]string{}, inodes: map[uint64]store.Inode{}}
-	if err := co.JudgeSessions(ctx, wait); err != nil {
+// must (wait). It writes nothing: r has no session.
+func Check(ctx context.Context, r *locking.Reader, fb Backend, wait bool) (Report, error) {
+	return run(ctx, &checker{judge: r, view: r.View, fb: fb}, wait)
+}
+
+// Repair is Check that also does what recovery would: finishes or undoes
+// dead mounts' operations, removes leftovers, orphans and strays. co is
+// the session fsck runs in; it declares dead the sessions it judges so.
+func Repair(ctx context.Context, co *locking.Coordinator, fb Backend, wait bool) (Report, error) {
+	return run(ctx, &checker{judge: co, view: co.View, co: co, fb: fb, repair: true}, wait)
+}
+
+func run(ctx context.Context, c *checker, wait bool) (Report, error) {
+	c.paths, c.links, c.inodes = map[string]pathInfo{}, map[uint64][]string{}, map[uint64]store.Inode{}
+	if err := c.judge.JudgeSessions(ctx, wait); err != nil {
 		return c.rep, err
 	}
 	// Operations first: recovery changes paths and locks.
@@ -120,7 +139,7 @@ func Run(ctx context.Context, co *locking.Coordinator, fb Backend, repair bool, 
 }
 
 func (c *checker) dead(ctx context.Context, sess string) bool {
-	d, err := c.co.Dead(ctx, sess)
+	d, err := c.judge.Dead(ctx, sess)
 	return err == nil && d
 }
 

@@ -35,7 +35,7 @@ func (c *checker) scanPaths(ctx context.Context) error {
 		for _, d := range page {
 			c.rep.Paths++
 			if d.Intent.Op != "" {
-				vis, ok, err := c.co.View.Resolve(ctx, d)
+				vis, ok, err := c.view.Resolve(ctx, d)
 				if err != nil {
 					sc.Close()
 					return err
@@ -251,7 +251,7 @@ func (c *checker) lookAgain(ctx context.Context) error {
 	named := map[uint64][]string{}
 	const batch = 10000 // below index.max_terms_count
 	for start := 0; start < len(suspects); start += batch {
-		sc, err := c.co.View.Search("", suspects[start:min(start+batch, len(suspects))], store.SearchFilter{}, store.DefaultPageSize)
+		sc, err := c.view.Search("", suspects[start:min(start+batch, len(suspects))], store.SearchFilter{}, store.DefaultPageSize)
 		if err != nil {
 			return err
 		}
@@ -302,7 +302,7 @@ func (c *checker) countDirLinks(ctx context.Context, path string, ino uint64) (s
 	if err := c.fb.Refresh(ctx); err != nil {
 		return store.Inode{}, 0, err
 	}
-	sc := c.co.View.List(path, store.DefaultPageSize)
+	sc := c.view.List(path, store.DefaultPageSize)
 	defer sc.Close()
 	var count uint32
 	for {

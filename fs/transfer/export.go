@@ -20,14 +20,15 @@ type ExportStats struct {
 }
 
 // Export copies src, a path of the filesystem, to local, a local path that
-// must not exist, like cp -a, in session co of store st. The listing is
+// must not exist, like cp -a, from store st read through view (a
+// locking.Reader's: export writes nothing to the store). The listing is
 // one point-in-time snapshot, as readers see it; entries on which the
 // listing and the documents disagree are named on Options.Warn and left
 // out, and Export fails once it has copied everything else.
-func Export(ctx context.Context, st *store.Store, co *locking.Coordinator, src, local string, o Options) (ExportStats, error) {
+func Export(ctx context.Context, st *store.Store, view *locking.View, src, local string, o Options) (ExportStats, error) {
 	explain, prog := o.explain, o.Progress
 	prog.Start()
-	ex := &exporter{st: st, view: co.View, src: src, local: local, links: map[uint64]string{}, prog: prog, o: o, root: os.Geteuid() == 0,
+	ex := &exporter{st: st, view: view, src: src, local: local, links: map[uint64]string{}, prog: prog, o: o, root: os.Geteuid() == 0,
 		dirs: map[string]*exportDir{}, notCopied: map[string]leftOut{}}
 	// fail stops the progress and prints what was found so far first.
 	fail := func(err error) error {
@@ -37,7 +38,7 @@ func Export(ctx context.Context, st *store.Store, co *locking.Coordinator, src, 
 	}
 	// One consistent snapshot of SRC, as readers see it: a rename in flight
 	// in it is copied under its old names or its new ones.
-	sc, err := co.View.Scan(ctx, src)
+	sc, err := view.Scan(ctx, src)
 	if err != nil {
 		return ex.stats(), fail(explain(fmt.Errorf("export: %w", err)))
 	}
