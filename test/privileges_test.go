@@ -105,8 +105,8 @@ func superuserCall(t *testing.T, sc secureCluster, method, path, body string) []
 // read-only key runs status, locks, search, export and fsck, and is
 // refused, in one line, for mount, mkfs, import and fsck --repair; a
 // search with it beside a mount that writes in memory says it could not
-// ask that mount to flush. The destroy and config keys delete the indices
-// and change their settings.
+// ask that mount to flush. esfs config and esfs destroy work with the
+// config and destroy keys.
 func TestSecurePrivileges(t *testing.T) {
 	sc := secureEnv(t)
 	bin := mounttest.Binary(t)
@@ -213,24 +213,18 @@ func TestSecurePrivileges(t *testing.T) {
 	})
 	m.Unmount(t)
 
-	// The config key changes a setting; the destroy key deletes the indices.
+	// The config key changes a setting; the destroy key deletes the
+	// filesystem: the commands themselves, as a user runs them.
 	configKey := roleKey(t, sc, "esfs-config", roles["esfs-config"])
-	req, _ := http.NewRequest("PUT", sc.URL+"/"+index+"-locks/_settings", strings.NewReader(`{"index":{"refresh_interval":"2s"}}`))
-	req.Header.Set("Authorization", "ApiKey "+configKey)
-	req.Header.Set("Content-Type", "application/json")
-	if res, err := secureClient(t, sc).Do(req); err != nil || res.StatusCode != 200 {
-		t.Errorf("changing the refresh interval with the config key: %v %v", res, err)
-	} else {
-		res.Body.Close()
+	if out := mustRun(configKey, "config", "--refresh-interval", "2s"); !strings.Contains(out, "2s") {
+		t.Errorf("esfs config --refresh-interval 2s with the config key printed %q", out)
 	}
-	destroyer, err := store.New(store.Config{URLs: []string{sc.URL}, APIKey: destroyKey, CACertFile: sc.CACert, Prefix: index, RequestTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
+	if r := run(readerKey, "destroy", "--yes"); r.Code == 0 || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 {
+		t.Errorf("esfs destroy with the read-only key: status %d, want a refusal in one line: %q", r.Code, r.Stderr)
 	}
-	defer destroyer.Close()
-	if err := destroyer.DeleteFilesystem(context.Background()); err != nil {
-		t.Errorf("deleting the filesystem with the destroy key: %v", err)
-	} else {
-		deleted = true
+	mustRun(destroyKey, "destroy", "--yes")
+	deleted = true
+	if err := admin.Open(context.Background()); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("opening the filesystem after esfs destroy with the destroy key: %v (want: does not exist)", err)
 	}
 }
