@@ -20,7 +20,7 @@ if [ -z "${ELASTICSEARCH_URL:-}" ]; then
 	export ELASTICSEARCH_URL
 fi
 echo "up.sh: Elasticsearch at $ELASTICSEARCH_URL" >&2
-go build -o esfs .
+go build -buildvcs=auto -o esfs .   # -buildvcs: record the commit for esfs --version
 ./esfs mkfs
 mkdir -p "$mp"
 ./esfs mount --daemon "$mp"
