@@ -180,7 +180,7 @@ func TestDestroyMountedMeanwhile(t *testing.T) {
 // saying so and what to do; config --unblock keeps it.
 func TestDestroyInterrupted(t *testing.T) {
 	f := mounttest.NewFS(t)
-	esRequest(t, f, "PUT", "/"+f.Index+"-sessions/_block/write", "")
+	mounttest.ESRequest(t, strings.Split(f.URL, ",")[0], "PUT", "/"+f.Index+"-sessions/_block/write", "")
 	out, code := mounttest.RunOn(t, f, "", "mount", t.TempDir())
 	if code != 1 || !strings.Contains(out, "being destroyed") || !strings.Contains(out, "--unblock") {
 		t.Fatalf("mount while new mounts are blocked: status %d, want 1 saying why and what to do:\n%s", code, out)
@@ -244,7 +244,7 @@ func TestFormats(t *testing.T) {
 	setFormat := func(v any) {
 		t.Helper()
 		b, _ := json.Marshal(map[string]any{"_meta": map[string]any{"esfs_format": v}})
-		esRequest(t, f, "PUT", "/"+f.Index+"-inodes/_mapping", string(b))
+		mounttest.ESRequest(t, strings.Split(f.URL, ",")[0], "PUT", "/"+f.Index+"-inodes/_mapping", string(b))
 	}
 	setFormat(store.FormatVersion + 1)
 	newer := fmt.Sprintf("filesystem %s was made by a newer esfs (format %d; this esfs reads format %d)", f.Index, store.FormatVersion+1, store.FormatVersion)
@@ -265,7 +265,7 @@ func TestFormats(t *testing.T) {
 	}
 
 	// Half made (or half deleted): one index missing.
-	esRequest(t, f, "DELETE", "/"+f.Index+"-locks", "")
+	mounttest.ESRequest(t, strings.Split(f.URL, ",")[0], "DELETE", "/"+f.Index+"-locks", "")
 	out, code = mounttest.RunOn(t, f, "", "mount", t.TempDir())
 	if code != 1 || !strings.Contains(out, "incomplete") || !strings.Contains(out, f.Index+"-locks missing") ||
 		!strings.Contains(out, "esfs mkfs --index "+f.Index) || !strings.Contains(out, "esfs destroy --index "+f.Index) {
@@ -278,14 +278,14 @@ func TestFormats(t *testing.T) {
 	m := f.Mount(t)
 	mounttest.Sh(t, m.Dir, `echo whole > f`)
 	m.Unmount(t)
-	esRequest(t, f, "DELETE", "/"+f.Index+"-locks,"+f.Index+"-data", "")
+	mounttest.ESRequest(t, strings.Split(f.URL, ",")[0], "DELETE", "/"+f.Index+"-locks,"+f.Index+"-data", "")
 	out, code = mounttest.RunOn(t, f, "", "destroy", "--yes")
 	if code != 0 || len(existing(t, f)) != 0 {
 		t.Fatalf("destroy of a half-made filesystem: status %d, left %v:\n%s", code, existing(t, f), out)
 	}
 
 	// An index of that name made by something else: never touched.
-	esRequest(t, f, "PUT", "/"+f.Index, `{"mappings":{"properties":{"title":{"type":"text"}}}}`)
+	mounttest.ESRequest(t, strings.Split(f.URL, ",")[0], "PUT", "/"+f.Index, `{"mappings":{"properties":{"title":{"type":"text"}}}}`)
 	for _, args := range [][]string{{"mount", t.TempDir()}, {"mkfs"}, {"destroy", "--yes"}} {
 		out, code := mounttest.RunOn(t, f, "", args...)
 		if code != 1 || !strings.Contains(out, "index "+f.Index+" exists but has no esfs format") ||
@@ -298,26 +298,6 @@ func TestFormats(t *testing.T) {
 	}
 }
 
-// esRequest sends one request to the test's cluster and fails the test
-// unless it succeeds.
-func esRequest(t *testing.T, f *mounttest.FS, method, path, body string) []byte {
-	t.Helper()
-	req, err := http.NewRequest(method, strings.Split(f.URL, ",")[0]+path, bytes.NewBufferString(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	if res.StatusCode != 200 {
-		t.Fatalf("%s %s: %d %s", method, path, res.StatusCode, b)
-	}
-	return b
-}
 
 // existing lists which of the filesystem's indices exist.
 func existing(t *testing.T, f *mounttest.FS) []string {
@@ -347,7 +327,7 @@ type indexSettings struct {
 // indices with GET _settings.
 func settings(t *testing.T, f *mounttest.FS) map[string]indexSettings {
 	t.Helper()
-	b := esRequest(t, f, "GET", "/"+f.Index+","+f.Index+"-*/_settings", "")
+	b := mounttest.ESRequest(t, strings.Split(f.URL, ",")[0], "GET", "/"+f.Index+","+f.Index+"-*/_settings", "")
 	var body map[string]struct {
 		Settings struct {
 			Index indexSettings `json:"index"`
