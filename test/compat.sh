@@ -48,7 +48,7 @@ DEFAULT_VERSIONS=(
 # The compatibility subset: every Elasticsearch feature esfs uses, in about
 # three minutes (docs/compat.md says which test covers what).
 COMPAT_TESTS=(
-	TestCommandLineErrors          # mkfs: create index (strict mappings, _meta, gc_deletes, auto_expand_replicas), open, version check
+	TestCommandLineErrors          # the cluster's errors: no cluster, index not made by mkfs (404), invalid index name (400)
 	TestPosixCases                 # the POSIX surface: _bulk with create/index/update/delete items, if_seq_no/if_primary_term, _mget, GET _doc
 	TestSearch                     # esfs search: simple_query_string, regexp, case_insensitive term, composite aggs, search_after
 	TestImportExport               # export/import: PIT + search_after scans of the whole filesystem
@@ -57,7 +57,8 @@ COMPAT_TESTS=(
 	TestFlockAcrossMounts          # locks: create-only documents, conditional delete
 	TestTypesAllKeptAcrossRemount  # remount: GET _mapping, _meta, settings
 	TestSizeReaddirFarOffset       # deep search_after paging
-	TestMetrics                    # _nodes/stats/fs, _count (statfs)
+	TestMetrics                    # heartbeat: session documents updated in place, read by esfs status
+	TestStatfsReportsClusterDiskAndInodes # statfs: _nodes/stats/fs, _count
 	TestSecureClusterCredentials   # TLS, basic auth, API keys (secure cluster)
 )
 

@@ -3,7 +3,8 @@
 #
 # Elasticsearch comes from Maven Central as Elastic's integration-test
 # distribution (no bundled JDK, only the core modules), so the only
-# prerequisites are a JDK (>= 17; >= 21 for Elasticsearch 9), curl, unzip and (on a cold machine) mvn.
+# prerequisites are a JDK (>= 17; >= 21 for Elasticsearch 9), curl, unzip
+# and (on a cold machine) mvn. Versions 8.0 to 9.x work (docs/compat.md).
 # Run `test/es.sh help` for usage.
 
 set -euo pipefail
@@ -76,7 +77,8 @@ Secure mode: the same distribution with x-pack security on.
 
 Environment:
   ESFS_ES_HOME           state directory (default /var/tmp/esfs-es)
-  ESFS_ES_VERSION        Elasticsearch version (default 8.19.7)
+  ESFS_ES_VERSION        Elasticsearch version (default 8.19.7; 8.0.0 and
+                         later, see docs/compat.md and test/compat.sh)
   ESFS_ES_PORT           HTTP port of node 0; node i uses port+i (default 9200)
   ESFS_ES_TRANSPORT_PORT transport port of node 0; node i uses port+i
                          (default 9400)
@@ -824,9 +826,10 @@ prepare_nodes() { # nodes
 		mkdir -p "$nd/data" "$nd/logs" "$nd/tmp"
 		rm -rf "$nd/config" "$nd/es.pid"
 		cp -R "$DIST/config" "$nd/config"
-		# Before 8.19 and 9.1 (or so) jvm.options names the GC log, the
-		# fatal error log and the heap dump relative to the working
-		# directory, which the node cannot write to: make them the node's.
+		# Up to 8.18 and in 9.0, jvm.options names the GC log, the fatal
+		# error log and the heap dump relative to the server's working
+		# directory (the distribution, which the node user cannot write
+		# to): make them the node's.
 		sed -i -e "s#=logs/#=$nd/logs/#g" -e "s#^-XX:HeapDumpPath=data\$#-XX:HeapDumpPath=$nd/data#" \
 			"$nd/config/jvm.options"
 		((SECURE)) && install_security_files "$nd/config"
