@@ -3,7 +3,8 @@
 #
 # Elasticsearch comes from Maven Central as Elastic's integration-test
 # distribution (no bundled JDK, only the core modules), so the only
-# prerequisites are a JDK >= 17, curl, unzip and (on a cold machine) mvn.
+# prerequisites are a JDK (>= 17; >= 21 for Elasticsearch 9), curl, unzip
+# and (on a cold machine) mvn. Versions 8.0 to 9.x work (docs/compat.md).
 # Run `test/es.sh help` for usage.
 
 set -euo pipefail
@@ -76,7 +77,8 @@ Secure mode: the same distribution with x-pack security on.
 
 Environment:
   ESFS_ES_HOME           state directory (default /var/tmp/esfs-es)
-  ESFS_ES_VERSION        Elasticsearch version (default 8.19.7)
+  ESFS_ES_VERSION        Elasticsearch version (default 8.19.7; 8.0.0 and
+                         later, see docs/compat.md and test/compat.sh)
   ESFS_ES_PORT           HTTP port of node 0; node i uses port+i (default 9200)
   ESFS_ES_TRANSPORT_PORT transport port of node 0; node i uses port+i
                          (default 9400)
@@ -97,8 +99,12 @@ Environment:
   ESFS_ES_USER           user the nodes run as when invoked as root
                          (default esfs-es; created if missing)
   ESFS_M2_REPO           local maven repository (default ~/.m2/repository)
+  ESFS_ES_JAVA_HOME      the JDK the nodes run on, taken as it is
   ES_JAVA_HOME, JAVA_HOME, PATH
-                         where the JDK (>= 17) is looked up, in that order
+                         otherwise where the JDK is looked up, in that order;
+                         it must be >= 17 for 8.x, >= 21 for 9.x. If that
+                         one is too old, the newest new enough JDK under
+                         /usr/lib/jvm is used
 
 Data survives stop/start as long as version, node count and transport port
 stay the same; otherwise it is wiped (the old cluster state would not fit).
@@ -120,7 +126,12 @@ STOP_TIMEOUT=${ESFS_ES_STOP_TIMEOUT:-60}
 ES_USER=${ESFS_ES_USER:-esfs-es}
 M2_REPO=${ESFS_M2_REPO:-${HOME:-/root}/.m2/repository}
 HOST=127.0.0.1
-MIN_JAVA=17
+# Elasticsearch 9 is built for Java 21, 8.x for Java 17.
+if [[ $ES_VERSION =~ ^([0-9]+)\. ]] && ((BASH_REMATCH[1] >= 9)); then
+	MIN_JAVA=21
+else
+	MIN_JAVA=17
+fi
 # The superuser of the secure cluster (a reserved user: its password is the
 # keystore's bootstrap.password until someone changes it through the API).
 SECURE_USER=elastic
@@ -214,28 +225,35 @@ alive() {
 	[[ ${stat%% *} != Z ]]
 }
 
-# True if pid is a live JVM started from one of our distributions. Both the
-# CLI launcher and the server JVM carry -Des.path.home=<dist dir>; matching
-# on our ESFS_ES_HOME keeps us away from anybody else's Elasticsearch.
-is_ours() {
-	local pid=$1 comm arg
+# True if pid is a live JVM started from one of our distributions. Up to
+# 8.19 both the CLI launcher and the server JVM carry
+# -Des.path.home=<dist dir>; the server JVM of some 9.x releases does not,
+# but it has -Djava.io.tmpdir=<node dir>/tmp (ES_TMPDIR). Matching on our
+# ESFS_ES_HOME keeps us away from anybody else's Elasticsearch. With a node
+# dir, only that node's server JVM matches.
+is_ours() { # pid [node dir]
+	local pid=$1 nd=${2:-} comm arg
 	alive "$pid" || return 1
 	read -r comm <"/proc/$pid/comm" 2>/dev/null || return 1
 	[[ $comm == java ]] || return 1
 	local -a args=()
 	mapfile -d '' args <"/proc/$pid/cmdline" 2>/dev/null || return 1
 	for arg in "${args[@]}"; do
-		[[ $arg == "-Des.path.home=$DIST_ROOT/"* ]] && return 0
+		if [[ -n $nd ]]; then
+			[[ $arg == "-Djava.io.tmpdir=$nd/tmp" ]] && return 0
+		else
+			[[ $arg == "-Des.path.home=$DIST_ROOT/"* || $arg == "-Djava.io.tmpdir=$RUN_DIR/esfs-"*/tmp ]] && return 0
+		fi
 	done
 	return 1
 }
 
 # All our JVMs, found by scanning /proc (catches nodes whose pid file is gone).
-scan_our_pids() {
+scan_our_pids() { # [node dir]
 	local d pid
 	for d in /proc/[0-9]*; do
 		pid=${d#/proc/}
-		is_ours "$pid" && echo "$pid"
+		is_ours "$pid" "$@" && echo "$pid"
 	done
 	return 0
 }
@@ -250,12 +268,24 @@ read_pidfile() { # file
 	echo "$pid"
 }
 
-# pids from our pid files that are still our JVMs.
+# The pid of the server JVM of the node in a node dir, if it runs: from its
+# pid file, or else by its tmpdir (the pid file comes late before 8.3, and
+# some 9.x releases write none).
+node_pid() { # node dir
+	local pid
+	pid=$(read_pidfile "$1/es.pid")
+	if is_ours "$pid"; then
+		echo "$pid"
+	else
+		scan_our_pids "$1" | head -n 1
+	fi
+}
+
+# pids of our running nodes.
 pidfile_pids() {
-	local f pid
-	for f in "$RUN_DIR"/esfs-*/es.pid; do
-		pid=$(read_pidfile "$f")
-		is_ours "$pid" && echo "$pid"
+	local nd
+	for nd in "$RUN_DIR"/esfs-*; do
+		[[ -d $nd ]] && node_pid "$nd"
 	done
 	return 0
 }
@@ -289,27 +319,67 @@ take_lock() {
 
 # --------------------------------------------------------- prerequisites --
 
+# Sets JAVA_MAJOR to the major version of a java binary's JVM (empty if
+# unknown) and JAVA_HOME_OF to the JVM's own java.home.
+java_major() { # java
+	local props spec
+	JAVA_MAJOR='' JAVA_HOME_OF=''
+	[[ -x $1 ]] || return 0
+	props=$("$1" -XshowSettings:properties -version 2>&1) || true
+	spec=$(sed -n 's/^ *java\.specification\.version = //p' <<<"$props")
+	JAVA_HOME_OF=$(sed -n 's/^ *java\.home = //p' <<<"$props")
+	JAVA_MAJOR=${spec#1.} # 1.8 -> 8
+	JAVA_MAJOR=${JAVA_MAJOR%%.*}
+	is_uint "$JAVA_MAJOR" || JAVA_MAJOR=''
+	return 0
+}
+
 # Sets JAVA_HOME_RESOLVED to a JDK >= MIN_JAVA, or dies. ES needs a JDK
 # home (ES_JAVA_HOME), so for a java found on PATH we ask the JVM for its
 # java.home instead of guessing from the (possibly shimmed) path.
+# ESFS_ES_JAVA_HOME is taken as it is. Otherwise, when the usual JDK
+# (ES_JAVA_HOME, JAVA_HOME, PATH) is too old for this version, as Java 17
+# is for Elasticsearch 9, the newest JDK under /usr/lib/jvm that is new
+# enough is used instead: testing 8.x and 9.x on one machine then needs no
+# setting at all.
 find_java() {
-	local java props spec major home
-	if [[ -n ${ES_JAVA_HOME:-} ]]; then
-		java=$ES_JAVA_HOME/bin/java
+	local java major home what=PATH
+	if [[ -n ${ESFS_ES_JAVA_HOME:-} ]]; then
+		java=$ESFS_ES_JAVA_HOME/bin/java what=ESFS_ES_JAVA_HOME
+	elif [[ -n ${ES_JAVA_HOME:-} ]]; then
+		java=$ES_JAVA_HOME/bin/java what=ES_JAVA_HOME
 	elif [[ -n ${JAVA_HOME:-} ]]; then
-		java=$JAVA_HOME/bin/java
+		java=$JAVA_HOME/bin/java what=JAVA_HOME
 	elif ! java=$(command -v java); then
-		die "java not found (need a JDK >= $MIN_JAVA on PATH or in JAVA_HOME)"
+		java='' what=PATH
 	fi
-	[[ -x $java ]] || die "java not found: $java does not exist (check JAVA_HOME/ES_JAVA_HOME)"
-	props=$("$java" -XshowSettings:properties -version 2>&1) || true
-	spec=$(sed -n 's/^ *java\.specification\.version = //p' <<<"$props")
-	home=$(sed -n 's/^ *java\.home = //p' <<<"$props")
-	[[ -n $spec ]] || die "cannot determine the version of $java"
-	major=${spec#1.} # 1.8 -> 8
-	major=${major%%.*}
-	if ! is_uint "$major" || ((major < MIN_JAVA)); then
-		die "java $spec at $java is too old; Elasticsearch $ES_VERSION needs >= $MIN_JAVA"
+	if [[ -n $java && ! -x $java ]]; then
+		die "java not found: $java does not exist (check $what)"
+	fi
+	JAVA_MAJOR='' JAVA_HOME_OF=''
+	[[ -n $java ]] && java_major "$java"
+	major=$JAVA_MAJOR home=$JAVA_HOME_OF
+	if [[ -n $java && -z $major ]]; then
+		die "cannot determine the version of $java"
+	fi
+	if [[ -z $major ]] || ((major < MIN_JAVA)); then
+		local cand best='' best_major=0 m
+		if [[ $what != ESFS_ES_JAVA_HOME ]]; then
+			for cand in /usr/lib/jvm/*/bin/java; do
+				[[ -x $cand && ! -L ${cand%/bin/java} ]] || continue
+				java_major "$cand"
+				m=$JAVA_MAJOR
+				[[ -n $m ]] && ((m >= MIN_JAVA && m > best_major)) || continue
+				best=$JAVA_HOME_OF best_major=$m
+			done
+		fi
+		if [[ -z $best ]]; then
+			[[ -n $java ]] || die "java not found (need a JDK >= $MIN_JAVA on PATH, in JAVA_HOME or ESFS_ES_JAVA_HOME)"
+			die "java $major at $java is too old; Elasticsearch $ES_VERSION needs >= $MIN_JAVA (set ESFS_ES_JAVA_HOME)"
+		fi
+		[[ -n $java ]] && log "java $major at $java is too old for Elasticsearch $ES_VERSION; using java $best_major at $best"
+		JAVA_HOME_RESOLVED=$best
+		return 0
 	fi
 	[[ -n $home && -x $home/bin/java ]] || home=${java%/bin/java}
 	JAVA_HOME_RESOLVED=$home
@@ -456,6 +526,11 @@ ensure_certs() {
 	mkdir -p "$CERT_DIR"
 	rm -rf "$ES_HOME_DIR"/.certs.* # leftovers of interrupted runs (we hold the lock)
 	tmp=$(mktemp -d "$ES_HOME_DIR/.certs.XXXXXX") # 0700: it will hold keys
+	if [[ ! -x $DIST/bin/elasticsearch-certutil ]]; then
+		openssl_certs "$tmp"
+		rm -rf "$tmp"
+		return 0
+	fi
 	if [[ ! -s $CA_CERT || ! -s $ca_key ]]; then
 		log "making a CA with elasticsearch-certutil"
 		rm -f "$node_crt" "$node_key" "$CA_CERT"
@@ -475,6 +550,34 @@ ensure_certs() {
 		install -m 644 "$tmp/esfs-node/esfs-node.crt" "$node_crt"
 	fi
 	rm -rf "$tmp"
+}
+
+# The same CA and node certificate made with openssl, for the integ-test
+# distributions that lack elasticsearch-certutil (8.0 to 8.2).
+openssl_certs() { # tmp dir
+	local tmp=$1 ca_key=$CERT_DIR/ca.key node_crt=$CERT_DIR/node.crt node_key=$CERT_DIR/node.key out
+	command -v openssl >/dev/null ||
+		die "Elasticsearch $ES_VERSION has no elasticsearch-certutil, and openssl (to make certificates instead) is not installed"
+	if [[ ! -s $CA_CERT || ! -s $ca_key ]]; then
+		log "making a CA with openssl (this distribution has no elasticsearch-certutil)"
+		rm -f "$node_crt" "$node_key" "$CA_CERT"
+		out=$(openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=esfs test CA" \
+			-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+			-keyout "$tmp/ca.key" -out "$tmp/ca.crt" 2>&1) || die "openssl could not make the CA: $(tail -n 1 <<<"$out")"
+		install -m 600 "$tmp/ca.key" "$ca_key"
+		install -m 644 "$tmp/ca.crt" "$CA_CERT"
+	fi
+	if [[ ! -s $node_crt || ! -s $node_key ]]; then
+		log "making the node certificate (127.0.0.1, ::1, localhost) with openssl"
+		printf '%s\n' "subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost" "basicConstraints=CA:FALSE" \
+			"keyUsage=critical,digitalSignature,keyEncipherment" "extendedKeyUsage=serverAuth,clientAuth" >"$tmp/ext"
+		out=$({ openssl req -newkey rsa:2048 -nodes -subj "/CN=esfs-node" -keyout "$tmp/node.key" -out "$tmp/node.csr" &&
+			openssl x509 -req -days 3650 -in "$tmp/node.csr" -CA "$CA_CERT" -CAkey "$ca_key" -CAcreateserial \
+				-extfile "$tmp/ext" -out "$tmp/node.crt"; } 2>&1) ||
+			die "openssl could not make the node certificate: $(tail -n 1 <<<"$out")"
+		install -m 600 "$tmp/node.key" "$node_key"
+		install -m 644 "$tmp/node.crt" "$node_crt"
+	fi
 }
 
 # The elastic user's password, random and made once, and a keystore that
@@ -723,6 +826,12 @@ prepare_nodes() { # nodes
 		mkdir -p "$nd/data" "$nd/logs" "$nd/tmp"
 		rm -rf "$nd/config" "$nd/es.pid"
 		cp -R "$DIST/config" "$nd/config"
+		# Up to 8.18 and in 9.0, jvm.options names the GC log, the fatal
+		# error log and the heap dump relative to the server's working
+		# directory (the distribution, which the node user cannot write
+		# to): make them the node's.
+		sed -i -e "s#=logs/#=$nd/logs/#g" -e "s#^-XX:HeapDumpPath=data\$#-XX:HeapDumpPath=$nd/data#" \
+			"$nd/config/jvm.options"
 		((SECURE)) && install_security_files "$nd/config"
 		: >"$nd/launcher.log"
 		if ((EUID == 0)); then
@@ -896,7 +1005,14 @@ wait_for_cluster() { # n
 				done_rc[i]=$rc
 				((rc == 0)) || node_failed "$i" "failed to start (exit status $rc)"
 			fi
-			pid=$(read_pidfile "$(node_dir "$i")/es.pid")
+			pid=$(node_pid "$(node_dir "$i")")
+			if [[ -z $pid ]]; then
+				# Before 8.3 the launcher returns at once with -d, before
+				# the node runs: wait while any JVM of ours still runs
+				# (the deadline catches the rest).
+				[[ -n $(scan_our_pids) ]] || node_failed "$i" "died during startup"
+				continue
+			fi
 			is_ours "$pid" || node_failed "$i" "died during startup"
 		done
 		if ((all_launched)) && healthy "$n" 2; then
