@@ -107,6 +107,16 @@ func helperArgs(args []string) ([]string, bool, error) {
 		index = strings.TrimPrefix(index, p)
 	}
 	out := []string{args[0], "mount", "--daemon", "--index", index}
+	// esfs:INDEX:/DIR, as the mount table shows a --subdir mount (index
+	// names have no ':'), mounts that subdirectory.
+	if name, dir, ok := strings.Cut(index, ":"); ok {
+		for _, o := range opts {
+			if strings.HasPrefix(o, "subdir=") {
+				return nil, true, usagef("mount helper: the source %s names subdirectory %s, and -o %s another: give one", pos[0], dir, o)
+			}
+		}
+		out = []string{args[0], "mount", "--daemon", "--index", name, "--subdir=" + dir}
+	}
 	known := mountFlagNames()
 	for _, o := range opts {
 		flag, err := mountOptionFlag(o, known)
