@@ -21,6 +21,9 @@ import (
 // session without a sweeper, for the admin commands that write (import,
 // fsck --repair).
 func adminSession(c *cli.Context) (*store.Store, *locking.Coordinator, func(), error) {
+	if err := checkLease(c); err != nil {
+		return nil, nil, nil, err
+	}
 	log := quietLogger(c.Bool("debug"))
 	ctx, cancel := context.WithTimeout(c.Context, 2*c.Duration("es-timeout"))
 	defer cancel()
@@ -212,6 +215,9 @@ func cmdLocks() *cli.Command {
 		Usage: "list lock holders and waiters",
 		Flags: adminFlags(),
 		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("locks takes no arguments (the filesystem is named by --index)")
+			}
 			st, _, err := adminReader(c)
 			if err != nil {
 				return err
@@ -305,6 +311,9 @@ func cmdStatus() *cli.Command {
 		Usage: "list mounts (sessions): their state, version and options, their figures, and operations in flight",
 		Flags: adminFlags(&cli.DurationFlag{Name: "observe", Usage: "watch the heartbeats this long (such as 5s) to tell live mounts from silent ones; by default STATE is what the session documents say, at once"}),
 		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("status takes no arguments (the filesystem is named by --index)")
+			}
 			if c.Duration("observe") < 0 {
 				return usagef("--observe must not be negative")
 			}

@@ -45,8 +45,7 @@ type progress struct {
 
 func newProgress(verb string, quiet bool) *progress {
 	fd := int(os.Stderr.Fd())
-	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	return &progress{verb: verb, quiet: quiet, tty: err == nil, w: os.Stderr, cols: func() int { return terminalCols(fd) },
+	return &progress{verb: verb, quiet: quiet, tty: isTerminal(os.Stderr), w: os.Stderr, cols: func() int { return terminalCols(fd) },
 		stopCh: make(chan struct{}), finished: make(chan struct{})}
 }
 

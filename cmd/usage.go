@@ -148,11 +148,20 @@ func flagSource(c *cli.Context, name string) string {
 	return dashed(name)
 }
 
+// checkLease checks the --lease of a mount or of an admin command's
+// session.
+func checkLease(c *cli.Context) error {
+	if l := c.Duration("lease"); l < 500*time.Millisecond {
+		return usagef("%s %s: a lease must be at least 500ms, such as 10s (the default)", flagSource(c, "lease"), l)
+	}
+	return nil
+}
+
 // checkMountFlags catches the mount flags' mistakes that runMount's own
 // checks do not, before anything is started.
 func checkMountFlags(c *cli.Context) error {
-	if l := c.Duration("lease"); l < 500*time.Millisecond {
-		return usagef("%s %s: a lease must be at least 500ms, such as 10s (the default)", flagSource(c, "lease"), l)
+	if err := checkLease(c); err != nil {
+		return err
 	}
 	if t := c.Duration("lock-timeout"); t <= 0 {
 		return usagef("%s %s: must be positive, such as 30s (the default)", flagSource(c, "lock-timeout"), t)

@@ -144,7 +144,8 @@ func TestObservabilityFlagErrors(t *testing.T) {
 		{"bad level", []string{"--log-level", "loud"}, "--log-level", 2},
 		{"bad format", []string{"--log-format", "xml"}, "--log-format", 2},
 		{"address in use", []string{"--metrics-addr", busy.Addr().String()}, "address already in use", 1},
-		{"bad address", []string{"--metrics-addr", "nonsense"}, "--metrics-addr", 1},
+		// A mistake on the command line (2), found before anything starts.
+		{"bad address", []string{"--metrics-addr", "nonsense"}, "--metrics-addr", 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
