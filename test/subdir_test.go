@@ -365,7 +365,8 @@ func TestSubdirGoneWhileMounted(t *testing.T) {
 // TestSubdirHelperOption: -o subdir=DIR, as an fstab line or mount -t
 // fuse.esfs passes it, through the helper's command line (the one
 // mount.fuse3 runs: esfs SOURCE DIR -o OPTS), mounts that directory in
-// the background; esfs umount ends it.
+// the background; esfs umount ends it. The source as the mount table
+// shows it (esfs:INDEX:/DIR) mounts the same directory.
 func TestSubdirHelperOption(t *testing.T) {
 	f := mounttest.NewFS(t)
 	whole := f.Mount(t)
@@ -383,6 +384,20 @@ func TestSubdirHelperOption(t *testing.T) {
 	}
 	if got := listDir(t, dir); strings.Join(got, " ") != "f" {
 		t.Errorf("the helper's subdir mount lists %q, want [f]", got)
+	}
+	if r := mounttest.Run(t, mounttest.Cmd{Args: []string{"umount", dir}, Limit: time.Minute}); r.Code != 0 {
+		t.Errorf("esfs umount: status %d\n%s", r.Code, r.Out)
+	}
+	mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
+	// The source as the mount table showed it mounts the same directory
+	// (what a user copies from /proc/mounts into fstab).
+	r = mounttest.Run(t, mounttest.Cmd{Args: []string{"esfs:" + f.Index + ":/projects/a", dir, "-o", "es_url=" + f.URL + ",log_file=" + logFile}, Limit: 90 * time.Second})
+	if r.Code != 0 || !mounttest.IsMounted(dir) {
+		t.Fatalf("esfs esfs:INDEX:/projects/a DIR: status %d\n%s", r.Code, r.Out)
+	}
+	pid, conn = daemonOf(t, r.Out, dir)
+	if got := listDir(t, dir); strings.Join(got, " ") != "f" {
+		t.Errorf("the mount of source esfs:INDEX:/projects/a lists %q, want [f]", got)
 	}
 	if r := mounttest.Run(t, mounttest.Cmd{Args: []string{"umount", dir}, Limit: time.Minute}); r.Code != 0 {
 		t.Errorf("esfs umount: status %d\n%s", r.Code, r.Out)
