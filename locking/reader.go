@@ -32,9 +32,8 @@ import (
 //     write directories in memory to flush; a refusal is ErrForbidden, and
 //     the caller says what that costs.
 type Reader struct {
-	b     Backend
-	obs   *Observer
-	grace time.Duration
+	b   Backend
+	obs *Observer
 	// View reads the tree as readers see it.
 	View *View
 }
@@ -49,7 +48,7 @@ func NewReader(b Backend, grace time.Duration, log *slog.Logger) *Reader {
 	obs.judgeOnly = true
 	j := &Journal{b: b, log: log, readOnly: true, done: map[string]store.OpRecord{},
 		unfinished: map[string]*unfinished{}, recovering: map[string]bool{}}
-	return &Reader{b: b, obs: obs, grace: grace, View: NewView(b, j)}
+	return &Reader{b: b, obs: obs, View: NewView(b, j)}
 }
 
 // Dead reports whether session id is dead (see Reader).

@@ -298,7 +298,6 @@ func TestFormats(t *testing.T) {
 	}
 }
 
-
 // existing lists which of the filesystem's indices exist.
 func existing(t *testing.T, f *mounttest.FS) []string {
 	t.Helper()

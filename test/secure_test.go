@@ -19,7 +19,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net/http"
 	"net/url"
@@ -298,36 +297,17 @@ func secureClient(t *testing.T, sc secureCluster) *http.Client {
 // ESFS_ES_API_KEY takes) and its secret part.
 func createAPIKey(t *testing.T, sc secureCluster) (encoded, secret string) {
 	t.Helper()
-	client := secureClient(t, sc)
-	call := func(method, path, body string) []byte {
-		req, err := http.NewRequest(method, sc.URL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.SetBasicAuth(sc.User, sc.Password)
-		req.Header.Set("Content-Type", "application/json")
-		res, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		if res.StatusCode != 200 {
-			t.Fatalf("%s %s: %s: %s", method, path, res.Status, b)
-		}
-		return b
-	}
 	var key struct {
 		ID      string `json:"id"`
 		APIKey  string `json:"api_key"`
 		Encoded string `json:"encoded"`
 	}
-	body := call("POST", "/_security/api_key", `{"name":"esfs-secure-test","expiration":"1h"}`)
+	body := superuserCall(t, sc, "POST", "/_security/api_key", `{"name":"esfs-secure-test","expiration":"1h"}`)
 	if err := json.Unmarshal(body, &key); err != nil || key.Encoded == "" || key.APIKey == "" {
 		t.Fatalf("POST /_security/api_key: no key in the answer (%v)", err)
 	}
 	t.Cleanup(func() {
-		call("DELETE", "/_security/api_key", fmt.Sprintf(`{"ids":[%q]}`, key.ID))
+		superuserCall(t, sc, "DELETE", "/_security/api_key", fmt.Sprintf(`{"ids":[%q]}`, key.ID))
 	})
 	return key.Encoded, key.APIKey
 }
