@@ -369,10 +369,28 @@ func (m *Mount) cleanup() {
 		}
 	}
 	lazyUnmount(m.Dir)
+	if log := m.Log(); strings.Contains(log, "WARNING: DATA RACE") {
+		// The daemon is built with -race: a race it met is a failure of
+		// the test that drove it, wherever in the log it was reported.
+		m.t.Errorf("esfs mount at %s (pid %d) met a data race:\n%s", m.Dir, m.Pid(), raceReport(log))
+	}
 	if m.t.Failed() {
 		m.t.Logf("log of the mount at %s:\n%s", m.Dir, tail(m.Log(), 60))
 	}
 	m.log.Close()
+}
+
+// raceReport is the first race detector report in a daemon's log.
+func raceReport(log string) string {
+	i := strings.Index(log, "WARNING: DATA RACE")
+	if i < 0 {
+		return ""
+	}
+	rest := log[i:]
+	if j := strings.Index(rest, "=================="); j > 0 {
+		rest = rest[:j]
+	}
+	return rest
 }
 
 // loggedMounted: the daemon's "mounted" line, in text or JSON form.
