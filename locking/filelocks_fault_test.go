@@ -158,6 +158,37 @@ func TestFileLockLostAnswers(t *testing.T) {
 		t.Fatalf("the waiter once B released: %v", err)
 	}
 	a.FileLocks.ReleaseAll(ctx)
+
+	// A waiter that gives up, whose marker's removal is lost: the
+	// marker goes all the same (no sweeper runs here).
+	if err := b.FileLocks.Set(ctx, ino, "/f", wr(1), false); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	go func() { granted <- a.FileLocks.Set(wctx, ino, "/f", wr(4), true) }()
+	markers := func() int {
+		docs, err := st.GetLocks(ctx, []string{store.FileLockID(ino)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(docs[0].Waiters)
+	}
+	for deadline := time.Now().Add(30 * time.Second); markers() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no waiting marker 30s after A asked")
+		}
+	}
+	l.arm("drop")
+	cancel()
+	if err := <-granted; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiter that gave up: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); markers() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the marker whose removal was lost is still there 30s on")
+		}
+	}
+	b.FileLocks.ReleaseAll(ctx)
 	docs, err := st.GetLocks(ctx, []string{store.FileLockID(ino)})
 	if err != nil || docs[0].Found {
 		t.Errorf("the lock document once every lock went: %+v, %v", docs[0], err)
