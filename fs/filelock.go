@@ -153,7 +153,12 @@ func (n *node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 		defer cancel()
 	}
 	// A waiting request waits until granted or interrupted (a signal):
-	// each request it makes meanwhile is bounded by --es-timeout.
+	// each request it makes meanwhile is bounded by --es-timeout. A lock
+	// whose grant's answer was lost is granted if the grant landed (the
+	// mount reads the document again, for up to a lease, also past an
+	// interruption), and fails with EIO (EINTR if interrupted) if that
+	// cannot be learnt, leaving nothing held; an unlock whose answer was
+	// lost returns 0 and is finished in the background.
 	err := n.f.co.FileLocks.Set(ctx, n.ino(), path, req, wait)
 	switch {
 	case errors.Is(err, locking.ErrWouldBlock):
@@ -226,7 +231,7 @@ func (f *FS) releaseOwnerLocks(ctx context.Context, ino uint64) {
 	ctx, cancel := f.ctxOf(ctx)
 	defer cancel()
 	if err := f.co.FileLocks.ReleaseOwner(ctx, ino, owner, false); err != nil {
-		f.log.Warn("releasing record locks at close (others get them once this mount is declared dead, or at unmount)", "ino", ino, "err", err)
+		f.log.Warn("releasing record locks at close: retried in the background until it lands", "ino", ino, "err", err)
 	}
 }
 
@@ -236,7 +241,7 @@ func (f *FS) releaseOwnerLocks(ctx context.Context, ino uint64) {
 func (f *FS) releaseHandleLocks(ctx context.Context, ino uint64, lo *lockOwners) {
 	for _, k := range lo.take() {
 		if err := f.co.FileLocks.ReleaseOwner(ctx, ino, k.owner, k.flock); err != nil {
-			f.log.Warn("releasing file locks at the last close (others get them once this mount is declared dead, or at unmount)", "ino", ino, "err", err)
+			f.log.Warn("releasing file locks at the last close: retried in the background until it lands", "ino", ino, "err", err)
 		}
 	}
 }

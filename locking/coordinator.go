@@ -64,6 +64,7 @@ type Coordinator struct {
 	// FileLocks are the advisory locks (flock, fcntl) programs take here.
 	FileLocks *FileLocks
 	answering chan struct{} // closed when answering recalls has returned
+	mending   chan struct{} // closed when mending file lock documents has returned
 
 	stop chan struct{}
 	done chan struct{}
@@ -105,7 +106,9 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 	c.Delegations = newDelegations(c)
 	c.FileLocks = newFileLocks(c)
 	c.answering = make(chan struct{})
+	c.mending = make(chan struct{})
 	go c.run()
+	go c.FileLocks.mend(c.stop, c.mending)
 	go c.every(sharePoll, c.tending, c.shares.tend)
 	go c.every(recallPoll, c.answering, c.Delegations.answer)
 	return c, nil
@@ -307,6 +310,7 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 	if err != nil {
 		return err
 	}
+	c.FileLocks.check(locks)
 	for _, d := range locks {
 		var keep []store.Holder
 		changed := false
@@ -396,6 +400,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	<-c.done
 	<-c.tending
 	<-c.answering
+	<-c.mending
 	c.shares.closeAll()
 	c.Delegations.closeAll(ctx)
 	c.FileLocks.ReleaseAll(ctx)

@@ -28,6 +28,16 @@ import (
 // marker yields to it, so that a stream of short holders cannot starve a
 // waiter. The marker goes when the wait ends (or its operation's end is
 // published, or its session dies).
+//
+// Only this mount writes its own entries (until it is declared dead), so
+// it is their authority: each owner's entries are kept here as its
+// process was told (FileLocks.owned), every grant writes the owner's
+// entries whole from that, and a document that holds more of this
+// mount's entries than that (a grant whose answer was lost and whose
+// caller was told it failed, a release that did not land, a write that
+// landed late) is mended down to it in the background (the mender, and
+// the sweeper's look at every lock document), until that lands or the
+// session ends. What a caller is told when an answer is lost: see Set.
 
 // FileLock is a lock asked for or held on a file's bytes.
 type FileLock struct {
@@ -54,15 +64,32 @@ var ErrWouldBlock = errors.New("a conflicting lock is held")
 type FileLocks struct {
 	c *Coordinator
 
-	mu sync.Mutex
+	mu sync.Mutex // protects the following; never held across a request
 	// sess and op are the session and lease operation of the entries
 	// held now; a new session means they were lost.
 	sess *Session
 	op   string
-	// held: the owners with entries, by inode.
-	held map[uint64]map[ownerKey]bool
+	// owned: each owner's entries as its process was told it holds them
+	// (granted, not yet released), by inode. This mount is the authority
+	// on its own entries: where a lock document holds more of them (an
+	// answer lost, a release that failed, a write that landed late), the
+	// document is mended down to this (filelocks_mend.go).
+	// INVARIANT: an owner's entries here are no more than what the lock
+	// document holds of it, unless a request of that owner is under way.
+	owned map[uint64]map[ownerKey][]store.Holder
+	// busy counts each owner's requests under way: its entries in the
+	// document may be ahead of owned then, and mending leaves them alone.
+	busy map[uint64]map[ownerKey]int
+	// waiting: the operations of this mount's waiting markers in use.
+	waiting map[string]bool
+	// dirty: inodes whose lock document may hold entries or markers of
+	// this mount that owned and waiting do not; the mender looks at them.
+	dirty map[uint64]bool
+	kick  chan struct{}
 	// lost: inodes whose locks went with a lost session, until forgotten.
 	lost map[uint64]bool
+	// turns: one request at a time reads and writes a document here.
+	turns map[uint64]*inoTurn
 }
 
 type ownerKey struct {
@@ -71,7 +98,9 @@ type ownerKey struct {
 }
 
 func newFileLocks(c *Coordinator) *FileLocks {
-	return &FileLocks{c: c, held: map[uint64]map[ownerKey]bool{}, lost: map[uint64]bool{}}
+	return &FileLocks{c: c, owned: map[uint64]map[ownerKey][]store.Holder{}, busy: map[uint64]map[ownerKey]int{},
+		waiting: map[string]bool{}, dirty: map[uint64]bool{}, kick: make(chan struct{}, 1),
+		lost: map[uint64]bool{}, turns: map[uint64]*inoTurn{}}
 }
 
 // lease returns the session and operation under which to hold entries,
@@ -81,16 +110,18 @@ func (fl *FileLocks) lease() (*Session, string) {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	if fl.sess != sess {
-		for ino := range fl.held {
+		for ino := range fl.owned {
 			fl.lost[ino] = true
 		}
-		fl.held = map[uint64]map[ownerKey]bool{}
+		// The old session's entries and markers go with it: others drop
+		// them once it is declared dead.
+		fl.owned, fl.dirty = map[uint64]map[ownerKey][]store.Holder{}, map[uint64]bool{}
 		fl.sess, fl.op = sess, sess.LeaseOp()
 	}
 	if err := sess.Check(); err != nil {
 		// Not renewed for a lease: others may have declared us dead and
 		// dropped our entries already.
-		for ino := range fl.held {
+		for ino := range fl.owned {
 			fl.lost[ino] = true
 		}
 	}
@@ -115,13 +146,15 @@ func (fl *FileLocks) Forget(ino uint64) {
 }
 
 // Get returns a lock of another owner that conflicts with lk, if any
-// (F_GETLK). A dead mount's entry is not a conflict.
+// (F_GETLK). A dead mount's entry is not a conflict, nor one this mount
+// released whose removal has not landed yet.
 func (fl *FileLocks) Get(ctx context.Context, ino uint64, lk FileLock) (FileLock, bool, error) {
 	sess, _ := fl.lease()
 	doc, err := fl.read(ctx, ino)
 	if err != nil {
 		return FileLock{}, false, err
 	}
+	doc, _ = fl.view(ino, doc, sess.ID())
 	for _, h := range doc.Holders {
 		if !holderConflicts(h, lk, sess.ID()) {
 			continue
@@ -145,6 +178,19 @@ func (fl *FileLocks) read(ctx context.Context, ino uint64) (store.LockDoc, error
 // Set takes, changes or releases lock lk on file ino (at path, for
 // display). If another owner holds a conflicting lock it fails with
 // ErrWouldBlock, or, with wait, waits until it can take it or ctx ends.
+//
+// A write of the lock document whose outcome is unknown (its answer was
+// lost: a reset, a timeout, a 429 or 5xx) is settled by reading the
+// document again, for up to a lease even past ctx: if the write landed,
+// the lock is held and Set reports it granted (the caller is told the
+// truth); if not, the request goes on as if it had been refused by a
+// concurrent change. A request that only gives rights back (an unlock, a
+// downgrade) is reported done at once instead: the entries are this
+// mount's to drop, and the mender drops them until that lands or the
+// session ends. A request that asks for more and cannot learn its outcome
+// within the lease fails with the write's error, and what may have landed
+// of it is dropped the same way: no entry stays that its owner's process
+// was told it does not hold.
 func (fl *FileLocks) Set(ctx context.Context, ino uint64, path string, lk FileLock, wait bool) error {
 	err := fl.set(ctx, ino, path, lk, wait)
 	if err != nil && ctx.Err() != nil {
@@ -155,146 +201,189 @@ func (fl *FileLocks) Set(ctx context.Context, ino uint64, path string, lk FileLo
 	return err
 }
 
+// fileRequest is one Set under way.
+type fileRequest struct {
+	fl     *FileLocks
+	ino    uint64
+	path   string
+	lk     FileLock
+	k      ownerKey
+	sess   *Session
+	me, op string
+	wait   bool
+	w      *fileWaiter
+	// base and want are the owner's entries before and after the last
+	// grant this request wrote.
+	base, want []store.Holder
+}
+
+// outcome is what one attempt of a request came to.
+type outcome int
+
+const (
+	granted outcome = iota
+	refused         // a conflicting lock is held, or an older waiter is first
+	again           // the document changed under us: read it again at once
+	unknown         // our grant's write may or may not have landed
+	failed          // a read or a write failed, and nothing of ours is in doubt
+)
+
 func (fl *FileLocks) set(ctx context.Context, ino uint64, path string, lk FileLock, wait bool) error {
 	if lk.Start < 0 || lk.End < lk.Start {
 		return fmt.Errorf("lock range %d-%d: %w", lk.Start, lk.End, store.ErrInvalid)
 	}
 	sess, op := fl.lease()
-	me := sess.ID()
-	var w *fileWaiter
+	r := &fileRequest{fl: fl, ino: ino, path: path, lk: lk, k: ownerKey{lk.Owner, lk.Flock}, sess: sess, me: sess.ID(), op: op, wait: wait}
+	fl.begin(ino, r.k)
+	// uncertain: a grant of ours may have landed, and may still land.
+	uncertain := false
 	defer func() {
-		if w != nil {
-			fl.unwait(context.WithoutCancel(ctx), ino, me, w)
+		if r.w != nil {
+			fl.unwait(context.WithoutCancel(ctx), r)
 		}
+		fl.end(ino, r.k, uncertain)
 	}()
-	for attempt := 0; ; attempt++ {
+	// settle bounds the settling of an unknown outcome, past ctx: the
+	// caller must not be told anything false because it was interrupted.
+	var settle context.Context
+	var lastErr error
+	for attempt, troubled := 0, 0; ; attempt++ {
 		if err := sess.Check(); err != nil {
 			return err
 		}
-		doc, err := fl.read(ctx, ino)
-		if err != nil {
-			return err
+		actx := ctx
+		if uncertain {
+			actx = settle
 		}
-		doc.ID = store.FileLockID(ino)
-		if !doc.Found {
-			doc.Path = path
-		}
-		blocker, held := fl.blocker(doc, lk, me, w)
-		if held != nil {
-			gone, err := fl.c.Locks.HolderGone(ctx, *held)
-			if err != nil {
-				return err
-			}
-			if gone {
-				nd := doc
-				nd.Holders = without(doc.Holders, *held)
-				if err := fl.write(ctx, nd); err != nil && !errors.Is(err, store.ErrConflict) {
-					return err
-				}
-				continue
-			}
-		}
-		if blocker {
+		res, err := r.attempt(actx)
+		switch res {
+		case granted:
+			uncertain = false
+			return nil
+		case again:
+			continue
+		case refused:
+			// Another owner holds what we asked for: ours did not land
+			// (and its write, conditional on a version since gone, never
+			// will; a late create is the sweeper's to find).
+			uncertain = false
 			if !wait {
 				return ErrWouldBlock
-			}
-			if w == nil {
-				opID, n := sess.BeginOp()
-				w = &fileWaiter{sess: sess, op: opID, n: n, ticket: fmt.Sprintf("%020d-%s", time.Now().UnixNano(), opID)}
-			}
-			if !w.marked {
-				nd := doc
-				nd.Waiters = append(append([]store.Waiter(nil), doc.Waiters...), store.Waiter{Session: me, Op: w.op, Ticket: w.ticket, Since: time.Now().UnixNano(),
-					Mode: lockMode(lk), Owner: lk.Owner, Start: lk.Start, End: lk.End, Flock: lk.Flock})
-				if err := fl.write(ctx, nd); err == nil {
-					w.marked = true
-					continue
-				} else if !errors.Is(err, store.ErrConflict) {
-					return err
-				}
 			}
 			if err := sleepCtx(ctx, fileLockBackoff(attempt)); err != nil {
 				return err
 			}
 			continue
+		case unknown:
+			if covered(r.base, lk) {
+				// It only gives rights back: done, whatever landed; the
+				// mender finishes it.
+				fl.setOwned(sess, ino, r.k, r.want)
+				uncertain = true
+				return nil
+			}
+			if !uncertain {
+				var cancel context.CancelFunc
+				settle, cancel = context.WithTimeout(context.WithoutCancel(ctx), sess.Lease())
+				defer cancel()
+			}
+			uncertain, lastErr = true, err
+		case failed:
+			if !uncertain {
+				return err
+			}
+			lastErr = err
 		}
-		nd := doc
-		nd.Holders = applyFileLock(doc.Holders, me, op, lk)
-		if w != nil {
-			nd.Waiters = withoutWaiter(doc.Waiters, me, w.op)
+		if settle.Err() != nil {
+			// Unsettled for a lease: the caller is told it failed, and
+			// holds what it held before and no more, so what may have
+			// landed is dropped (see giveUp).
+			fl.giveUp(sess, r)
+			return lastErr
 		}
-		if err := fl.write(ctx, nd); errors.Is(err, store.ErrConflict) {
-			continue
-		} else if err != nil {
-			return err
-		}
-		if w != nil {
-			w.marked = false // gone with the grant
-		}
-		fl.note(ino, nd.Holders, me, lk)
-		return nil
+		store.Backoff(settle, troubled, lockBackoff)
+		troubled++
 	}
 }
 
-// fileWaiter is a blocking request's waiting marker.
-type fileWaiter struct {
-	sess   *Session
-	op     string
-	n      int64
-	ticket string
-	marked bool
+// attempt reads the document once and, under this mount's turn on it,
+// decides and writes: the grant, a waiting marker, or the removal of a
+// dead holder's entry.
+func (r *fileRequest) attempt(ctx context.Context) (outcome, error) {
+	fl := r.fl
+	defer fl.turn(r.ino)()
+	doc, err := fl.read(ctx, r.ino)
+	if err != nil {
+		return failed, err
+	}
+	doc.ID = store.FileLockID(r.ino)
+	if !doc.Found {
+		doc.Path = r.path
+	}
+	if r.w != nil {
+		// After a lost answer, the document says whether it is there.
+		r.w.marked = hasWaiter(doc, r.me, r.w.op)
+	}
+	// The document as this mount has it: its other owners' entries as
+	// they hold them, not as a lost answer or a failed release left them.
+	v, stale := fl.view(r.ino, doc, r.me)
+	if stale {
+		// Mended with our write if there is one, else by the mender.
+		defer fl.markDirty(r.ino)
+	}
+	r.base = fl.ownedOf(r.ino, r.k)
+	r.want = applyFileLock(r.base, r.me, r.op, r.lk)
+	if sameEntries(ownerEntries(doc.Holders, r.me, r.k), r.want) && (r.w == nil || !r.w.marked) {
+		// Already so: nothing asked, or our write whose answer was lost
+		// landed.
+		fl.setOwned(r.sess, r.ino, r.k, ownerEntries(doc.Holders, r.me, r.k))
+		return granted, nil
+	}
+	blocker, held := fl.blocker(v, r.lk, r.me, r.w)
+	if held != nil {
+		gone, err := fl.c.Locks.HolderGone(ctx, *held)
+		if err != nil {
+			return failed, err
+		}
+		if gone {
+			nd := v
+			nd.Holders = without(v.Holders, *held)
+			if err := fl.write(ctx, nd); err != nil && !errors.Is(err, store.ErrConflict) {
+				return failed, err // (not ours: whether it landed, the next read says)
+			}
+			return again, nil
+		}
+	}
+	if blocker {
+		return r.block(ctx, v)
+	}
+	nd := v
+	nd.Holders = append(withoutOwner(v.Holders, r.me, r.k), r.want...)
+	if r.w != nil {
+		nd.Waiters = withoutWaiter(v.Waiters, r.me, r.w.op)
+	}
+	switch err := fl.write(ctx, nd); {
+	case err == nil:
+		if r.w != nil {
+			r.w.marked = false // gone with the grant
+		}
+		fl.setOwned(r.sess, r.ino, r.k, r.want)
+		return granted, nil
+	case errors.Is(err, store.ErrConflict):
+		return again, nil
+	case unknownOutcome(err):
+		return unknown, err
+	default:
+		return failed, err
+	}
 }
 
-// blocker reports whether lk must wait: a holder of another owner
-// conflicts (held, which may be a dead mount's), or an older waiter of
-// another owner wants what would conflict with it. An unlock never waits.
-func (fl *FileLocks) blocker(doc store.LockDoc, lk FileLock, me string, w *fileWaiter) (bool, *store.Holder) {
-	if lk.Unlock {
-		return false, nil
-	}
-	for i, h := range doc.Holders {
-		if holderConflicts(h, lk, me) {
-			return true, &doc.Holders[i]
-		}
-	}
-	for _, q := range doc.Waiters {
-		if q.Session == me && w != nil && q.Op == w.op {
-			continue
-		}
-		if w != nil && q.Ticket >= w.ticket {
-			continue // younger than us
-		}
-		if q.Session == me && q.Owner == lk.Owner && q.Flock == lk.Flock {
-			continue
-		}
-		if q.Flock == lk.Flock && overlaps(q.Start, q.End, lk.Start, lk.End) && (q.Mode == store.FileWrite || lk.Write) {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// unwait takes w's marker out of ino's document, and ends its operation
-// (which lets the sweeper drop a marker this could not).
-func (fl *FileLocks) unwait(ctx context.Context, ino uint64, me string, w *fileWaiter) {
-	defer w.sess.EndOp(w.n)
-	if !w.marked {
-		return
-	}
-	for attempt := 0; attempt < 10; attempt++ {
-		doc, err := fl.read(ctx, ino)
-		if err != nil || !doc.Found {
-			return
-		}
-		nd := doc
-		nd.Waiters = withoutWaiter(doc.Waiters, me, w.op)
-		if len(nd.Waiters) == len(doc.Waiters) {
-			return
-		}
-		if err := fl.write(ctx, nd); !errors.Is(err, store.ErrConflict) {
-			return
-		}
-	}
+// unknownOutcome reports whether a write that failed with err may have
+// landed (or may still land): the request or its answer was lost, or the
+// cluster answered 429 or 5xx. Anything else was refused as it stood.
+func unknownOutcome(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrCorrupt) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // write writes doc at its version (creates it if not found, deletes it
@@ -318,61 +407,42 @@ func (fl *FileLocks) write(ctx context.Context, doc store.LockDoc) error {
 	return nil
 }
 
-// note records which owners of this session hold entries on ino.
-func (fl *FileLocks) note(ino uint64, holders []store.Holder, me string, lk FileLock) {
-	k := ownerKey{lk.Owner, lk.Flock}
-	has := false
-	for _, h := range holders {
-		if h.Session == me && h.Owner == lk.Owner && h.Flock == lk.Flock {
-			has = true
-			break
-		}
-	}
-	fl.mu.Lock()
-	defer fl.mu.Unlock()
-	m := fl.held[ino]
-	if has {
-		if m == nil {
-			m = map[ownerKey]bool{}
-			fl.held[ino] = m
-		}
-		m[k] = true
-		delete(fl.lost, ino)
-		return
-	}
-	delete(m, k)
-	if len(m) == 0 {
-		delete(fl.held, ino)
-	}
-}
-
 // Holds reports whether owner (of a flock, or of record locks) holds
 // anything on ino here, so that a close need not ask the cluster.
 func (fl *FileLocks) Holds(ino, owner uint64, flock bool) bool {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
-	return fl.held[ino][ownerKey{owner, flock}]
+	return len(fl.owned[ino][ownerKey{owner, flock}]) > 0
 }
 
 // HoldsAny reports whether any owner holds anything on ino here.
 func (fl *FileLocks) HoldsAny(ino uint64) bool {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
-	return len(fl.held[ino]) > 0
+	return len(fl.owned[ino]) > 0
 }
 
 // ReleaseOwner drops every lock of owner on ino (record locks at a close
 // of any of the process's descriptors, a flock at the last close of its
-// open file).
+// open file). Whatever the outcome, the owner holds nothing afterwards:
+// a release that fails is the mender's to retry until it lands or the
+// session ends; the error only says it did not land yet.
 func (fl *FileLocks) ReleaseOwner(ctx context.Context, ino uint64, owner uint64, flock bool) error {
 	if !fl.Holds(ino, owner, flock) {
 		return nil
 	}
-	return fl.Set(ctx, ino, "", FileLock{Owner: owner, Start: 0, End: ToEOF, Unlock: true, Flock: flock}, false)
+	err := fl.Set(ctx, ino, "", FileLock{Owner: owner, Start: 0, End: ToEOF, Unlock: true, Flock: flock}, false)
+	if err != nil {
+		sess, _ := fl.lease()
+		fl.setOwned(sess, ino, ownerKey{owner, flock}, nil)
+		fl.markDirty(ino)
+	}
+	return err
 }
 
-// ReleaseAll drops every lock this mount holds (at unmount). A mount
-// whose session is lost has nothing left to drop: others drop its entries.
+// ReleaseAll drops every lock this mount holds (at unmount), and what the
+// mender had still to drop. A mount whose session is lost has nothing
+// left to drop: others drop its entries.
 func (fl *FileLocks) ReleaseAll(ctx context.Context) {
 	if fl.c.Session().Check() != nil {
 		return
@@ -383,7 +453,7 @@ func (fl *FileLocks) ReleaseAll(ctx context.Context) {
 		k   ownerKey
 	}
 	var all []one
-	for ino, m := range fl.held {
+	for ino, m := range fl.owned {
 		for k := range m {
 			all = append(all, one{ino, k})
 		}
@@ -394,112 +464,9 @@ func (fl *FileLocks) ReleaseAll(ctx context.Context) {
 			fl.c.log.Warn("releasing a file lock at unmount (others get it once this mount's session is gone)", "ino", o.ino, "err", err)
 		}
 	}
-}
-
-func lockMode(lk FileLock) store.LockMode {
-	if lk.Write {
-		return store.FileWrite
+	if !fl.mendAll(ctx) {
+		fl.c.log.Warn("file lock entries this mount released are still in the lock index; others drop them once its session is gone")
 	}
-	return store.FileRead
-}
-
-func overlaps(s1, e1, s2, e2 int64) bool { return s1 <= e2 && s2 <= e1 }
-
-// holderConflicts reports whether entry h, of another owner than lk's,
-// conflicts with lk.
-func holderConflicts(h store.Holder, lk FileLock, me string) bool {
-	if h.Mode != store.FileRead && h.Mode != store.FileWrite {
-		return false
-	}
-	if h.Session == me && h.Owner == lk.Owner {
-		return false
-	}
-	return h.Flock == lk.Flock && overlaps(h.Start, h.End, lk.Start, lk.End) && (h.Mode == store.FileWrite || lk.Write)
-}
-
-// applyFileLock returns holders with lk applied for its owner (of session
-// me, under operation op): the owner's entries of lk's kind lose lk's
-// range (split where it falls inside one), then lk's entry is added
-// unless it is an unlock, and the owner's entries of one mode that touch
-// or overlap are merged, as POSIX record locks behave on a local
-// filesystem.
-func applyFileLock(holders []store.Holder, me, op string, lk FileLock) []store.Holder {
-	mine := func(h store.Holder) bool { return h.Session == me && h.Owner == lk.Owner && h.Flock == lk.Flock }
-	var out, own []store.Holder
-	for _, h := range holders {
-		if !mine(h) {
-			out = append(out, h)
-			continue
-		}
-		if !overlaps(h.Start, h.End, lk.Start, lk.End) {
-			own = append(own, h)
-			continue
-		}
-		if h.Start < lk.Start {
-			left := h
-			left.End = lk.Start - 1
-			own = append(own, left)
-		}
-		if h.End > lk.End {
-			right := h
-			right.Start = lk.End + 1
-			own = append(own, right)
-		}
-	}
-	if !lk.Unlock {
-		own = append(own, store.Holder{Session: me, Op: op, Mode: lockMode(lk), Since: time.Now().UnixNano(),
-			Owner: lk.Owner, Start: lk.Start, End: lk.End, Pid: lk.Pid, Flock: lk.Flock})
-	}
-	return append(out, mergeRanges(own)...)
-}
-
-// mergeRanges merges entries of one owner and mode that overlap or touch.
-func mergeRanges(own []store.Holder) []store.Holder {
-	var out []store.Holder
-	for _, h := range own {
-		merged := false
-		for i := range out {
-			o := &out[i]
-			if o.Mode != h.Mode {
-				continue
-			}
-			touch := overlaps(o.Start, o.End, h.Start, h.End) ||
-				(o.End != ToEOF && o.End+1 == h.Start) || (h.End != ToEOF && h.End+1 == o.Start)
-			if touch {
-				o.Start, o.End = min(o.Start, h.Start), max(o.End, h.End)
-				o.Pid, o.Since = h.Pid, max(o.Since, h.Since)
-				merged = true
-				break
-			}
-		}
-		if !merged {
-			out = append(out, h)
-		}
-	}
-	if len(out) < len(own) {
-		return mergeRanges(out) // a merge may make two others touch
-	}
-	return out
-}
-
-func without(hs []store.Holder, gone store.Holder) []store.Holder {
-	var out []store.Holder
-	for _, h := range hs {
-		if h != gone {
-			out = append(out, h)
-		}
-	}
-	return out
-}
-
-func withoutWaiter(ws []store.Waiter, session, op string) []store.Waiter {
-	var out []store.Waiter
-	for _, w := range ws {
-		if w.Session != session || w.Op != op {
-			out = append(out, w)
-		}
-	}
-	return out
 }
 
 // fileLockBackoff is the wait before a blocked request looks again: short

@@ -87,3 +87,46 @@ func TestHolderConflicts(t *testing.T) {
 		t.Error("an exclusive flock does not conflict with a shared one")
 	}
 }
+
+// TestCoveredAndIntersect: which requests only give rights back, and the
+// rights two states of one owner share.
+func TestCoveredAndIntersect(t *testing.T) {
+	e := func(mode store.LockMode, start, end int64) store.Holder {
+		return store.Holder{Session: "s", Owner: 1, Mode: mode, Start: start, End: end}
+	}
+	w, r := store.FileWrite, store.FileRead
+	own := []store.Holder{e(w, 0, 39), e(r, 40, 99), e(w, 200, ToEOF)}
+	for _, c := range []struct {
+		lk   FileLock
+		want bool
+	}{
+		{FileLock{Start: 0, End: ToEOF, Unlock: true}, true},
+		{FileLock{Start: 0, End: 99}, true},               // a downgrade, and a read lock held
+		{FileLock{Start: 0, End: 99, Write: true}, false}, // 40-99 upgraded
+		{FileLock{Start: 0, End: 39, Write: true}, true},  // held already
+		{FileLock{Start: 90, End: 109}, false},            // 100-109 new
+		{FileLock{Start: 300, End: ToEOF, Write: true}, true},
+		{FileLock{Start: 150, End: 250}, false},
+	} {
+		if got := covered(own, c.lk); got != c.want {
+			t.Errorf("covered(%s, %+v) = %v, want %v", ranges(own), c.lk, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		a, b []store.Holder
+		want string
+	}{
+		{own, own, ranges(own)},
+		{own, nil, ""},
+		{[]store.Holder{e(w, 0, 99)}, []store.Holder{e(r, 0, 199)}, "r0-99"},
+		{[]store.Holder{e(w, 0, 99)}, []store.Holder{e(w, 0, 9), e(w, 50, 59)}, "w0-9 w50-59"},
+		{[]store.Holder{e(r, 0, ToEOF)}, []store.Holder{e(w, 10, 19), e(r, 20, 29)}, "r10-29"},
+	} {
+		if got := ranges(intersect(c.a, c.b)); got != c.want {
+			t.Errorf("intersect(%s, %s) = %q, want %q", ranges(c.a), ranges(c.b), got, c.want)
+		}
+	}
+	if !sameEntries(own, []store.Holder{own[2], own[0], own[1]}) || sameEntries(own, own[:2]) {
+		t.Error("sameEntries does not compare as sets")
+	}
+}
