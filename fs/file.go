@@ -191,14 +191,17 @@ var (
 // consistency: an open sees everything flushed before it, on any mount).
 // created says that this mount has just made the inode, with the first
 // data generation (store.Inode.Dgen 1): nobody else can have written it,
-// so its first writer owns that generation without a round trip.
+// so its first writer owns that generation without a round trip. Counter
+// 1 of it is the pending batch's (the chunks it holds, see
+// writeback.take): the writer starts above it, or those chunks would
+// refuse its writes and truncates as their equals.
 func (f *FS) openHandle(ctx context.Context, a store.Inode, flags uint32, created bool) (*handle, error) {
 	f.mu.Lock()
 	of := f.open[a.Ino]
 	if of == nil {
 		of = &openFile{f: f, ino: a.Ino, attr: a, size: a.Size, clean: map[int64][]byte{}, dirty: map[int64][]byte{}}
 		if created && a.Dgen == 1 {
-			of.w.gen = 1
+			of.w.gen, of.w.counter = 1, 1
 		}
 		f.open[a.Ino] = of
 	}
