@@ -28,6 +28,13 @@ type openFile struct {
 	// changed: size or mtime differ from the stored inode.
 	changed bool
 	mtime   int64
+	// wend is the end of what this file wrote since its last flush or
+	// truncate (0: nothing), spans the ranges it wrote of each dirty
+	// chunk, and sizeSure says that attr.Size was read since its last
+	// flush, for O_APPEND (see rebase.go).
+	wend     int64
+	spans    map[int64][]span
+	sizeSure bool
 	// clean holds a few recently read chunks for sequential reads.
 	clean    map[int64][]byte
 	cleanLRU []int64

@@ -25,6 +25,11 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return 0, syscall.EIO // checked under of.mu: Close's flush takes it after
 	}
 	if h.append {
+		// At the end as stored now, which another mount may have
+		// moved (see rebase.go).
+		if err := of.revalidate(ctx); err != nil {
+			return 0, of.f.toErrno("write", err)
+		}
 		off = of.size
 	}
 	switch {
@@ -59,6 +64,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 				b = b[:max(limit, 0)]
 			}
 			delete(of.clean, c)
+			delete(of.spans, c)
 		}
 		if int64(len(b)) < within+n {
 			if int64(cap(b)) >= within+n {
@@ -70,6 +76,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 			}
 		}
 		copy(b[within:within+n], data[pos-off:pos-off+n])
+		of.addSpan(c, within, within+n)
 		// Count what the chunk grew by: a chunk filled by many small
 		// sequential writes must count whole, or the dirty limit is
 		// passed many times over before a flush.
@@ -80,6 +87,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if end > of.size {
 		of.size = end
 	}
+	of.wend = max(of.wend, end)
 	of.cgen++ // read-ahead in flight may hold the old bytes
 	of.mtime = now()
 	of.changed = true
@@ -184,6 +192,7 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 	}
 	if of != nil {
 		of.attr, of.size, of.changed = a, size, false
+		of.wend, of.spans = 0, nil // everything is stored, and sized
 		of.extent = min(of.extent, size)
 		of.newChunks, of.seekFresh = 0, false
 	}

@@ -92,6 +92,38 @@ func (s *Store) ReadChunks(ctx context.Context, ino uint64, first, last int64) (
 	return out, nil
 }
 
+// GetInodeAndChunk reads inode ino and its chunk c in one round trip (an
+// appender's look at the file's end, and at the chunk it then writes
+// into). data is nil for a chunk not stored.
+func (s *Store) GetInodeAndChunk(ctx context.Context, ino uint64, c int64) (n Inode, data []byte, err error) {
+	what := fmt.Sprintf("reading inode %d and its chunk %d", ino, c)
+	docs, err := s.mgetMixed(ctx, []docRef{{s.idx.name(inodesIndex), inodeID(ino)}, {s.idx.name(dataIndex), chunkID(ino, c)}}, what)
+	if err != nil {
+		return Inode{}, nil, err
+	}
+	if !docs[0].Found {
+		return Inode{}, nil, fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	if n, err = decodeInode(docs[0].Source, docs[0].version()); err != nil {
+		return Inode{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if n.Ino != ino {
+		return Inode{}, nil, fmt.Errorf("%s: document holds inode %d: %w", what, n.Ino, ErrCorrupt)
+	}
+	if !docs[1].Found {
+		return n, nil, nil
+	}
+	ch, err := decodeChunk(docs[1].Source, docs[1].version())
+	if err != nil {
+		return Inode{}, nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+	}
+	data = ch.bytes()
+	if ch.Ino != ino || ch.Chunk != c || (s.chunkSize > 0 && int64(len(data)) > s.chunkSize) {
+		return Inode{}, nil, fmt.Errorf("%s: chunk holds inode %d chunk %d of %d bytes: %w", what, ch.Ino, ch.Chunk, len(data), ErrCorrupt)
+	}
+	return n, data, nil
+}
+
 // WriteChunks stores whole chunks of ino (each at most ChunkSize bytes; a
 // shorter chunk reads as zeros beyond its end), all with stamp st. Writes
 // of different chunks are independent: a failure leaves the others

@@ -260,3 +260,134 @@ func TestTruncateCutsAnotherMountsEarlierWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestTruncateAndAppendOfAnotherMountStand: a file open on one mount
+// while another mount appends to it or truncates it (and closes): the
+// first mount's later writes and its close keep the other's change, as
+// on one machine where it does not overlap them, and as NFS's
+// close-to-open: the close writes the size only as far as its own writes
+// reach (never back over a truncate, never shrinking an append), the
+// bytes of its chunks it did not write are the file's as stored when they
+// go, and an O_APPEND write appends at the end the other mount left.
+// (The close once wrote the size it knew, and the chunks as it had read
+// them: the other mount's append came out cut off or zeroed, its
+// truncated bytes came back.)
+func TestTruncateAndAppendOfAnotherMountStand(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t)
+	b := f.Mount(t)
+	c := f.Mount(t, "--delegations=false")
+	orig := []byte(strings.Repeat("0123456789", 10))
+	cat := func(parts ...string) []byte { return []byte(strings.Join(parts, "")) }
+	zeros := func(n int) string { return string(make([]byte, n)) }
+	type step func(t *testing.T, mine *os.File, theirs string)
+	write := func(s string, off int64) step {
+		return func(t *testing.T, mine *os.File, _ string) {
+			if _, err := mine.WriteAt([]byte(s), off); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	appendMine := func(s string) step {
+		return func(t *testing.T, mine *os.File, _ string) {
+			if _, err := mine.Write([]byte(s)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	syncMine := func(t *testing.T, mine *os.File, _ string) {
+		if err := mine.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendTheirs := func(s string) step {
+		return func(t *testing.T, _ *os.File, theirs string) {
+			fh, err := os.OpenFile(theirs, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fh.Write([]byte(s)); err != nil {
+				t.Fatal(err)
+			}
+			if err := fh.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	truncateTheirs := func(size int64) step {
+		return func(t *testing.T, _ *os.File, theirs string) {
+			if err := os.Truncate(theirs, size); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cases := []struct {
+		name  string
+		flags int
+		steps []step
+		want  []byte
+	}{
+		{"write-then-their-append", os.O_RDWR, []step{write("AAAAA", 0), appendTheirs("BBBBB")},
+			cat("AAAAA", string(orig[5:]), "BBBBB")},
+		{"write-then-their-truncate", os.O_RDWR, []step{write("AAAAA", 20), truncateTheirs(0)},
+			cat(zeros(20), "AAAAA")},
+		{"write-then-their-cut", os.O_RDWR, []step{write("AAAAA", 90), truncateTheirs(50)},
+			cat(string(orig[:50]), zeros(40), "AAAAA")},
+		{"append-across-their-append", os.O_WRONLY | os.O_APPEND, []step{appendMine("a1"), syncMine, appendTheirs("b1"), appendMine("a2")},
+			cat(string(orig), "a1", "b1", "a2")},
+		{"append-across-their-truncate", os.O_WRONLY | os.O_APPEND, []step{appendMine("a1"), syncMine, truncateTheirs(0), appendMine("a2")},
+			cat("a2")},
+		{"append-after-their-append", os.O_WRONLY | os.O_APPEND, []step{appendTheirs("b1"), appendMine("a1")},
+			cat(string(orig), "b1", "a1")},
+		{"append-after-their-truncate", os.O_WRONLY | os.O_APPEND, []step{truncateTheirs(10), appendMine("a1")},
+			cat(string(orig[:10]), "a1")},
+	}
+	for _, p := range []struct {
+		what        string
+		mine, their *mounttest.Mount
+		dir         string
+	}{
+		{"in a directory the writer made", a, b, "byA"},
+		{"in a directory the other mount made", a, b, "byB"},
+		{"on a mount without delegations", c, b, "byC"},
+	} {
+		maker := p.mine
+		if p.dir == "byB" {
+			maker = p.their
+		}
+		if err := os.Mkdir(maker.Path(p.dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range cases {
+			t.Run(p.dir+"/"+tc.name, func(t *testing.T) {
+				rel := filepath.Join(p.dir, tc.name)
+				if err := os.WriteFile(p.mine.Path(rel), orig, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				mine, err := os.OpenFile(p.mine.Path(rel), tc.flags, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer mine.Close()
+				for _, s := range tc.steps {
+					s(t, mine, p.their.Path(rel))
+				}
+				if err := mine.Close(); err != nil {
+					t.Fatalf("%s: close: %v", p.what, err)
+				}
+				for _, m := range []*mounttest.Mount{p.mine, p.their} {
+					// Without delegations a mount may show what it cached
+					// for the documented bound.
+					mounttest.WaitFor(t, fmt.Sprintf("%s, on %s", p.what, m.Dir), staleBound+slack, func() bool {
+						got, err := os.ReadFile(m.Path(rel))
+						if err != nil || !bytes.Equal(got, tc.want) {
+							t.Logf("%s, on %s: %s", p.what, m.Dir, differs(got, tc.want, err))
+							return false
+						}
+						return true
+					})
+				}
+			})
+		}
+	}
+}
