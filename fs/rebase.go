@@ -129,8 +129,11 @@ func (of *openFile) rebase(ctx context.Context) error {
 // this file). The chunk the append begins in comes in the same round
 // trip: the write reads it anyway, unless it has it. Caller holds of.mu.
 func (of *openFile) revalidate(ctx context.Context) error {
-	if of.sizeSure || of.f.wb.pending(of.ino) {
-		return nil // a file made in memory here: no other mount sees it
+	if of.sizeSure {
+		return nil
+	}
+	if of.f.wb.pending(of.ino) {
+		return nil // made in memory here: no other mount sees it yet
 	}
 	c := of.size / of.f.st.ChunkSize()
 	gen := of.f.cache.Gen()
