@@ -28,6 +28,13 @@ type openFile struct {
 	// changed: size or mtime differ from the stored inode.
 	changed bool
 	mtime   int64
+	// wend is the end of what this file wrote since its last flush or
+	// truncate (0: nothing), spans the ranges it wrote of each dirty
+	// chunk, and sizeSure says that attr.Size was read since its last
+	// flush, for O_APPEND (see rebase.go).
+	wend     int64
+	spans    map[int64][]span
+	sizeSure bool
 	// clean holds a few recently read chunks for sequential reads.
 	clean    map[int64][]byte
 	cleanLRU []int64
@@ -191,14 +198,17 @@ var (
 // consistency: an open sees everything flushed before it, on any mount).
 // created says that this mount has just made the inode, with the first
 // data generation (store.Inode.Dgen 1): nobody else can have written it,
-// so its first writer owns that generation without a round trip.
+// so its first writer owns that generation without a round trip. Counter
+// 1 of it is the pending batch's (the chunks it holds, see
+// writeback.take): the writer starts above it, or those chunks would
+// refuse its writes and truncates as their equals.
 func (f *FS) openHandle(ctx context.Context, a store.Inode, flags uint32, created bool) (*handle, error) {
 	f.mu.Lock()
 	of := f.open[a.Ino]
 	if of == nil {
 		of = &openFile{f: f, ino: a.Ino, attr: a, size: a.Size, clean: map[int64][]byte{}, dirty: map[int64][]byte{}}
 		if created && a.Dgen == 1 {
-			of.w.gen = 1
+			of.w.gen, of.w.counter = 1, 1
 		}
 		f.open[a.Ino] = of
 	}

@@ -58,10 +58,12 @@ const conflictRetries = 3
 // overwrite anything written after it. Caller holds of.mu.
 func (of *openFile) writeChunks(ctx context.Context) error {
 	if of.f.wb.hold(ctx, of) {
+		of.spans = nil
 		return nil // a pending file's chunks go with its batch
 	}
 	cs := of.f.st.ChunkSize()
 	for attempt := 0; len(of.dirty) > 0; attempt++ {
+		prev, gen := of.attr, of.w.gen
 		st, err := of.w.stamp(ctx, of.f, &of.attr)
 		if errors.Is(err, store.ErrNotFound) {
 			// Removed by another mount: nobody can read these bytes.
@@ -70,6 +72,13 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 		}
 		if err != nil {
 			return err // nothing was sent: the chunks stay buffered
+		}
+		// Another mount changed the file since this one read what the
+		// chunks hold besides its writes (see rebase.go).
+		if of.w.gen != gen && (attempt > 0 || changedSince(prev, of.attr, 1)) {
+			if err := of.rebase(ctx); err != nil {
+				return err // nothing was sent
+			}
 		}
 		written, err := of.f.st.WriteChunks(ctx, of.ino, of.dirty, st)
 		if err != nil {
@@ -87,6 +96,7 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 			if _, ok := again[c]; !ok {
 				of.extent = max(of.extent, c*cs+int64(len(b)))
 				of.remember(c, b)
+				delete(of.spans, c)
 			}
 		}
 		of.dirty, of.dirtyLen = again, 0
@@ -112,13 +122,17 @@ func (of *openFile) dropDirty() {
 	for c := range of.dirty {
 		delete(of.clean, c)
 	}
-	of.dirty, of.dirtyLen = map[int64][]byte{}, 0
+	of.dirty, of.dirtyLen, of.spans = map[int64][]byte{}, 0, nil
 	of.cgen++
 }
 
 // flush makes everything written through this mount durable: chunks first,
-// then the inode (size, mtime) with compare-and-set. Caller holds of.mu.
+// then the inode (size, mtime) with compare-and-set. The size grows to the
+// end of what this file wrote since its last flush, and never shrinks:
+// another mount may have grown or truncated the file meanwhile (see
+// rebase.go). Caller holds of.mu.
 func (of *openFile) flush(ctx context.Context) error {
+	of.sizeSure = false // another mount may change the file from now on
 	if of.sticky != nil {
 		err := of.sticky
 		of.sticky = nil
@@ -132,9 +146,9 @@ func (of *openFile) flush(ctx context.Context) error {
 		return nil
 	}
 	locking.CrashPoint("flush-after-chunks")
-	size, mtime, created, killPriv := of.size, of.mtime, of.newChunks, of.killPriv
+	wend, mtime, created, killPriv := of.wend, of.mtime, of.newChunks, of.killPriv
 	a, err := of.f.updateInodeFrom(ctx, of.ino, &of.attr, func(a *store.Inode) error {
-		a.Size = size
+		a.Size = max(a.Size, wend)
 		if a.Chunks >= 0 {
 			a.Chunks += created
 		}
@@ -160,7 +174,12 @@ func (of *openFile) flush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	of.attr = a
+	if a.Size != of.size {
+		// Another mount's change: what was read of the file is older.
+		of.clean, of.cleanLRU = map[int64][]byte{}, nil
+		of.cgen++
+	}
+	of.attr, of.size, of.wend = a, a.Size, 0
 	of.changed, of.killPriv = false, false
 	of.newChunks = 0
 	return nil

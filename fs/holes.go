@@ -146,6 +146,7 @@ func (of *openFile) extendTo(end int64) {
 		of.size, of.mtime, of.changed = end, now(), true
 		of.cgen++
 	}
+	of.wend = max(of.wend, end)
 }
 
 // dataChunks returns, in order, up to seekPage chunks in [from, to) that

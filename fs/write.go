@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 
 	"github.com/esfs/esfs/store"
@@ -24,6 +25,11 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return 0, syscall.EIO // checked under of.mu: Close's flush takes it after
 	}
 	if h.append {
+		// At the end as stored now, which another mount may have
+		// moved (see rebase.go).
+		if err := of.revalidate(ctx); err != nil {
+			return 0, of.f.toErrno("write", err)
+		}
 		off = of.size
 	}
 	switch {
@@ -58,6 +64,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 				b = b[:max(limit, 0)]
 			}
 			delete(of.clean, c)
+			delete(of.spans, c)
 		}
 		if int64(len(b)) < within+n {
 			if int64(cap(b)) >= within+n {
@@ -69,6 +76,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 			}
 		}
 		copy(b[within:within+n], data[pos-off:pos-off+n])
+		of.addSpan(c, within, within+n)
 		// Count what the chunk grew by: a chunk filled by many small
 		// sequential writes must count whole, or the dirty limit is
 		// passed many times over before a flush.
@@ -79,6 +87,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if end > of.size {
 		of.size = end
 	}
+	of.wend = max(of.wend, end)
 	of.cgen++ // read-ahead in flight may hold the old bytes
 	of.mtime = now()
 	of.changed = true
@@ -114,7 +123,6 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 			return err
 		}
 	}
-	cs := f.st.ChunkSize()
 	of := f.openState(ino)
 	if of != nil {
 		of.mu.Lock()
@@ -144,33 +152,28 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 		of.attr = a
 		w, base = &of.w, &of.attr
 	}
-	if size < old && size%cs != 0 {
-		c := size / cs
-		got, err := f.st.ReadChunks(ctx, ino, c, c)
-		if err != nil {
-			return err
-		}
-		if b, ok := got[c]; ok && int64(len(b)) > size-c*cs {
-			st, err := w.stamp(ctx, f, base)
-			if err != nil {
-				return err
-			}
-			// Refused: a newer writer rewrote the chunk since, and its
-			// bytes stand.
-			if _, err := f.st.WriteChunks(ctx, ino, map[int64][]byte{c: b[:size-c*cs]}, st); err != nil {
-				return err
-			}
-		}
-	}
+	// A refusal means a write of a version at least as high is stored:
+	// this mount's own, sent with a batch or by another descriptor, or
+	// another mount's. Whichever it is, it is stored now, before this
+	// truncate ends: the truncate is the later one, and cuts it under a
+	// newer generation (as writeChunks writes again), which outranks
+	// everything stored. A write still in flight with an older
+	// generation is then refused, and its writer rewrites it after the
+	// truncate, as the later write it is.
 	var deleted int64
-	if size < old {
-		st, err := w.stamp(ctx, f, base)
+	for attempt := 0; size < old; attempt++ {
+		refused, n, err := f.cut(ctx, ino, size, old, w, base)
+		deleted += n
 		if err != nil {
 			return err
 		}
-		if deleted, err = f.st.DeleteChunks(ctx, ino, (size+cs-1)/cs, (old-1)/cs, st.Version); err != nil {
-			return err
+		if !refused {
+			break
 		}
+		if attempt+1 >= conflictRetries {
+			return fmt.Errorf("truncating inode %d: newer writes kept winning: %w", ino, store.ErrConflict)
+		}
+		w.gen = 0
 	}
 	var created int64
 	if of != nil {
@@ -189,8 +192,43 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 	}
 	if of != nil {
 		of.attr, of.size, of.changed = a, size, false
+		of.wend, of.spans = 0, nil // everything is stored, and sized
 		of.extent = min(of.extent, size)
 		of.newChunks, of.seekFresh = 0, false
 	}
 	return nil
+}
+
+// cut removes what the store holds of ino past size, in a file that was
+// old bytes long: the last partial chunk is written again shorter (read
+// first: its bytes before size stand) and the chunks past it are
+// deleted, each request stamped by w (whose generation is allocated from
+// base if it has none). It reports whether any of it was refused by a
+// write of a version at least as high, and how many chunks it deleted.
+func (f *FS) cut(ctx context.Context, ino uint64, size, old int64, w *dataWriter, base *store.Inode) (refused bool, deleted int64, err error) {
+	cs := f.st.ChunkSize()
+	if size%cs != 0 {
+		c := size / cs
+		got, err := f.st.ReadChunks(ctx, ino, c, c)
+		if err != nil {
+			return false, 0, err
+		}
+		if b, ok := got[c]; ok && int64(len(b)) > size-c*cs {
+			st, err := w.stamp(ctx, f, base)
+			if err != nil {
+				return false, 0, err
+			}
+			wr, err := f.st.WriteChunks(ctx, ino, map[int64][]byte{c: b[:size-c*cs]}, st)
+			if err != nil {
+				return false, 0, err
+			}
+			refused = len(wr.Refused) > 0
+		}
+	}
+	st, err := w.stamp(ctx, f, base)
+	if err != nil {
+		return false, 0, err
+	}
+	d, err := f.st.TryDeleteChunks(ctx, ino, (size+cs-1)/cs, (old-1)/cs, st.Version)
+	return refused || len(d.Refused) > 0, d.Count, err
 }

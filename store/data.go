@@ -92,6 +92,38 @@ func (s *Store) ReadChunks(ctx context.Context, ino uint64, first, last int64) (
 	return out, nil
 }
 
+// GetInodeAndChunk reads inode ino and its chunk c in one round trip (an
+// appender's look at the file's end, and at the chunk it then writes
+// into). data is nil for a chunk not stored.
+func (s *Store) GetInodeAndChunk(ctx context.Context, ino uint64, c int64) (n Inode, data []byte, err error) {
+	what := fmt.Sprintf("reading inode %d and its chunk %d", ino, c)
+	docs, err := s.mgetMixed(ctx, []docRef{{s.idx.name(inodesIndex), inodeID(ino)}, {s.idx.name(dataIndex), chunkID(ino, c)}}, what)
+	if err != nil {
+		return Inode{}, nil, err
+	}
+	if !docs[0].Found {
+		return Inode{}, nil, fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	if n, err = decodeInode(docs[0].Source, docs[0].version()); err != nil {
+		return Inode{}, nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if n.Ino != ino {
+		return Inode{}, nil, fmt.Errorf("%s: document holds inode %d: %w", what, n.Ino, ErrCorrupt)
+	}
+	if !docs[1].Found {
+		return n, nil, nil
+	}
+	ch, err := decodeChunk(docs[1].Source, docs[1].version())
+	if err != nil {
+		return Inode{}, nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+	}
+	data = ch.bytes()
+	if ch.Ino != ino || ch.Chunk != c || (s.chunkSize > 0 && int64(len(data)) > s.chunkSize) {
+		return Inode{}, nil, fmt.Errorf("%s: chunk holds inode %d chunk %d of %d bytes: %w", what, ch.Ino, ch.Chunk, len(data), ErrCorrupt)
+	}
+	return n, data, nil
+}
+
 // WriteChunks stores whole chunks of ino (each at most ChunkSize bytes; a
 // shorter chunk reads as zeros beyond its end), all with stamp st. Writes
 // of different chunks are independent: a failure leaves the others
@@ -156,40 +188,55 @@ const deleteByIDLimit = 256
 
 // DeleteChunks removes chunks first..last of ino with data version
 // version, and returns how many it removed; absent ones are fine, and so
-// are chunks a write of a higher version holds (that write is later, and
-// stays). A range of more than deleteByIDLimit chunks is found by search
-// after a refresh of the data index, and then every stored chunk from
-// first on goes, past last too.
+// are chunks a write of a higher version holds (for a caller to whom that
+// write is later, and stays: see TryDeleteChunks for one that decides).
+// A range of more than deleteByIDLimit chunks is found by search after a
+// refresh of the data index, and then every stored chunk from first on
+// goes, past last too.
 func (s *Store) DeleteChunks(ctx context.Context, ino uint64, first, last int64, version int64) (deleted int64, err error) {
+	d, err := s.TryDeleteChunks(ctx, ino, first, last, version)
+	return d.Count, err
+}
+
+// Deleted is what a TryDeleteChunks did: Count chunks removed; Refused,
+// the chunks that a write or delete of a version at least as high holds
+// (as Written.Refused, the caller decides whether it is the later one).
+type Deleted struct {
+	Count   int64
+	Refused []int64
+}
+
+// TryDeleteChunks is DeleteChunks, reporting the chunks it was refused.
+func (s *Store) TryDeleteChunks(ctx context.Context, ino uint64, first, last int64, version int64) (d Deleted, err error) {
 	if last < first {
-		return 0, nil
+		return d, nil
 	}
 	if version <= 0 {
-		return 0, fmt.Errorf("deleting chunks of inode %d without a data version: %w", ino, ErrInvalid)
+		return d, fmt.Errorf("deleting chunks of inode %d without a data version: %w", ino, ErrInvalid)
 	}
 	if last-first < deleteByIDLimit {
 		nums := make([]int64, 0, last-first+1)
 		for n := first; n <= last; n++ {
 			nums = append(nums, n)
 		}
-		return s.deleteChunkNums(ctx, ino, nums, version)
+		err := s.deleteChunkNums(ctx, ino, nums, version, &d)
+		return d, err
 	}
 	if err := s.RefreshData(ctx); err != nil {
-		return 0, err
+		return d, err
 	}
 	from := first
 	for {
 		nums, err := s.storedChunks(ctx, ino, from, DefaultPageSize)
 		if err != nil {
-			return deleted, err
+			return d, err
 		}
 		if len(nums) == 0 {
-			return deleted, nil
+			return d, nil
 		}
-		n, err := s.deleteChunkNums(ctx, ino, nums, version)
-		deleted += n
+		err = s.deleteChunkNums(ctx, ino, nums, version, &d)
 		if err != nil || len(nums) < DefaultPageSize {
-			return deleted, err
+			return d, err
 		}
 		from = nums[len(nums)-1] + 1
 	}
@@ -215,22 +262,26 @@ func deleteChunkOp(ino uint64, n int64, version int64) BulkOp {
 		what: fmt.Sprintf("deleting chunk %d of inode %d", n, ino)}
 }
 
-func (s *Store) deleteChunkNums(ctx context.Context, ino uint64, nums []int64, version int64) (deleted int64, err error) {
+// deleteChunkNums deletes chunks nums of ino at version, adding what it
+// did to d.
+func (s *Store) deleteChunkNums(ctx context.Context, ino uint64, nums []int64, version int64, d *Deleted) error {
 	ops := make([]BulkOp, 0, len(nums))
 	for _, n := range nums {
 		ops = append(ops, deleteChunkOp(ino, n, version))
 	}
 	res, err := s.Bulk(ctx, ops)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	for _, r := range res {
+	for i, r := range res {
 		switch {
 		case r.Deleted:
-			deleted++
-		case r.Err != nil && !isNotFound(r.Err) && !errors.Is(r.Err, ErrConflict):
-			return deleted, r.Err
+			d.Count++
+		case errors.Is(r.Err, ErrConflict):
+			d.Refused = append(d.Refused, nums[i])
+		case r.Err != nil && !isNotFound(r.Err):
+			return r.Err
 		}
 	}
-	return deleted, nil
+	return nil
 }

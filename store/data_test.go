@@ -265,3 +265,52 @@ func TestDecodeChunkFast(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteChunksReportsRefused: TryDeleteChunks names the chunks that a
+// write of a version at least as high holds, and removes the others; a
+// truncate decides from that whether to cut again under a newer
+// generation.
+func TestDeleteChunksReportsRefused(t *testing.T) {
+	s := testenv.Store(t)
+	ctx := ctxT(t)
+	if _, err := s.WriteChunks(ctx, 13, map[int64][]byte{0: []byte("old"), 1: []byte("new")}, store.Stamp{Version: store.DataVersion(1, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteChunks(ctx, 13, map[int64][]byte{1: []byte("newer")}, store.Stamp{Version: store.DataVersion(3, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.TryDeleteChunks(ctx, 13, 0, 2, store.DataVersion(2, 1))
+	if err != nil || d.Count != 1 || len(d.Refused) != 1 || d.Refused[0] != 1 {
+		t.Fatalf("deleting chunks 0-2 at generation 2 over 0 (gen 1) and 1 (gen 3): %+v, %v; want 1 deleted, [1] refused", d, err)
+	}
+	// The same version as the stored one is refused too: only a higher one
+	// wins.
+	d, err = s.TryDeleteChunks(ctx, 13, 1, 1, store.DataVersion(3, 1))
+	if err != nil || len(d.Refused) != 1 {
+		t.Fatalf("deleting at the stored version: %+v, %v; want refused", d, err)
+	}
+}
+
+// TestGetInodeAndChunk: an inode and one of its chunks in one read; a
+// chunk not stored is nil, an inode not stored ErrNotFound.
+func TestGetInodeAndChunk(t *testing.T) {
+	s := testenv.Store(t)
+	ctx := ctxT(t)
+	n := store.Inode{Ino: 14, Type: store.TypeFile, Mode: 0o644, Nlink: 1, Size: 5}
+	if _, _, err := s.GetInodeAndChunk(ctx, 14, 0); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an inode not stored: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Write(ctx, store.CreateInode(n)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteChunks(ctx, 14, map[int64][]byte{0: []byte("hello")}, store.Stamp{Version: store.DataVersion(1, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	got, data, err := s.GetInodeAndChunk(ctx, 14, 0)
+	if err != nil || got.Size != 5 || !got.Ver.Known() || string(data) != "hello" {
+		t.Fatalf("inode and chunk 0: %+v %q %v", got, data, err)
+	}
+	if _, data, err := s.GetInodeAndChunk(ctx, 14, 3); err != nil || data != nil {
+		t.Fatalf("a chunk not stored: %q %v, want nil", data, err)
+	}
+}
