@@ -41,14 +41,14 @@ for line in sys.stdin:
         print("errno", e.errno, flush=True)
 `
 
-// holder is a process with a flock held and a file open on a mount.
-type holder struct {
+// lockHolder is a process with a flock held and a file open on a mount.
+type lockHolder struct {
 	t     *testing.T
 	in    io.Writer
 	lines chan string
 }
 
-func startHolder(t *testing.T, locked, open string) *holder {
+func startLockHolder(t *testing.T, locked, open string) *lockHolder {
 	t.Helper()
 	cmd := exec.Command("python3", "-c", lockAndWriteScript, locked, open)
 	in, err := cmd.StdinPipe()
@@ -63,7 +63,7 @@ func startHolder(t *testing.T, locked, open string) *holder {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &holder{t: t, in: in, lines: make(chan string, 16)}
+	h := &lockHolder{t: t, in: in, lines: make(chan string, 16)}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
@@ -78,7 +78,7 @@ func startHolder(t *testing.T, locked, open string) *holder {
 	return h
 }
 
-func (h *holder) next(what string) string {
+func (h *lockHolder) next(what string) string {
 	h.t.Helper()
 	select {
 	case l, ok := <-h.lines:
@@ -94,7 +94,7 @@ func (h *holder) next(what string) string {
 
 // write has the holder write data through both descriptors; it returns
 // what the holder said ("written", or "errno N").
-func (h *holder) write(data string) string {
+func (h *lockHolder) write(data string) string {
 	h.t.Helper()
 	if _, err := h.in.Write([]byte(data + "\n")); err != nil {
 		h.t.Fatal(err)
@@ -129,7 +129,7 @@ func TestHeartbeatAnswersLost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := startHolder(t, a.Path("locked"), a.Path("open"))
+	h := startLockHolder(t, a.Path("locked"), a.Path("open"))
 	if flockN(t, b.Path("locked")) {
 		t.Fatal("B got the lock A holds")
 	}
