@@ -32,8 +32,10 @@ type unanswered struct {
 	// every is the fault of every write while next is empty.
 	every     string
 	readsFail bool
-	// onFault is called as a fault acts, with the fault.
+	// onFault is called as a fault acts, with the fault; onRead after a
+	// session read that succeeded.
 	onFault func(string)
+	onRead  func()
 	// late and later are the held writes.
 	late, later []store.BulkOp
 	// writes counts the writes asked; reads the session reads;
@@ -118,7 +120,14 @@ func (u *unanswered) GetSession(ctx context.Context, id string) (store.SessionDo
 	if fail {
 		return store.SessionDoc{}, fmt.Errorf("fault: no answer to the read: %w", store.ErrUnavailable)
 	}
-	return u.Backend.GetSession(ctx, id)
+	d, err := u.Backend.GetSession(ctx, id)
+	u.mu.Lock()
+	on := u.onRead
+	u.mu.Unlock()
+	if err == nil && on != nil {
+		on()
+	}
+	return d, err
 }
 
 // waitUntil polls cond until it holds, or fails the test after limit.
@@ -199,17 +208,18 @@ func TestHeartbeatLeaseFromSending(t *testing.T) {
 	st := testenv.Store(t)
 	u := &unanswered{Backend: st}
 	s := startSession(t, u, time.Second)
-	// Stop the heartbeat as the unanswered one is sent, so that no later
-	// one renews the lease.
+	// Until it is settled nothing renews the lease (later heartbeats meet
+	// the version it wrote); the heartbeat stops at the read that settles
+	// it, so that no later one renews the lease either.
 	var mu sync.Mutex
 	var before time.Duration
 	acted := false
 	u.set(func(u *unanswered) {
 		u.onFault = func(string) {
-			s.Freeze()
 			mu.Lock()
 			defer mu.Unlock()
 			before, acted = s.RenewedAt(), true
+			u.set(func(u *unanswered) { u.onRead = s.Freeze }) // onFault runs without u.mu
 		}
 	})
 	u.arm("land")
