@@ -11,8 +11,7 @@
 //
 // LOCK ORDERING (in-process mutexes): Manager.mu may be held while taking
 // Session.mu, never the reverse. No mutex is held across a request to
-// Elasticsearch except Session.mu in the heartbeat, which only the
-// heartbeat goroutine and Check take.
+// Elasticsearch.
 package locking
 
 import (

@@ -114,10 +114,22 @@ func (o *Observer) judge(ctx context.Context, d store.SessionDoc) (bool, error) 
 	verdict := d
 	verdict.Dead, verdict.DeadBy = true, o.self
 	if _, err := o.b.Write(ctx, store.PutSession(verdict, d.Ver)); err != nil {
-		if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
-			return false, nil // it moved (or left) meanwhile: not dead by us
+		// The verdict may have landed with its answer lost, or an earlier
+		// one of ours late, making this one conflict: what the document
+		// says now decides, not the failure.
+		cur, gerr := o.b.GetSession(ctx, d.ID)
+		switch {
+		case errors.Is(gerr, store.ErrNotFound):
+			return true, nil // it left: holds nothing
+		case gerr == nil && cur.Dead:
+			if cur.DeadBy != o.self {
+				return true, nil
+			}
+		case gerr == nil && (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)):
+			return false, nil // it moved meanwhile: alive
+		default:
+			return false, fmt.Errorf("declaring session %s dead: %w", d.ID, err)
 		}
-		return false, fmt.Errorf("declaring session %s dead: %w", d.ID, err)
 	}
 	o.log.Warn("declared a silent session dead", "session", d.ID, "host", d.Host, "pid", d.Pid,
 		"silent_for", (now - s.since).Round(time.Millisecond))

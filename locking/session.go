@@ -52,14 +52,25 @@ type Session struct {
 	id  string
 
 	mu sync.Mutex // protects the following
-	// doc is the session document as we last wrote it.
+	// doc is the session document as it is known to be stored: Ver is the
+	// version the next heartbeat is conditional on.
 	doc store.SessionDoc
-	// renewedAt is when the last successful renewal was sent, on the boot
-	// clock: the lease runs from the sending, since the write may have been
-	// applied at any moment after it.
+	// renewedAt is when the last renewal known to have landed was sent, on
+	// the boot clock: the lease runs from the sending, since the write may
+	// have been applied at any moment after it. A renewal whose outcome is
+	// unknown does not move it until it is settled (see settle).
 	renewedAt time.Duration
-	// lost is set for good when the heartbeat's compare-and-set fails:
-	// someone declared this session dead, and may have taken over its work.
+	// counter is the last heartbeat counter sent: every heartbeat carries a
+	// counter of its own, so that reading the document tells which one
+	// landed.
+	counter int64
+	// unsure are the heartbeats sent at doc.Ver whose outcome is unknown
+	// (a reset, a timeout): each may have landed, or may still land late,
+	// as long as the document is at the version it is conditional on.
+	unsure []attempt
+	// lost is set for good once the document shows that another mount
+	// declared this session dead (or it is gone): that mount may have
+	// taken over its work.
 	lost error
 	// inflight are the numbers of this session's unfinished operations.
 	inflight map[int64]struct{}
@@ -85,6 +96,18 @@ func StartSession(ctx context.Context, b Backend, cfg SessionConfig) (*Session, 
 		Build: cfg.Build, Options: cfg.Options}
 	sent := bootNow()
 	v, err := b.Write(ctx, store.CreateSession(s.doc))
+	if errors.Is(err, store.ErrUnavailable) {
+		// The answer was lost, the document may be there: a mount whose
+		// registration landed is registered. Nobody else writes a
+		// document of this (random) id, and nothing but a verdict, which
+		// no observer writes before a lease of silence, changes it. One
+		// not there fails the start; should it land later, it is a
+		// session that never beats, judged dead a lease plus grace on,
+		// holding nothing.
+		if d, gerr := b.GetSession(ctx, s.id); gerr == nil && !d.Dead && d.Counter == 0 {
+			v, err = d.Ver, nil
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("registering the mount's session: %w", err)
 	}
@@ -172,15 +195,31 @@ func (s *Session) heartbeat() {
 	}
 }
 
+// attempt is a heartbeat whose outcome is unknown.
+type attempt struct {
+	counter int64
+	sent    time.Duration // boot clock
+}
+
 // renew advances the counter; it returns true when the session is lost.
+//
+// A heartbeat that fails with an unknown outcome may have landed (only its
+// answer lost) or may land later (held past the request's deadline). The
+// next one, conditional on the version before it, then meets a version
+// conflict that says nothing of a verdict. So while any heartbeat's
+// outcome is unknown, every failure is settled by reading the document,
+// and only a verdict found there (or the document gone) ends the session;
+// the lease is renewed only by a heartbeat known to have landed, from the
+// moment it was sent.
 func (s *Session) renew() bool {
 	s.mu.Lock()
 	if s.frozen {
 		s.mu.Unlock()
 		return false
 	}
+	s.counter++
 	next := s.doc
-	next.Counter++
+	next.Counter = s.counter
 	next.DoneBelow = s.doneBelowLocked()
 	s.mu.Unlock()
 	if s.cfg.Stats != nil {
@@ -192,28 +231,93 @@ func (s *Session) renew() bool {
 	sent := bootNow()
 	v, err := s.b.Write(ctx, store.PutSession(next, next.Ver))
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch {
 	case err == nil:
 		next.Ver = v
-		s.doc, s.renewedAt = next, sent
+		s.doc, s.renewedAt, s.unsure = next, sent, nil
+		s.mu.Unlock()
 		return false
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
-		// Only a declaration of death writes our document: we are fenced
-		// for good, whatever we believe about our lease.
-		s.lost = fmt.Errorf("session %s was declared dead by another mount: %w", s.id, ErrLeaseLost)
-		s.cfg.Log.Error("session lost: another mount declared this one dead; writes fail until remount", "session", s.id)
-		close(s.lostCh)
-		return true
+		if len(s.unsure) == 0 {
+			// Our document changed, and no write of ours can have
+			// changed it: only a verdict does (or a removal, after
+			// one). Concluded at once, without a read, so that a mount
+			// woken past its lease starts its new session soon.
+			s.loseLocked("another mount declared this one dead")
+			s.mu.Unlock()
+			return true
+		}
+		// A verdict, or a heartbeat of ours that landed unanswered.
 	default:
-		s.cfg.Log.Warn("heartbeat failed", "session", s.id, "err", err)
-		return false
+		// Unknown outcome (a reset, a timeout, a 5xx, an answer that
+		// could not be read): it may have landed, or land later.
+		// Counted even when it was refused outright: its counter then
+		// never shows up.
+		s.unsure = append(s.unsure, attempt{counter: next.Counter, sent: sent})
+		s.cfg.Log.Warn("heartbeat failed; reading the session document to learn whether it landed", "session", s.id, "err", err)
 	}
+	s.mu.Unlock()
+	// A fresh deadline: the write's may be spent.
+	rctx, rcancel := context.WithTimeout(context.Background(), s.cfg.Lease/2)
+	defer rcancel()
+	return s.settle(rctx) != nil
+}
+
+// settle reads the session document and brings what the session knows of
+// it in line: one of its unsure heartbeats landed (the lease then runs
+// from that one's sending), or none did yet (they stay unsure, and the
+// lease runs out unless a later heartbeat lands), or another mount
+// declared it dead, which loses it for good (the error returned). A read
+// that fails settles nothing.
+func (s *Session) settle(ctx context.Context) error {
+	d, err := s.b.GetSession(ctx, s.id)
+	gone := errors.Is(err, store.ErrNotFound)
+	if err != nil && !gone {
+		s.cfg.Log.Warn("reading the session document after a failed heartbeat", "session", s.id, "err", err)
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.lost != nil:
+		return s.lost
+	case gone:
+		// Removed: only after a verdict (or by an operator).
+		return s.loseLocked("its session document was removed")
+	case d.Dead:
+		return s.loseLocked("another mount (" + d.DeadBy + ") declared this one dead")
+	case d.Ver == s.doc.Ver:
+		return nil // none landed (yet)
+	}
+	for _, a := range s.unsure {
+		if a.counter == d.Counter {
+			s.doc.Ver, s.doc.Counter, s.doc.DoneBelow = d.Ver, d.Counter, d.DoneBelow
+			s.renewedAt, s.unsure = a.sent, nil
+			s.cfg.Log.Info("a heartbeat whose answer was lost had landed", "session", s.id, "counter", d.Counter)
+			return nil
+		}
+	}
+	// Neither ours nor a verdict: nothing in esfs writes that. Whoever
+	// did may have meant to fence us; believe it.
+	return s.loseLocked(fmt.Sprintf("its session document was overwritten (counter %d)", d.Counter))
+}
+
+// loseLocked marks the session lost for good and says why.
+func (s *Session) loseLocked(why string) error {
+	s.lost = fmt.Errorf("session %s lost: %s: %w", s.id, why, ErrLeaseLost)
+	s.cfg.Log.Error("session lost: "+why+"; writes fail until remount", "session", s.id)
+	close(s.lostCh)
+	return s.lost
 }
 
 // Close stops the heartbeat and removes the session document, which says
 // "this mount ended cleanly, it holds nothing". Call it only after every
 // operation of the session finished and released its locks.
+//
+// The delete is conditional on the version known, which an unsettled
+// heartbeat may have moved, and its own answer may be lost: a failure is
+// settled by reading the document, as the heartbeat's are, so that a clean
+// unmount does not leave a session for others to judge dead.
 func (s *Session) Close(ctx context.Context) error {
 	select {
 	case <-s.stop:
@@ -222,11 +326,39 @@ func (s *Session) Close(ctx context.Context) error {
 	}
 	<-s.done
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.lost != nil {
+		s.mu.Unlock()
 		return nil
 	}
 	s.lost = fmt.Errorf("session %s closed: %w", s.id, ErrLeaseLost)
-	_, err := s.b.Write(ctx, store.DeleteSession(s.id, s.doc.Ver))
+	ver, unsure := s.doc.Ver, s.unsure
+	s.mu.Unlock()
+	var err error
+	for range 3 {
+		if _, err = s.b.Write(ctx, store.DeleteSession(s.id, ver)); err == nil {
+			return nil
+		}
+		d, gerr := s.b.GetSession(ctx, s.id)
+		switch {
+		case errors.Is(gerr, store.ErrNotFound):
+			return nil // removed, by this delete whose answer was lost
+		case gerr != nil:
+			return err
+		case d.Dead:
+			return nil // declared dead meanwhile: fenced, as a lost session
+		case d.Ver == ver && errors.Is(err, store.ErrUnavailable):
+			continue // the delete did not land (yet): again
+		case d.Ver == ver:
+			return err // refused
+		}
+		landed := false
+		for _, a := range unsure {
+			landed = landed || a.counter == d.Counter
+		}
+		if !landed {
+			return err
+		}
+		ver, unsure = d.Ver, nil
+	}
 	return err
 }
