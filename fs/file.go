@@ -39,9 +39,6 @@ type openFile struct {
 	// the flush clears setuid (and setgid with group execute), as the
 	// kernel does for callers without CAP_FSETID.
 	killPriv bool
-	// sticky is a failed write of buffered data (whose bytes were then
-	// dropped) not yet reported by a flush or fsync.
-	sticky error
 	// w numbers this mount's chunk writes to the file (see dataWriter);
 	// attr is its compare-and-set base when it allocates a generation.
 	w dataWriter
@@ -72,7 +69,10 @@ const (
 	aheadPer    = 2 // chunks per read-ahead request
 )
 
-// FlushAll makes the buffered writes of every open file durable.
+// FlushAll makes the buffered writes of every open file durable, and the
+// pending batch after them (at unmount: trying again until ctx ends).
+// Unlike fsync it reports to no description: what it says is for the
+// log, and a batch lost before it is reported there too.
 func (f *FS) FlushAll(ctx context.Context) error {
 	f.mu.Lock()
 	files := make([]*openFile, 0, len(f.open))
@@ -90,8 +90,11 @@ func (f *FS) FlushAll(ctx context.Context) error {
 		}
 	}
 	// The files' sizes may have gone to the pending batch: it lands last.
-	if err := f.sync(ctx); err != nil && first == nil {
+	if err := f.settleAll(ctx); err != nil && first == nil {
 		first = fmt.Errorf("flushing the pending batch: %w", err)
+	}
+	if err := f.errs.unseen(); err != nil && first == nil {
+		first = err
 	}
 	return first
 }
@@ -176,6 +179,9 @@ type handle struct {
 	// locks: the owners that took advisory locks through this open file
 	// (filelock.go).
 	locks lockOwners
+	// since: the write-back errors this description has reported
+	// (errseq.go).
+	since errSince
 }
 
 var (
@@ -214,7 +220,8 @@ func (f *FS) openHandle(ctx context.Context, a store.Inode, flags uint32, create
 		of.cgen++
 	}
 	of.mu.Unlock()
-	h := &handle{of: of, append: flags&syscall.O_APPEND != 0, write: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
+	h := &handle{of: of, append: flags&syscall.O_APPEND != 0, write: flags&syscall.O_ACCMODE != syscall.O_RDONLY,
+		since: f.errs.sample(a.Ino)}
 	return h, nil
 }
 
@@ -269,6 +276,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	of.mu.Unlock()
 	if err != nil {
 		f.log.Error("data lost at close: flush failed", "ino", of.ino, "err", err)
+	}
+	if last {
+		f.errs.forget(of.ino)
 	}
 	if last && unlinked {
 		attr.Size = max(attr.Size, of.size, of.extent)
