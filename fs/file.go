@@ -39,6 +39,9 @@ type openFile struct {
 	// the flush clears setuid (and setgid with group execute), as the
 	// kernel does for callers without CAP_FSETID.
 	killPriv bool
+	// sticky is a failed write of buffered data (whose bytes were then
+	// dropped) not yet reported by a flush or fsync.
+	sticky error
 	// w numbers this mount's chunk writes to the file (see dataWriter);
 	// attr is its compare-and-set base when it allocates a generation.
 	w dataWriter

@@ -63,29 +63,11 @@ const conflictRetries = 3
 // lands first (see writeback.go: a rollback deletes the chunks of the
 // inodes it staged, which must be only its own). Caller holds of.mu.
 func (of *openFile) writeChunks(ctx context.Context) error {
-	if len(of.dirty) == 0 {
-		return nil
+	if of.f.wb.hold(ctx, of) {
+		return nil // a pending file's chunks go with its batch
 	}
-	if err := of.f.errs.gone(of.ino); err != nil {
-		of.dropDirty() // made in a batch that was lost: it is nowhere
+	if err := of.landFirst(ctx); err != nil {
 		return err
-	}
-	if a, pending := of.f.wb.inode(of.ino); pending {
-		if of.f.wb.hold(ctx, of) {
-			return nil
-		}
-		if err := of.f.settle(ctx); err != nil {
-			return err // nothing was sent: the chunks stay buffered
-		}
-		if err := of.f.errs.gone(of.ino); err != nil {
-			of.dropDirty()
-			return err
-		}
-		if of.w.gen != a.Dgen {
-			// The generation it was created with was moved on by a
-			// rollback (see rolledBack): take one above it.
-			of.w.gen = 0
-		}
 	}
 	cs := of.f.st.ChunkSize()
 	for attempt := 0; len(of.dirty) > 0; attempt++ {
@@ -107,6 +89,7 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 		if err != nil {
 			of.dropDirty()
 			of.f.errs.fail(of.ino, err)
+			of.sticky = err
 			return err
 		}
 		of.newChunks += written.Created
@@ -130,10 +113,45 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 				err := fmt.Errorf("chunks of inode %d: newer writes kept winning: %w", of.ino, store.ErrConflict)
 				of.dropDirty()
 				of.f.errs.fail(of.ino, err)
+				of.sticky = err
 				return err
 			}
 			of.w.gen = 0 // take a newer generation
 		}
+	}
+	return nil
+}
+
+// landFirst lands the batch of a pending file whose dirty chunks it could
+// not hold (hold said no: past maxHeldData, or its batch's outcome is not
+// known yet), so that they are written as a stored file's: a file made in
+// memory has nothing stored outside its batch, whose rollback deletes the
+// chunks of the inodes it staged (writeback.go). A file made in a batch
+// that was lost exists nowhere: nothing is written for it. Caller holds
+// of.mu.
+func (of *openFile) landFirst(ctx context.Context) error {
+	if len(of.dirty) == 0 {
+		return nil
+	}
+	if err := of.f.errs.gone(of.ino); err != nil {
+		of.dropDirty()
+		return err
+	}
+	a, pending := of.f.wb.inode(of.ino)
+	if !pending {
+		return nil
+	}
+	if err := of.f.settle(ctx); err != nil {
+		return err // nothing was sent: the chunks stay buffered
+	}
+	if err := of.f.errs.gone(of.ino); err != nil {
+		of.dropDirty()
+		return err
+	}
+	if of.w.gen != a.Dgen {
+		// The generation it was created with was moved on by a rollback
+		// (see rolledBack): take one above it.
+		of.w.gen = 0
 	}
 	return nil
 }
@@ -150,10 +168,14 @@ func (of *openFile) dropDirty() {
 
 // flush makes everything written through this mount durable: chunks first,
 // then the inode (size, mtime) with compare-and-set. Caller holds of.mu.
-// A write-back error of before is not its to report: each description
-// reports it (errseq.go).
 func (of *openFile) flush(ctx context.Context) error {
+	if of.sticky != nil {
+		err := of.sticky
+		of.sticky = nil
+		return err
+	}
 	if err := of.writeChunks(ctx); err != nil {
+		of.sticky = nil // reported now
 		return err
 	}
 	if !of.changed || of.unlinked {
