@@ -43,6 +43,9 @@ type dirHandle struct {
 	listed     int
 	st         *dirState
 	since      uint64
+	// wbSince: the write-back errors this description has reported at
+	// fsyncdir (errseq.go).
+	wbSince errSince
 }
 
 var (
@@ -57,7 +60,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 		// Delegated: the listing comes from what this mount knows of the
 		// inode, whatever its path is now.
 		if p, ok := n.path(); ok {
-			return &dirHandle{n: n, path: p}, 0, 0
+			return &dirHandle{n: n, path: p, wbSince: n.f.errs.sample(n.ino())}, 0, 0
 		}
 	}
 	ctx, cancel := n.f.ctxOf(ctx)
@@ -66,7 +69,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 	if err != nil {
 		return nil, 0, n.f.toErrno("opendir", err)
 	}
-	return &dirHandle{n: n, path: p}, 0, 0
+	return &dirHandle{n: n, path: p, wbSince: n.f.errs.sample(n.ino())}, 0, 0
 }
 
 func (d *dirHandle) start(ctx context.Context) error {

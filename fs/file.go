@@ -79,7 +79,10 @@ const (
 	aheadPer    = 2 // chunks per read-ahead request
 )
 
-// FlushAll makes the buffered writes of every open file durable.
+// FlushAll makes the buffered writes of every open file durable, and the
+// pending batch after them (at unmount: trying again until ctx ends).
+// Unlike fsync it reports to no description: what it says is for the
+// log, and a batch lost before it is reported there too.
 func (f *FS) FlushAll(ctx context.Context) error {
 	f.mu.Lock()
 	files := make([]*openFile, 0, len(f.open))
@@ -97,8 +100,11 @@ func (f *FS) FlushAll(ctx context.Context) error {
 		}
 	}
 	// The files' sizes may have gone to the pending batch: it lands last.
-	if err := f.sync(ctx); err != nil && first == nil {
+	if err := f.settleAll(ctx); err != nil && first == nil {
 		first = fmt.Errorf("flushing the pending batch: %w", err)
+	}
+	if err := f.errs.unseen(); err != nil && first == nil {
+		first = err
 	}
 	return first
 }
@@ -183,6 +189,9 @@ type handle struct {
 	// locks: the owners that took advisory locks through this open file
 	// (filelock.go).
 	locks lockOwners
+	// since: the write-back errors this description has reported
+	// (errseq.go).
+	since errSince
 }
 
 var (
@@ -224,7 +233,8 @@ func (f *FS) openHandle(ctx context.Context, a store.Inode, flags uint32, create
 		of.cgen++
 	}
 	of.mu.Unlock()
-	h := &handle{of: of, append: flags&syscall.O_APPEND != 0, write: flags&syscall.O_ACCMODE != syscall.O_RDONLY}
+	h := &handle{of: of, append: flags&syscall.O_APPEND != 0, write: flags&syscall.O_ACCMODE != syscall.O_RDONLY,
+		since: f.errs.sample(a.Ino)}
 	return h, nil
 }
 
@@ -279,6 +289,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	of.mu.Unlock()
 	if err != nil {
 		f.log.Error("data lost at close: flush failed", "ino", of.ino, "err", err)
+	}
+	if last {
+		f.errs.forget(of.ino)
 	}
 	if last && unlinked {
 		attr.Size = max(attr.Size, of.size, of.extent)

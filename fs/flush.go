@@ -53,20 +53,34 @@ const conflictRetries = 3
 // written again under a newer generation: this write is the later one.
 // When the outcome is unknown (the request failed or timed out), the
 // chunks are dropped, as Linux drops dirty pages after a write-back
-// error: the error is reported (now and at the next flush), later reads
-// see what the store holds, and the request, should it land late, cannot
-// overwrite anything written after it. Caller holds of.mu.
+// error: the error is reported now, and to every open file description
+// of the file at its next fsync or close (errseq.go), later reads see
+// what the store holds, and the request, should it land late, cannot
+// overwrite anything written after it.
+//
+// A file made in memory (pending) has nothing stored outside its batch:
+// its chunks go with the batch, or, past what a batch holds, the batch
+// lands first (see writeback.go: a rollback deletes the chunks of the
+// inodes it staged, which must be only its own). Caller holds of.mu.
 func (of *openFile) writeChunks(ctx context.Context) error {
 	if of.f.wb.hold(ctx, of) {
 		of.spans = nil
 		return nil // a pending file's chunks go with its batch
+	}
+	if err := of.landFirst(ctx); err != nil {
+		return err
 	}
 	cs := of.f.st.ChunkSize()
 	for attempt := 0; len(of.dirty) > 0; attempt++ {
 		prev, gen := of.attr, of.w.gen
 		st, err := of.w.stamp(ctx, of.f, &of.attr)
 		if errors.Is(err, store.ErrNotFound) {
-			// Removed by another mount: nobody can read these bytes.
+			if err := of.f.errs.gone(of.ino); err != nil {
+				of.dropDirty()
+				return err
+			}
+			// Removed by another mount: nobody can read these bytes
+			// (Linux's writes to an unlinked file succeed too).
 			of.dropDirty()
 			return nil
 		}
@@ -83,6 +97,7 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 		written, err := of.f.st.WriteChunks(ctx, of.ino, of.dirty, st)
 		if err != nil {
 			of.dropDirty()
+			of.f.errs.fail(of.ino, err)
 			of.sticky = err
 			return err
 		}
@@ -107,11 +122,46 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 			if attempt+1 >= conflictRetries {
 				err := fmt.Errorf("chunks of inode %d: newer writes kept winning: %w", of.ino, store.ErrConflict)
 				of.dropDirty()
+				of.f.errs.fail(of.ino, err)
 				of.sticky = err
 				return err
 			}
 			of.w.gen = 0 // take a newer generation
 		}
+	}
+	return nil
+}
+
+// landFirst lands the batch of a pending file whose dirty chunks it could
+// not hold (hold said no: past maxHeldData, or its batch's outcome is not
+// known yet), so that they are written as a stored file's: a file made in
+// memory has nothing stored outside its batch, whose rollback deletes the
+// chunks of the inodes it staged (writeback.go). A file made in a batch
+// that was lost exists nowhere: nothing is written for it. Caller holds
+// of.mu.
+func (of *openFile) landFirst(ctx context.Context) error {
+	if len(of.dirty) == 0 {
+		return nil
+	}
+	if err := of.f.errs.gone(of.ino); err != nil {
+		of.dropDirty()
+		return err
+	}
+	a, pending := of.f.wb.inode(of.ino)
+	if !pending {
+		return nil
+	}
+	if err := of.f.settle(ctx); err != nil {
+		return err // nothing was sent: the chunks stay buffered
+	}
+	if err := of.f.errs.gone(of.ino); err != nil {
+		of.dropDirty()
+		return err
+	}
+	if of.w.gen != a.Dgen {
+		// The generation it was created with was moved on by a rollback
+		// (see rolledBack): take one above it.
+		of.w.gen = 0
 	}
 	return nil
 }
@@ -169,6 +219,9 @@ func (of *openFile) flush(ctx context.Context) error {
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
+		if err := of.f.errs.gone(of.ino); err != nil {
+			return err // made in a batch that was lost: it is nowhere
+		}
 		return nil // removed by another mount meanwhile: nothing to size
 	}
 	if err != nil {
@@ -196,8 +249,14 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	ctx, cancel := of.f.ctxOf(ctx)
 	defer cancel()
 	of.mu.Lock()
-	defer of.mu.Unlock()
-	return of.f.toErrno("flush", of.flush(ctx))
+	err := of.flush(ctx)
+	of.mu.Unlock()
+	// What this description has not reported yet (errseq.go); a failure
+	// of this flush was recorded first, and is reported once.
+	if rerr := of.f.errs.check(of.ino, &h.since, false); err == nil {
+		err = rerr
+	}
+	return of.f.toErrno("flush", err)
 }
 
 // Fsync makes the file durable, and with it everything this mount made in
@@ -208,7 +267,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	}
 	ctx, cancel := h.of.f.ctxOf(ctx)
 	defer cancel()
-	return h.of.f.toErrno("fsync", h.of.f.sync(ctx))
+	return h.of.f.toErrno("fsync", h.of.f.sync(ctx, h.of.ino, &h.since))
 }
 
 func (n *node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
@@ -219,5 +278,10 @@ func (n *node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) sysc
 	// what is pending in memory is.
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	return n.f.toErrno("fsync", n.f.sync(ctx))
+	s := n.f.errs.sample(n.ino())
+	since := &s
+	if d, ok := fh.(*dirHandle); ok {
+		since = &d.wbSince
+	}
+	return n.f.toErrno("fsync", n.f.sync(ctx, n.ino(), since))
 }

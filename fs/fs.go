@@ -82,6 +82,9 @@ type FS struct {
 	// are.
 	delegs *delegs
 	wb     *writeback
+	// errs: write-back errors, for every open file description to
+	// report (errseq.go).
+	errs errSeq
 	// flushOwners: the lock owner of each FLUSH under way (filelock.go).
 	flushOwners sync.Map
 	// changing: this mount's entry changes under way, by directory.
@@ -463,7 +466,17 @@ func (f *FS) updateInode(ctx context.Context, ino uint64, change func(*store.Ino
 // instead of reading it: one round trip instead of two while nobody else
 // changed it, and the usual re-read if someone did.
 func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode, change func(*store.Inode) error) (store.Inode, error) {
-	if a, ok, err := f.wb.update(ino, change); ok {
+	for {
+		a, ok, err := f.wb.update(ino, change)
+		if !ok {
+			break
+		}
+		if errors.Is(err, errOutcomeUnknown) {
+			if err := f.settle(ctx); err != nil {
+				return store.Inode{}, err
+			}
+			continue
+		}
 		if err == nil {
 			f.delegs.updateAttr(ino, a)
 		}

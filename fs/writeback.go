@@ -39,7 +39,19 @@ import (
 // A crash loses what was not flushed: at most the calls of the last
 // flush interval, never a call that returned from fsync. A mount fenced
 // off (declared dead while frozen) loses its pending batch the same way;
-// the next fsync reports EIO.
+// every open file description it touched hears of it (errseq.go).
+//
+// A batch that fails is rolled back and tried again, and what a process
+// was told is done must survive that. So nothing of a pending file is
+// ever stored outside its batch: its data goes in the batch's stage
+// (held, up to maxHeldData), or, when it does not fit, the batch lands
+// first and the data is written as any stored file's (writeChunks). A
+// rollback deletes the batch's inodes and their chunks, and those chunks
+// can then only be the stage's own. And a batch is tried again only once
+// the try before it is settled for good (its record DONE: rolled back, or
+// fenced off before it could start): a try left half done, rolled back
+// later by this mount's recovery, would delete the inodes the next try
+// landed.
 
 const (
 	// DefaultFlushInterval bounds how long a call made in memory stays
@@ -105,9 +117,6 @@ type writeback struct {
 	// parent's): a rename of an ancestor by another mount, which waits
 	// for them, finds the batch landed first (a revoked lease flushes).
 	shares map[uint64]*locking.Share
-	// lost is set when a batch could not land (this mount was fenced):
-	// the next fsync reports it.
-	lost error
 	// unknown: a batch whose outcome is not known yet, with what it held;
 	// the next flush learns it before it goes on.
 	unknown *pendingBatch
@@ -198,30 +207,50 @@ func (wb *writeback) close() {
 	<-wb.done
 }
 
+// settleTries bounds how often settle tries a batch that was rolled back
+// (an Elasticsearch hiccup: a lost answer, a 429) before it reports the
+// failure; the batch stays pending either way.
+const settleTries = 3
+
 // settle flushes whatever is pending: the caller is about to change the
 // store, or must make everything durable. Nothing pending costs nothing.
+// A batch rolled back is tried again at once, a few times: nothing of it
+// is visible, and one hiccup should not fail the call that needs it.
 func (f *FS) settle(ctx context.Context) error {
 	wb := f.wb
-	if wb == nil || (wb.count.Load() == 0 && wb.unknownBatch() == nil) {
-		return nil
+	for attempt := 0; ; attempt++ {
+		if wb == nil || (wb.count.Load() == 0 && wb.unknownBatch() == nil) {
+			return nil
+		}
+		err := wb.flush(ctx)
+		if err == nil || attempt+1 >= settleTries || ctx.Err() != nil {
+			return err
+		}
+		f.log.Warn("flushing the pending batch failed; trying again", "err", err)
+		store.Backoff(ctx, attempt+6, time.Second)
 	}
-	return wb.flush(ctx)
 }
 
-// sync is settle for fsync and fsyncdir: it also reports a batch
-// lost since the last one.
-func (f *FS) sync(ctx context.Context) error {
-	if f.wb == nil {
-		return nil
+// settleAll is settle at unmount, the last chance of what is pending: it
+// tries again until the batch lands, is lost, or ctx ends.
+func (f *FS) settleAll(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		err := f.settle(ctx)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		store.Backoff(ctx, attempt+8, 2*time.Second)
 	}
+}
+
+// sync is settle for fsync and fsyncdir through description since, open
+// on ino: it also reports what the description has not reported yet of a
+// write-back error, of ino or of a batch lost (see errseq.go).
+func (f *FS) sync(ctx context.Context, ino uint64, since *errSince) error {
 	if err := f.settle(ctx); err != nil {
 		return err
 	}
-	f.wb.mu.Lock()
-	defer f.wb.mu.Unlock()
-	err := f.wb.lost
-	f.wb.lost = nil
-	return err
+	return f.errs.check(ino, since, true)
 }
 
 // inode returns a pending inode.
@@ -275,8 +304,12 @@ func (f *FS) settleDir(ctx context.Context, ino uint64) error {
 	return f.settle(ctx)
 }
 
+// errOutcomeUnknown: the batch that holds a pending inode has an outcome
+// not learnt yet (see update).
+var errOutcomeUnknown = errors.New("the outcome of the pending batch is not known yet")
+
 // update applies change to a pending inode in memory (ok false: ino is
-// not pending).
+// not pending; errOutcomeUnknown: settle, then ask again).
 func (wb *writeback) update(ino uint64, change func(*store.Inode) error) (a store.Inode, ok bool, err error) {
 	if wb == nil || wb.count.Load() == 0 {
 		return store.Inode{}, false, nil
@@ -290,7 +323,9 @@ func (wb *writeback) update(ino uint64, change func(*store.Inode) error) (a stor
 		return store.Inode{}, false, nil
 	}
 	if wb.unknown != nil {
-		return store.Inode{}, true, fmt.Errorf("inode %d: the outcome of its batch is not known yet: %w", ino, syscall.EIO)
+		// The batch may have landed, and then the inode is no longer
+		// pending: the caller learns the outcome (settle) and asks again.
+		return store.Inode{}, true, errOutcomeUnknown
 	}
 	c := *p
 	c.Xattrs = maps.Clone(p.Xattrs)
@@ -578,7 +613,7 @@ func (wb *writeback) flush(ctx context.Context) error {
 	wb.gate.Lock()
 	defer wb.gate.Unlock()
 	if u := wb.unknownBatch(); u != nil {
-		if err := wb.learnUntil(ctx, u); err != nil {
+		if _, err := wb.learnUntil(ctx, u); err != nil {
 			return err
 		}
 	}
@@ -681,20 +716,17 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 		wb.mu.Lock()
 		wb.unknown = b
 		wb.mu.Unlock()
-		return wb.learnUntil(ctx, b)
-	default:
-		// Rolled back: nothing landed, and everything stays pending for
-		// the next try. Born delegations' documents may have landed in
-		// the stage; the next try overwrites them. Chunks may have landed
-		// too, and the rollback deleted them at the generation after the
-		// file's: the next try writes them at the one after that.
-		wb.mu.Lock()
-		for ino := range wb.data {
-			if a := wb.inodes[ino]; a != nil {
-				a.Dgen += 2
-			}
+		settled, lerr := wb.learnUntil(ctx, b)
+		if lerr == nil && !settled {
+			// Still pending: the caller has not got what it asked for.
+			lerr = fmt.Errorf("batch %s: %v; rolled back: %w", b.op, err, errRolledBack)
 		}
-		wb.mu.Unlock()
+		return lerr
+	default:
+		// Rolled back (the journal settled the try for good before it
+		// returned): nothing landed, and everything stays pending for
+		// the next try.
+		wb.rolledBack(b)
 		return err
 	}
 	wb.landed(b, func() {
@@ -731,52 +763,95 @@ func (wb *writeback) settleStage(ctx context.Context, b *pendingBatch, pls []par
 	}
 }
 
+// errRolledBack: a batch was rolled back and stays pending.
+var errRolledBack = errors.New("the batch stays pending")
+
+// rolledBack keeps batch b, rolled back for good, pending for the next
+// try. Born delegations' documents may have landed in the stage; the next
+// try overwrites them. Chunks of its files may have landed too, and the
+// rollback deleted them (and whatever else the file's size covers) at the
+// generation after the file's: the next try writes them at the one after
+// that, which every tombstone the rollback left is below. Caller holds
+// gate.
+func (wb *writeback) rolledBack(b *pendingBatch) {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	for _, staged := range b.inodes {
+		a := wb.inodes[staged.Ino]
+		if a != nil && a.Type == store.TypeFile && (staged.Size > 0 || wb.data[staged.Ino] != nil) {
+			a.Dgen += 2
+		}
+	}
+}
+
 // lose drops batch b, which can never land (this mount was fenced): what
-// it made is lost, as in a crash, and the next fsync says so.
+// it made is lost, as in a crash. Every open file description it touched
+// is told, at its next fsync or close (errseq.go); the files it made are
+// gone, and their descriptions fail from now on. Caller holds gate.
 func (wb *writeback) lose(b *pendingBatch, err error) {
 	wb.f.log.Error("a pending batch was lost: this mount lost its delegations (it was cut off past its lease)",
 		"entries", len(b.names), "err", err)
+	wb.mu.Lock()
+	wb.unknown = nil
+	wb.mu.Unlock()
 	wb.landed(b, nil)
 	for _, d := range b.born {
 		wb.f.co.Delegations.Landed(d, store.BulkResult{Err: err})
 	}
-	wb.mu.Lock()
-	wb.lost = fmt.Errorf("%d entries made since the last flush were lost: %v: %w", len(b.names), err, syscall.EIO)
-	wb.mu.Unlock()
+	made := make([]uint64, 0, len(b.inodes))
+	for _, a := range b.inodes {
+		made = append(made, a.Ino)
+	}
+	var touched []uint64
+	for ino := range b.dirs {
+		touched = append(touched, ino)
+	}
+	for ino := range b.ctimes {
+		touched = append(touched, ino)
+	}
+	for _, rn := range b.removed {
+		touched = append(touched, rn.d.Ino)
+	}
+	f := wb.f
+	f.mu.Lock()
+	open := make(map[uint64]bool, len(f.open))
+	for ino := range f.open {
+		open[ino] = true
+	}
+	f.mu.Unlock()
+	f.errs.lose(lostErr(len(b.names)+len(b.removed), err), made, touched, open)
 }
 
 // learnUntil learns the outcome of batch u, trying until ctx ends or this
 // mount's session is lost (then recovery settles it, and it is lost to
-// us). Caller holds gate.
-func (wb *writeback) learnUntil(ctx context.Context, u *pendingBatch) error {
+// us). settled: u is no longer pending (it landed, or was lost); false
+// with no error: it was rolled back, and is pending again. Caller holds
+// gate.
+func (wb *writeback) learnUntil(ctx context.Context, u *pendingBatch) (settled bool, err error) {
 	for attempt := 0; ; attempt++ {
 		if err := wb.f.co.Session().Check(); err != nil {
-			wb.mu.Lock()
-			wb.unknown = nil
-			wb.mu.Unlock()
 			wb.lose(u, err)
-			return err
+			return true, nil
 		}
-		err := wb.learn(ctx, u)
+		settled, err := wb.learn(ctx, u)
 		if err == nil || ctx.Err() != nil {
-			return err
+			return settled, err
 		}
 		store.Backoff(ctx, attempt, 100*time.Millisecond)
 	}
 }
 
-// learn settles a batch whose outcome was unknown. Caller holds gate.
-func (wb *writeback) learn(ctx context.Context, u *pendingBatch) error {
+// learn settles a batch whose outcome was unknown: visible, rolled back
+// for good (pending again, for the next try), or lost (this mount was
+// declared dead, and whoever did settles it). Caller holds gate.
+func (wb *writeback) learn(ctx context.Context, u *pendingBatch) (settled bool, err error) {
 	visible, err := wb.f.co.Journal.SettleBatch(ctx, wb.f.co.Session(), u.op)
 	if errors.Is(err, locking.ErrLeaseLost) {
-		wb.mu.Lock()
-		wb.unknown = nil
-		wb.mu.Unlock()
 		wb.lose(u, err)
-		return err
+		return true, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	if visible {
 		// It landed (the sweeper or recovery finishes it): the
@@ -791,12 +866,14 @@ func (wb *writeback) learn(ctx context.Context, u *pendingBatch) error {
 			}
 		})
 		wb.removedLanded(u)
+	} else {
+		// Rolled back: still pending, flushed again.
+		wb.rolledBack(u)
 	}
-	// Rolled back: still pending, flushed again.
 	wb.mu.Lock()
 	wb.unknown = nil
 	wb.mu.Unlock()
-	return nil
+	return visible, nil
 }
 
 // settleForRecall flushes before write delegation d is given back,

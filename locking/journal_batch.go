@@ -72,6 +72,13 @@ type BatchSpec struct {
 // visible; ErrLeaseLost when this mount was fenced (nothing of the batch
 // becomes visible); another error when the batch was rolled back (nothing
 // visible) or its outcome is left to recovery (err wraps ErrBatchUnknown).
+//
+// Rolled back means settled for good: the record is DONE (or was never
+// created, and cannot be any more), so nothing of this try can change
+// the store later. Whenever that is not certain the error wraps
+// ErrBatchUnknown, and the owner settles the try (SettleBatch) before it
+// tries the same inodes again: a try rolled back after the next one
+// landed would delete that one's inodes, and their data.
 func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) error {
 	inos := make([]uint64, len(spec.Inodes))
 	for i, a := range spec.Inodes {
@@ -234,14 +241,18 @@ func (j *Journal) batchRecord(ctx context.Context, sess *Session, rec store.OpRe
 	if err != nil {
 		// Unknown: the record may exist, unmarked or marked. Fence it off
 		// (done and aborted), so that nothing of it can start later.
-		j.fenceBatch(ctx, rec)
+		if ferr := j.fenceBatch(ctx, rec); ferr != nil {
+			return rec, fmt.Errorf("batch %s: %v; fencing it off: %v: %w", rec.ID, err, ferr, ErrBatchUnknown)
+		}
 		return rec, err
 	}
 	if res[0].Err != nil {
 		if errors.Is(res[0].Err, store.ErrExists) {
 			return rec, fmt.Errorf("batch %s was fenced off by recovery: %w", rec.ID, ErrLeaseLost)
 		}
-		j.fenceBatch(ctx, rec)
+		// Not created: fenced off as well, so that nothing can create
+		// it later (a failure here leaves nothing to settle).
+		_ = j.fenceBatch(ctx, rec)
 		return rec, res[0].Err
 	}
 	rec.Ver = res[0].Ver
@@ -258,7 +269,10 @@ func (j *Journal) batchRecord(ctx context.Context, sess *Session, rec store.OpRe
 			aborted := rec
 			aborted.State, aborted.Aborted = store.OpDone, true
 			if _, werr := j.b.Write(ctx, store.PutOp(aborted, rec.Ver)); werr != nil {
-				j.log.Warn("could not fence a batch whose delegation is gone", "op", rec.ID, "err", werr)
+				j.log.Warn("could not fence a batch whose delegation could not be marked", "op", rec.ID, "err", werr)
+				if !errors.Is(err, ErrLeaseLost) {
+					return rec, fmt.Errorf("batch %s: %v; fencing it off: %v: %w", rec.ID, err, werr, ErrBatchUnknown)
+				}
 			}
 			return rec, err
 		}
@@ -291,21 +305,28 @@ func (j *Journal) remark(ctx context.Context, sess *Session, d *Delegation, op s
 }
 
 // fenceBatch makes sure a batch whose record's outcome is unknown can
-// never start: done and aborted, whether or not the record exists.
-func (j *Journal) fenceBatch(ctx context.Context, rec store.OpRecord) {
+// never start: done and aborted, whether or not the record exists. An
+// error: that is not certain.
+func (j *Journal) fenceBatch(ctx context.Context, rec store.OpRecord) error {
 	fenced := rec
 	fenced.State, fenced.Aborted = store.OpDone, true
-	if _, err := j.b.Write(ctx, store.CreateOp(fenced)); err == nil || !errors.Is(err, store.ErrExists) {
-		return
+	_, err := j.b.Write(ctx, store.CreateOp(fenced))
+	if err == nil || !errors.Is(err, store.ErrExists) {
+		return err
 	}
 	cur, err := j.b.GetOp(ctx, rec.ID)
-	if err != nil || cur.State != store.OpPrepared {
-		return // already settled, or the sweeper's search finds it
+	if err != nil {
+		return err
+	}
+	if cur.State != store.OpPrepared {
+		return nil // settled already, or being settled by a takeover
 	}
 	cur.State, cur.Aborted = store.OpDone, true
 	if _, err := j.b.Write(ctx, store.PutOp(cur, cur.Ver)); err != nil {
 		j.log.Warn("could not fence a batch of unknown outcome", "op", rec.ID, "err", err)
+		return err
 	}
+	return nil
 }
 
 // stageBatch writes the batch's inodes and its names with their intent,
@@ -439,7 +460,9 @@ func (j *Journal) SettleBatch(ctx context.Context, sess *Session, op string) (vi
 	rec, err := j.b.GetOp(ctx, op)
 	if errors.Is(err, store.ErrNotFound) {
 		// Never created: fence it, so that a late create cannot start it.
-		j.fenceBatch(ctx, store.OpRecord{ID: op, Owner: sess.ID(), Epoch: 1, SrcType: store.TypeFile, Created: time.Now().UnixNano()})
+		if err := j.fenceBatch(ctx, store.OpRecord{ID: op, Owner: sess.ID(), Epoch: 1, SrcType: store.TypeFile, Created: time.Now().UnixNano()}); err != nil {
+			return false, err
+		}
 		if rec, err = j.b.GetOp(ctx, op); err != nil {
 			return false, err
 		}
@@ -448,9 +471,17 @@ func (j *Journal) SettleBatch(ctx context.Context, sess *Session, op string) (vi
 		return false, err
 	}
 	switch {
+	case rec.State == store.OpCommitted && rec.Owner == sess.ID() && rec.Epoch == 1:
+		// Visible, and not finished: nobody else finishes a live owner's
+		// batch, so the sweeper's retries do (see Flush).
+		j.keepBatch(rec, sess)
+		return true, nil
 	case rec.State == store.OpCommitted || (rec.State == store.OpDone && !rec.Aborted):
 		return true, nil
-	case rec.State == store.OpPrepared && rec.Owner == sess.ID() && rec.Epoch == 1:
+	case (rec.State == store.OpPrepared || rec.State == store.OpAborted) && rec.Owner == sess.ID() && rec.Epoch == 1:
+		// Ours, not committed: rolled back now, or, if a rollback of ours
+		// went ABORTED and failed after that, its rollback finished (a
+		// takeover would own the record under a new epoch).
 		if err := j.abort(ctx, rec); err != nil {
 			return false, err
 		}
