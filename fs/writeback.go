@@ -413,7 +413,7 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 		}
 	}
 	t := now()
-	a := NewInode(Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid, Target: e.Target, Rdev: e.Rdev}, t)
+	a := NewInode(Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid, Target: e.Target, Rdev: e.Rdev}, parent.ino(), t)
 	if err := store.CreateInode(a).Err(); err != nil {
 		return store.Node{}, true, err
 	}
@@ -615,6 +615,9 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 			spec.Removed = append(spec.Removed, rn.d)
 		case moveAway:
 			spec.Moved = append(spec.Moved, rn.d)
+			if rn.move.Ino != 0 {
+				spec.Moves = append(spec.Moves, rn.move)
+			}
 		case replacement:
 			spec.Replaced = append(spec.Replaced, rn.d)
 		}
@@ -654,6 +657,8 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 	}
 	var stageRes []store.BulkResult
 	spec.Staged = func(res []store.BulkResult) { stageRes = res }
+	var unmoved []uint64
+	spec.Unmoved = func(inos []uint64) { unmoved = inos }
 	// The batch's directories whose delegation here held nothing of
 	// their attributes but the pending inode: once stored, the inode
 	// written is theirs (the gate keeps this mount from changing them
@@ -706,6 +711,7 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 			}
 		}
 	})
+	f.delegs.unhold(unmoved)
 	wb.removedLanded(b)
 	return nil
 }
@@ -790,6 +796,7 @@ func (wb *writeback) learn(ctx context.Context, u *pendingBatch) error {
 				wb.f.co.Delegations.Landed(d, store.BulkResult{})
 			}
 		})
+		wb.f.delegs.unhold(u.moved()) // whether their directory was recorded is not known
 		wb.removedLanded(u)
 	}
 	// Rolled back: still pending, flushed again.
@@ -980,12 +987,12 @@ func (f *FS) renamePending(from dirRef, name string, to dirRef, newName string, 
 	wb.names = append(wb.names[:i:i], wb.names[i+1:]...)
 	wb.names = append(wb.names, pendingName{dir: to.ino(), d: moved})
 	t := now()
-	wb.inodes[pn.d.Ino].Ctime = t
+	// Not stored yet: its inode lands with its new directory in it.
+	wb.inodes[pn.d.Ino].Ctime, wb.inodes[pn.d.Ino].Parents = t, []uint64{to.ino()}
 	wb.touchLocked(from.ino(), t)
 	wb.touchLocked(to.ino(), t)
 	src.changedHere(name, dirEntry{absent: true}, true, true)
 	dst.changedHere(newName, dirEntry{ino: pn.d.Ino, typ: pn.d.Type}, true, true)
 	f.delegs.forgetAttr(pn.d.Ino)
-	f.noteParent(pn.d.Ino, to.ino())
 	return true, nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/esfs/esfs/store"
@@ -64,6 +65,15 @@ type BatchSpec struct {
 	// DirLinks are the counts the stage sets on existing directories
 	// (compare-and-set items of Stage): a rollback puts them back.
 	DirLinks []store.DirLinkChange
+	// Moves are the stored files the batch renames into another
+	// directory: their Parents follow them once the batch has committed
+	// (in the record, for whoever finishes it; see journal_parents.go).
+	// Unmoved, once the batch has committed, gets those whose Parents are
+	// not known to have moved before Flush returns (the sweeper or a
+	// taker moves them later): whatever the caller holds of their
+	// attributes under the new directory must go.
+	Moves   []store.ParentMove
+	Unmoved func([]uint64)
 }
 
 // Flush runs the batch of spec: the record with the marks of the holder
@@ -83,6 +93,11 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 	if err := j.readStored(ctx, &spec); err != nil {
 		return err // nothing sent: the batch stays pending
 	}
+	moving := map[uint64]bool{}
+	for _, d := range spec.Moved {
+		moving[d.Ino] = true
+	}
+	spec.Moves = slices.DeleteFunc(slices.Clone(spec.Moves), func(m store.ParentMove) bool { return !moving[m.Ino] })
 	var drop []uint64
 	for _, d := range spec.Removed {
 		drop = append(drop, d.Ino)
@@ -94,7 +109,7 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 		return nil // every removal was found done already
 	}
 	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1, SrcType: store.TypeFile,
-		NewInos: inos, DropInos: drop, DirLinks: spec.DirLinks, Created: time.Now().UnixNano()}
+		NewInos: inos, DropInos: drop, DirLinks: spec.DirLinks, Moves: spec.Moves, Created: time.Now().UnixNano()}
 	rec, err := j.batchRecord(ctx, sess, rec, spec.Under)
 	if err != nil {
 		return err
@@ -146,7 +161,16 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 	}
 	// Committed: the batch is visible. Finishing strips the intents, which
 	// anyone can redo; a failure here loses nothing.
-	fin, err := j.finishDocs(ctx, committed, known)
+	fin, missed, err := j.finishDocs(ctx, sess, committed, known, nil)
+	if err != nil {
+		missed = missed[:0]
+		for _, m := range spec.Moves {
+			missed = append(missed, m.Ino)
+		}
+	}
+	if len(missed) > 0 && spec.Unmoved != nil {
+		spec.Unmoved(missed)
+	}
 	if err == nil {
 		fin, err = j.setDone(ctx, fin, false)
 	}
