@@ -12,6 +12,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -209,3 +212,68 @@ func TestAttrRecallFollowsTheFile(t *testing.T) {
 	mounttest.FsckClean(t, f)
 }
 
+// TestAttrRecallOfInodesWithoutDirectories: an inode as an older esfs
+// wrote it records no directory for its links. No mount then keeps its
+// attributes under a delegation (a change recalls nobody, and another
+// mount still sees it at once); esfs fsck reports it and --repair records
+// the directory, after which the attributes are delegated again and a
+// change recalls the mount that holds them.
+func TestAttrRecallOfInodesWithoutDirectories(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, _ := delegMount(t, f)
+	c, _ := delegMount(t, f)
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a.Path("d", "f"), []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.Sync(t)
+	ctx := context.Background()
+	ino := mounttest.Ino(t, a.Path("d", "f"))
+	n, err := f.Store.GetInode(ctx, ino)
+	if err != nil || len(n.Parents) != 1 {
+		t.Fatalf("inode of d/f: %+v, %v; want one directory recorded", n, err)
+	}
+	n.Parents = nil
+	if _, err := f.Store.Write(ctx, store.PutInode(n, n.Ver)); err != nil {
+		t.Fatal(err)
+	}
+	dir := mounttest.Ino(t, c.Path("d"))
+	mode := os.FileMode(0o600)
+	step := func(what string) {
+		t.Helper()
+		mounttest.WaitFor(t, "C's read delegation on d "+what, 30*time.Second, func() bool {
+			names(t, c.Path("d"))
+			_, _ = os.Stat(c.Path("d", "f"))
+			return readHeldBy(t, f, c, dir)
+		})
+		_, _ = os.Stat(c.Path("d", "f"))
+		// What no delegation covers C's kernel is told to keep for 1ns,
+		// which it rounds up to a jiffy or two (go-fuse turns a timeout
+		// of 0 into the mount's): let that pass, so that C's next stat
+		// asks its daemon.
+		time.Sleep(50 * time.Millisecond)
+		if err := os.Chmod(a.Path("d", "f"), mode); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(c.Path("d", "f")); err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: C sees %v, %v right after A's chmod to %v", what, fi.Mode(), err, mode)
+		}
+		mode ^= 0o040
+	}
+	step("with no directory recorded")
+
+	out, err := f.Run("fsck", "--no-wait")
+	if exitCode(err) != 4 || !strings.Contains(out, "stored directories: inode "+strconv.FormatUint(ino, 10)+": none recorded") {
+		t.Fatalf("fsck: exit %d, want 4 naming inode %d:\n%s", exitCode(err), ino, out)
+	}
+	if out, err := f.Run("fsck", "--no-wait", "--repair"); exitCode(err) != 1 || strings.Count(out, "(repaired)") != 1 {
+		t.Fatalf("fsck --repair: exit %d, want 1 with one repair:\n%s", exitCode(err), out)
+	}
+	if n, err := f.Store.GetInode(ctx, ino); err != nil || !slices.Equal(n.Parents, []uint64{dir}) {
+		t.Fatalf("after fsck --repair: %+v, %v; want directory %d recorded", n, err, dir)
+	}
+	step("recorded by fsck --repair")
+	mounttest.FsckClean(t, f)
+}
