@@ -644,13 +644,11 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 			spec.DirLinks = append(spec.DirLinks, store.DirLinkChange{Ino: ino, Before: pl.after.Nlink - uint32(dd.links), After: pl.after.Nlink})
 		}
 	}
-	bornIno := make([]uint64, 0, len(b.born))
-	for ino, d := range b.born {
-		bornIno = append(bornIno, ino)
-		spec.Stage = append(spec.Stage, d.BornDoc(b.op))
+	for _, d := range b.born {
+		spec.Born = append(spec.Born, d)
 	}
-	// The ctimes of moved stored inodes (after the directories' writes
-	// and the born documents, whose results settleStage reads by place):
+	// The ctimes of moved stored inodes (after the directories' writes,
+	// whose results settleStage reads by place):
 	// a rolled-back batch may leave one newer, as any failed rename may.
 	for ino, t := range b.ctimes {
 		spec.Stage = append(spec.Stage, store.SetCtime(ino, t))
@@ -703,7 +701,7 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 		return err
 	}
 	wb.landed(b, func() {
-		wb.settleStage(ctx, b, pls, bornIno, stageRes)
+		wb.settleStage(ctx, pls, stageRes)
 		for i, a := range b.inodes {
 			if d, ok := made[a.Ino]; ok && i < len(created) {
 				a.Ver = created[i]
@@ -717,9 +715,9 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 }
 
 // settleStage records what the stage wrote of directories: their
-// attributes as stored now, and born delegations' documents. Caller holds
-// mu.
-func (wb *writeback) settleStage(ctx context.Context, b *pendingBatch, pls []parentLinks, bornIno []uint64, res []store.BulkResult) {
+// attributes as stored now. (Born delegations' documents landed with the
+// batch: locking.BatchSpec.Born.) Caller holds mu.
+func (wb *writeback) settleStage(ctx context.Context, pls []parentLinks, res []store.BulkResult) {
 	f := wb.f
 	for i, pl := range pls {
 		r := store.BulkResult{Err: errors.New("stage result unknown")}
@@ -727,13 +725,6 @@ func (wb *writeback) settleStage(ctx context.Context, b *pendingBatch, pls []par
 			r = res[i]
 		}
 		f.settleDirLinks(ctx, pl, r, true)
-	}
-	for i, ino := range bornIno {
-		r := store.BulkResult{Err: errors.New("stage result unknown")}
-		if k := len(pls) + i; k < len(res) {
-			r = res[k]
-		}
-		f.co.Delegations.Landed(b.born[ino], r)
 	}
 }
 

@@ -51,11 +51,17 @@ type BatchSpec struct {
 	Replaced []store.Dentry
 	// Data are the chunk writes of the new files, which land with them.
 	Data []store.BulkOp
+	// Born are the write delegations of the directories the batch makes
+	// (Delegations.BornInBatch): their lock documents are written in the
+	// stage and must land there, as the inodes and names must. A
+	// directory that became visible without its delegation's document
+	// could be changed by other mounts without a recall, while this mount
+	// (and its kernel) answer its names from memory.
+	Born []*Delegation
 	// Stage are more writes sent in the stage bulk (directories' times
-	// and link counts, the lock documents of directories born in the
-	// batch); Staged gets their results. They land before the commit
-	// point: a batch rolled back leaves a count too high, never too low,
-	// which fsck repairs.
+	// and link counts, moved files' ctimes); Staged gets their results.
+	// They land before the commit point: a batch rolled back leaves a
+	// count too high, never too low, which fsck repairs.
 	Stage  []store.BulkOp
 	Staged func([]store.BulkResult)
 	// Created gets the versions Inodes were created at, in their order,
@@ -358,6 +364,9 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 		docs = append(docs, marked)
 		ops = append(ops, store.PutDentry(marked, d.Ver))
 	}
+	for _, d := range spec.Born {
+		ops = append(ops, d.BornDoc(spec.Op))
+	}
 	ops = append(ops, spec.Stage...)
 	for _, o := range ops {
 		if err := o.Err(); err != nil {
@@ -369,7 +378,7 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 		if err != nil {
 			spec.Staged(nil)
 		} else {
-			spec.Staged(res[len(spec.Data)+len(spec.Inodes)+len(docs):])
+			spec.Staged(res[len(spec.Data)+len(spec.Inodes)+len(docs)+len(spec.Born):])
 		}
 	}
 	if err != nil {
@@ -404,6 +413,17 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 		}
 		d.Ver = r.Ver
 		known[i] = staged{doc: d}
+	}
+	res = res[len(spec.Inodes)+len(docs):]
+	for i, d := range spec.Born {
+		if err := res[i].Err; err != nil {
+			return nil, fmt.Errorf("batch %s: the write delegation of the directory made at %q: %w", spec.Op, d.Path, err)
+		}
+	}
+	// Landed (whether the batch then commits or not: the next try of one
+	// rolled back overwrites them).
+	for i, d := range spec.Born {
+		d.landed(res[i].Ver)
 	}
 	return known, nil
 }
