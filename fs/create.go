@@ -22,16 +22,21 @@ type Entry struct {
 	Rdev     uint32 // a device's number
 }
 
-// NewInode is the inode document of a new entry made as e asks, at time
-// t, with a fresh inode number: a file's creator owns its first data
-// generation, a directory has the links of "." and of its name
-// (DirLinks), a symlink's size is its target's length and its mode 0777,
-// a device keeps its number. A create writes it with the entry's path
-// document (NewDentry); import writes many of them in bulk, with the
-// local file's times, size and link count in place of a new file's.
-func NewInode(e Entry, t int64) store.Inode {
+// NewInode is the inode document of a new entry made as e asks in
+// directory inode dir, at time t, with a fresh inode number: anything but
+// a directory has dir as its Parents (whose delegations hold its
+// attributes), a file's creator owns its first data generation, a
+// directory has the links of "." and of its name (DirLinks), a symlink's
+// size is its target's length and its mode 0777, a device keeps its
+// number. A create writes it with the entry's path document (NewDentry);
+// import writes many of them in bulk, with the local file's times, size
+// and link count in place of a new file's.
+func NewInode(e Entry, dir uint64, t int64) store.Inode {
 	a := store.Inode{Ino: store.NewIno(), Type: e.Type, Mode: e.Mode & 0o7777, Uid: e.Uid, Gid: e.Gid, Nlink: 1,
 		Atime: t, Mtime: t, Ctime: t, Btime: t, Target: e.Target}
+	if e.Type != store.TypeDir {
+		a.Parents = []uint64{dir}
+	}
 	switch {
 	case e.Type == store.TypeFile:
 		a.Dgen = 1
@@ -257,7 +262,7 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 		}
 	}
 	t := now()
-	a := NewInode(Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid, Target: e.Target, Rdev: e.Rdev}, t)
+	a := NewInode(Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid, Target: e.Target, Rdev: e.Rdev}, dir, t)
 	subdirs := 0 // what the new entry adds to the parent's link count
 	if typ == store.TypeDir {
 		subdirs = 1

@@ -20,11 +20,13 @@ import (
 // of them since the grant stays true: a name's inode and type, or its
 // absence; once a whole listing was read after the grant (or the directory
 // was made here, empty), every name; the attributes of its files with one
-// link (a file with more may change through another directory), and the
-// directory's own attributes (its times and link count change with its
-// entries). Lookups, negative lookups, listings and stats are then
-// answered from memory. Every change of an entry's attributes takes its
-// directory's change lock (FS.lockAttrs), so it recalls first. On recall
+// link that its inode records in the directory (store.Inode.Parents; a
+// file with more may change through another directory), and the directory's own attributes (its
+// times and link count change with its entries). Lookups, negative
+// lookups, listings and stats are then answered from memory. Every change
+// of an entry's attributes takes the change lock of the directory the
+// stored inode names (store.Inode.HeldBy, FS.updateInodeFrom's attrLock),
+// so it recalls first. On recall
 // the state is dropped, and every name and attribute the kernel was told
 // under the delegation is invalidated in the kernel before the delegation
 // is given back, so a change made after the recall is seen at once by this
@@ -120,14 +122,18 @@ func newDirState(d *locking.Delegation, node *gofs.Inode) *dirState {
 	return &dirState{d: d, ino: d.Ino, names: map[string]dirEntry{}, kernel: map[string]bool{}, attrTold: map[uint64]*gofs.Inode{}, node: node}
 }
 
-// delegable: attributes a delegation may hold (see the package comment of
-// this file).
-func delegable(a store.Inode) bool { return a.Type != store.TypeDir && a.Nlink == 1 }
+// delegable: attributes a (read in real time) that the delegation of
+// directory dir may hold (see the package comment of this file): those of
+// a file with one link that its inode records in dir. What a change of
+// them recalls is decided by that record (store.Inode.HeldBy,
+// FS.updateInodeFrom), so a file it does not name dir for (another
+// directory, none recorded, several links) is read in real time here.
+func delegable(a store.Inode, dir uint64) bool { return a.Type != store.TypeDir && a.HeldBy() == dir }
 
 // learnAttr records the attributes of name, read in real time after the
 // grant.
 func (ds *delegs) learnAttr(st *dirState, name string, a store.Inode) {
-	if !delegable(a) {
+	if !delegable(a, st.ino) {
 		return
 	}
 	st.mu.Lock()
@@ -240,6 +246,49 @@ func (ds *delegs) forgetAttr(ino uint64) {
 		}
 	}
 	st.mu.Unlock()
+}
+
+// unhold is forgetAttr for attributes a delegation holds here that the
+// store may not agree with (a file renamed in memory whose new directory
+// is not known to be recorded, see writeback_rename.go): the kernel, which may have been
+// told them to keep for long, is told to drop them too.
+func (ds *delegs) unhold(inos []uint64) {
+	if ds == nil || len(inos) == 0 {
+		return
+	}
+	var told []*gofs.Inode
+	for _, ino := range inos {
+		ds.mu.Lock()
+		st := ds.by[ds.attrsIn[ino]]
+		ds.mu.Unlock()
+		ds.forgetAttr(ino)
+		ds.f.cache.InvalidateInode(ino)
+		if st == nil {
+			continue
+		}
+		st.mu.Lock()
+		if kn := st.attrTold[ino]; kn != nil {
+			told = append(told, kn)
+			delete(st.attrTold, ino)
+		}
+		st.mu.Unlock()
+	}
+	if len(told) == 0 || ds.f.closed.Load() {
+		return
+	}
+	// As a recall does: never wait for the kernel long (see recall).
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, kn := range told {
+			_ = kn.NotifyContent(-1, 0)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		ds.f.log.Warn("the kernel did not take attribute invalidations within 1s", "files", len(told))
+	}
 }
 
 // stateAny returns the state of directory ino even if its delegation was

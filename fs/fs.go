@@ -102,12 +102,6 @@ type FS struct {
 	// writes then fail instead of filling buffers nobody will flush.
 	closed atomic.Bool
 
-	// parents remembers, for each file this mount has told the kernel
-	// about, the directory it was found in, whose change lock a change
-	// of the file's attributes takes (see lockAttrs).
-	parentsMu sync.Mutex
-	parents   map[uint64]uint64
-
 	mu sync.Mutex // protects the following
 	// open holds the shared state of every inode with open handles in this
 	// mount (data buffers, size), so that handles see each other's writes
@@ -137,11 +131,10 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 	if o.Root == "" || o.RootIno == 0 {
 		o.Root, o.RootIno = "/", store.RootIno
 	}
-	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}, parents: map[uint64]uint64{}}
+	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}}
 	// A rename that replaced a file, finished by this mount, drops the
 	// replaced inode's link as unlink does: kept while open here.
 	co.Journal.SetDropLink(f.dropLink)
-	f.parents[o.RootIno] = o.RootIno
 	if o.Delegations {
 		f.delegs = newDelegs(f)
 		co.Delegations.Recall = f.delegs.recall
@@ -486,11 +479,8 @@ func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode
 	if err := f.settle(ctx); err != nil {
 		return store.Inode{}, err
 	}
-	end, err := f.lockAttrs(ctx, ino)
-	if err != nil {
-		return store.Inode{}, err
-	}
-	defer end()
+	var lock attrLock
+	defer lock.release()
 	f.delegs.forgetAttr(ino)
 	for attempt := 0; ; attempt++ {
 		var n store.Inode
@@ -504,12 +494,18 @@ func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode
 				return store.Inode{}, err
 			}
 		}
+		// Which delegations may hold what is overwritten, from the
+		// inode as this write replaces it (see attrLock).
+		holder := n.HeldBy()
 		if err := change(&n); err != nil {
 			if remembered {
 				// Refused on what this mount remembers, which may be
 				// stale (another mount chowned it): decide on a fresh read.
 				continue
 			}
+			return store.Inode{}, err
+		}
+		if err := lock.hold(ctx, f, holder); err != nil {
 			return store.Inode{}, err
 		}
 		f.cache.InvalidateInode(ino)
@@ -532,33 +528,45 @@ func (f *FS) updateInodeFrom(ctx context.Context, ino uint64, known *store.Inode
 
 func now() int64 { return time.Now().UnixNano() }
 
-// noteParent records that file ino was found in directory dir; dir 0
-// forgets the file (it is gone).
-func (f *FS) noteParent(ino, dir uint64) {
-	f.parentsMu.Lock()
-	if dir == 0 {
-		delete(f.parents, ino)
-	} else {
-		f.parents[ino] = dir
-	}
-	f.parentsMu.Unlock()
+// attrLock is the change lock of the directory whose delegations may hold
+// the attributes a change overwrites (store.Inode.HeldBy: a directory's
+// own, a file's with one link the one its inode records), joining this
+// mount's lease on it: taking it recalls other mounts' delegations there,
+// and holding it keeps new ones from being granted until the write is
+// done; a mount granted one afterwards reads the attributes anew. The
+// directory is decided by what is stored (the inode the write replaces, at
+// its version), never by where this mount found the file: another mount
+// may have renamed it since, or linked it elsewhere and removed the name
+// this mount knows. A rename moves the record with a compare-and-set
+// (locking/journal_parents.go), so a change that read the inode before
+// the move fails its compare-and-set, reads again, and recalls the new
+// directory. One copy of the fact, in the store: this mount keeps none.
+type attrLock struct {
+	dir uint64
+	end func()
 }
 
-// lockAttrs takes the change lock of the directory file ino was found in
-// (joining this mount's lease on it), so that other mounts' delegations,
-// which may hold the file's attributes, are recalled before they change.
-// A directory maps to itself there: its own attributes are held by its own
-// delegation. The lock is released (lease ended) by the returned function.
-func (f *FS) lockAttrs(ctx context.Context, ino uint64) (func(), error) {
-	f.parentsMu.Lock()
-	dir, ok := f.parents[ino]
-	f.parentsMu.Unlock()
-	if !ok {
-		return func() {}, nil
+// hold makes the lock held that of directory dir (0: none), releasing
+// the one held before if it was another's.
+func (l *attrLock) hold(ctx context.Context, f *FS, dir uint64) error {
+	if l.end != nil && l.dir == dir {
+		return nil
+	}
+	l.release()
+	if dir == 0 {
+		return nil
 	}
 	h, err := f.co.Share(ctx, []locking.Request{locking.Change(dir, "")})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return h.End, nil
+	l.dir, l.end = dir, h.End
+	return nil
+}
+
+func (l *attrLock) release() {
+	if l.end != nil {
+		l.end()
+		l.end = nil
+	}
 }

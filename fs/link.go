@@ -41,7 +41,7 @@ func (f *FS) linkLocked(ctx context.Context, parent dirRef, ino uint64, dir, pat
 		if a.Nlink >= 65000 {
 			return syscall.EMLINK
 		}
-		a.Nlink++
+		*a = a.Linked(parent.ino())
 		a.Ctime = t
 		return nil
 	})
@@ -58,7 +58,7 @@ func (f *FS) linkLocked(ctx context.Context, parent dirRef, ino uint64, dir, pat
 		}
 	}
 	if err != nil {
-		if _, uerr := f.updateInode(ctx, a.Ino, func(a *store.Inode) error { a.Nlink--; return nil }); uerr != nil {
+		if _, uerr := f.updateInode(ctx, a.Ino, func(a *store.Inode) error { *a = a.Unlinked(parent.ino()); return nil }); uerr != nil {
 			f.log.Warn("could not undo a link count", "ino", a.Ino, "err", uerr)
 		}
 		return store.Node{}, err

@@ -134,33 +134,31 @@ func (f *FS) addDirLinks(ctx context.Context, ino uint64, delta int, t int64) {
 	}
 }
 
-// dropLink removes one link from ino, for an unlink or a rename that
-// replaced it, and deletes the inode and its data when none is left,
-// unless this mount still has it open (then the last close deletes it).
-func (f *FS) dropLink(ctx context.Context, ino uint64) error {
+// dropLink removes one link from ino, its name in directory dir gone (an
+// unlink, or a rename that replaced it; dir 0: not known), and deletes
+// the inode and its data when none is left, unless this mount still has
+// it open (then the last close deletes it).
+func (f *FS) dropLink(ctx context.Context, ino, dir uint64) error {
 	// The cached inode, if any, is tried at its version first: right, it
 	// saves a read; stale, its compare-and-set fails and DropLink reads.
 	known, _ := f.cache.Inode(ino)
 	known.Ino = ino
 	f.cache.InvalidateInode(ino)
 	f.delegs.forgetAttr(ino)
-	a, err := locking.DropLinkFrom(ctx, f.st, known, f.keepUnlinked)
+	a, err := locking.DropLinkFrom(ctx, f.st, known, dir, f.keepUnlinked)
 	if err == nil && a.Ino != 0 {
 		f.cache.PutInode(a, f.cache.Gen())
 	} else {
 		f.cache.InvalidateInode(ino)
 	}
-	if err == nil && a.Ino == 0 {
-		f.noteParent(ino, 0)
-	}
 	return err
 }
 
-// dropLinkAndEnd drops the link of inode ino, whose name the caller has
-// just removed under txn, and ends txn. An inode known from the cache to go
-// with this link (its last link, or a directory), and not open here, is
-// deleted in the release's bulk at the cached version: no round trip of its
-// own. That needs no path lock (the name is gone, and inodes are changed
+// dropLinkAndEnd drops the link of inode ino, whose name in directory dir
+// the caller has just removed under txn, and ends txn. An inode known from
+// the cache to go with this link (its last link, or a directory), and not
+// open here, is deleted in the release's bulk at the cached version: no
+// round trip of its own. That needs no path lock (the name is gone, and inodes are changed
 // by compare-and-set); a stale cached version fails, and the link is then
 // dropped the long way, which reads the inode.
 //
@@ -169,10 +167,10 @@ func (f *FS) dropLink(ctx context.Context, ino uint64) error {
 // in the background instead of failing it, which would tell the caller
 // the name is still there. Only the release's own error is returned
 // (someone judged this mount dead: EIO, as for any operation).
-func (f *FS) dropLinkAndEnd(ctx context.Context, txn *locking.Txn, ino uint64) error {
+func (f *FS) dropLinkAndEnd(ctx context.Context, txn *locking.Txn, ino, dir uint64) error {
 	known, ok := f.cache.Inode(ino)
 	if !ok || !known.Ver.Known() || (known.Nlink > 1 && known.Type != store.TypeDir) || f.openState(ino) != nil {
-		f.dropLinkOrRetry(ctx, ino)
+		f.dropLinkOrRetry(ctx, ino, dir)
 		var err error
 		f.end(ctx, txn, &err)
 		return err
@@ -182,17 +180,16 @@ func (f *FS) dropLinkAndEnd(ctx context.Context, txn *locking.Txn, ino uint64) e
 	res, err := txn.EndWith(ctx, []store.BulkOp{store.DeleteInode(ino, known.Ver)})
 	switch {
 	case res != nil && res[0].Err == nil:
-		f.noteParent(ino, 0)
 		if derr := locking.DeleteData(ctx, f.st, known); derr != nil {
 			// Leftover chunks of a deleted inode: fsck --repair
 			// removes them once this mount has ended.
 			f.log.Warn("deleting the data of an unlinked file failed", "ino", ino, "err", derr)
 		}
 	case res != nil && errors.Is(res[0].Err, store.ErrNotFound):
-		f.noteParent(ino, 0) // someone else's drop came first
+		// Someone else's drop came first.
 	default:
 		// A stale version, or an unknown outcome: the long way reads.
-		f.dropLinkOrRetry(ctx, ino)
+		f.dropLinkOrRetry(ctx, ino, dir)
 	}
 	return err
 }
@@ -201,8 +198,8 @@ func (f *FS) dropLinkAndEnd(ctx context.Context, txn *locking.Txn, ino uint64) e
 // if that fails it keeps trying in the background, with backoff, for a
 // few leases (an inode still left then is unreachable: fsck --repair
 // removes it).
-func (f *FS) dropLinkOrRetry(ctx context.Context, ino uint64) {
-	err := f.dropLink(ctx, ino)
+func (f *FS) dropLinkOrRetry(ctx context.Context, ino, dir uint64) {
+	err := f.dropLink(ctx, ino, dir)
 	if err == nil {
 		return
 	}
@@ -213,7 +210,7 @@ func (f *FS) dropLinkOrRetry(ctx context.Context, ino uint64) {
 		for attempt := 0; time.Now().Before(deadline) && !f.closed.Load(); attempt++ {
 			time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, lease/2))
 			ctx, cancel := context.WithTimeout(context.Background(), lease)
-			err = f.dropLink(ctx, ino)
+			err = f.dropLink(ctx, ino, dir)
 			cancel()
 			if err == nil {
 				f.log.Info("dropped the link of a removed name after all", "ino", ino, "attempts", attempt+2)

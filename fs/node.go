@@ -88,11 +88,6 @@ func (n *node) dirPath(ctx context.Context, fresh bool) (string, error) {
 func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) *gofs.Inode {
 	child := n.NewInode(ctx, &node{f: n.f}, gofs.StableAttr{Mode: typeBits(sn.Type), Ino: sn.Ino})
 	n.f.fillAttr(sn.Attr, &out.Attr)
-	if sn.Type != store.TypeDir {
-		n.f.noteParent(sn.Ino, n.ino())
-	} else {
-		n.f.noteParent(sn.Ino, sn.Ino) // its attributes go with its own entries
-	}
 	return child
 }
 

@@ -33,7 +33,7 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 	}
 	ino, err := f.removeLocked(ctx, parent, dir, path, wantDir)
 	if err == nil {
-		err = f.dropLinkAndEnd(ctx, txn, ino)
+		err = f.dropLinkAndEnd(ctx, txn, ino, parent.ino())
 	} else {
 		f.end(ctx, txn, &err)
 	}

@@ -272,10 +272,11 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef
 		f.cache.InvalidateInode(to.ino())
 		f.cache.InvalidateInode(s.Ino)
 	}()
-	spec := locking.RenameSpec{Src: s, Dst: dst, Target: target, After: times, SrcParent: from.ino(), DstParent: to.ino()}
-	err = txn.Rename(ctx, spec)
 	_, srcName := store.Split(src)
 	_, dstName := store.Split(dst)
+	spec := locking.RenameSpec{Src: s, Dst: dst, Target: target, After: times, SrcParent: from.ino(), DstParent: to.ino(),
+		SrcAttr: f.knownInode(from.ino(), srcName, s.Ino)}
+	err = txn.Rename(ctx, spec)
 	f.delegs.changedHere(from.ino(), srcName, dirEntry{absent: true}, err == nil)
 	f.delegs.changedHere(to.ino(), dstName, dirEntry{ino: s.Ino, typ: s.Type}, err == nil)
 	if err != nil {
@@ -289,4 +290,19 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef
 		return fmt.Errorf("rename %q to %q: %w", src, dst, err)
 	}
 	return nil
+}
+
+// knownInode is inode ino (name in directory dir) as this mount knows it
+// at a version, from a delegation or the cache, or nil: a rename moves a
+// file's Parents at that version without reading it first, when nobody
+// changed it since (locking.RenameSpec.SrcAttr).
+func (f *FS) knownInode(dir uint64, name string, ino uint64) *store.Inode {
+	a, ok := f.delegs.attr(dir, name, ino, nil)
+	if !ok {
+		a, ok = f.cache.Inode(ino)
+	}
+	if !ok || a.Ino != ino || !a.Ver.Known() {
+		return nil
+	}
+	return &a
 }

@@ -448,7 +448,7 @@ func (f *FS) createPending(ctx context.Context, parent dirRef, name string, e En
 		}
 	}
 	t := now()
-	a := NewInode(Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid, Target: e.Target, Rdev: e.Rdev}, t)
+	a := NewInode(Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid, Target: e.Target, Rdev: e.Rdev}, parent.ino(), t)
 	if err := store.CreateInode(a).Err(); err != nil {
 		return store.Node{}, true, err
 	}
@@ -650,6 +650,9 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 			spec.Removed = append(spec.Removed, rn.d)
 		case moveAway:
 			spec.Moved = append(spec.Moved, rn.d)
+			if rn.move.Ino != 0 {
+				spec.Moves = append(spec.Moves, rn.move)
+			}
 		case replacement:
 			spec.Replaced = append(spec.Replaced, rn.d)
 		}
@@ -676,19 +679,19 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 			spec.DirLinks = append(spec.DirLinks, store.DirLinkChange{Ino: ino, Before: pl.after.Nlink - uint32(dd.links), After: pl.after.Nlink})
 		}
 	}
-	bornIno := make([]uint64, 0, len(b.born))
-	for ino, d := range b.born {
-		bornIno = append(bornIno, ino)
-		spec.Stage = append(spec.Stage, d.BornDoc(b.op))
+	for _, d := range b.born {
+		spec.Born = append(spec.Born, d)
 	}
-	// The ctimes of moved stored inodes (after the directories' writes
-	// and the born documents, whose results settleStage reads by place):
+	// The ctimes of moved stored inodes (after the directories' writes,
+	// whose results settleStage reads by place):
 	// a rolled-back batch may leave one newer, as any failed rename may.
 	for ino, t := range b.ctimes {
 		spec.Stage = append(spec.Stage, store.SetCtime(ino, t))
 	}
 	var stageRes []store.BulkResult
 	spec.Staged = func(res []store.BulkResult) { stageRes = res }
+	var unmoved []uint64
+	spec.Unmoved = func(inos []uint64) { unmoved = inos }
 	// The batch's directories whose delegation here held nothing of
 	// their attributes but the pending inode: once stored, the inode
 	// written is theirs (the gate keeps this mount from changing them
@@ -730,7 +733,7 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 		return err
 	}
 	wb.landed(b, func() {
-		wb.settleStage(ctx, b, pls, bornIno, stageRes)
+		wb.settleStage(ctx, pls, stageRes)
 		for i, a := range b.inodes {
 			if d, ok := made[a.Ino]; ok && i < len(created) {
 				a.Ver = created[i]
@@ -738,14 +741,15 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 			}
 		}
 	})
+	f.delegs.unhold(unmoved)
 	wb.removedLanded(b)
 	return nil
 }
 
 // settleStage records what the stage wrote of directories: their
-// attributes as stored now, and born delegations' documents. Caller holds
-// mu.
-func (wb *writeback) settleStage(ctx context.Context, b *pendingBatch, pls []parentLinks, bornIno []uint64, res []store.BulkResult) {
+// attributes as stored now. (Born delegations' documents landed with the
+// batch: locking.BatchSpec.Born.) Caller holds mu.
+func (wb *writeback) settleStage(ctx context.Context, pls []parentLinks, res []store.BulkResult) {
 	f := wb.f
 	for i, pl := range pls {
 		r := store.BulkResult{Err: errors.New("stage result unknown")}
@@ -753,13 +757,6 @@ func (wb *writeback) settleStage(ctx context.Context, b *pendingBatch, pls []par
 			r = res[i]
 		}
 		f.settleDirLinks(ctx, pl, r, true)
-	}
-	for i, ino := range bornIno {
-		r := store.BulkResult{Err: errors.New("stage result unknown")}
-		if k := len(pls) + i; k < len(res) {
-			r = res[k]
-		}
-		f.co.Delegations.Landed(b.born[ino], r)
 	}
 }
 
@@ -865,6 +862,7 @@ func (wb *writeback) learn(ctx context.Context, u *pendingBatch) (settled bool, 
 				wb.f.co.Delegations.Landed(d, store.BulkResult{})
 			}
 		})
+		wb.f.delegs.unhold(u.moved()) // whether their directory was recorded is not known
 		wb.removedLanded(u)
 	} else {
 		// Rolled back: still pending, flushed again.
@@ -1057,12 +1055,12 @@ func (f *FS) renamePending(from dirRef, name string, to dirRef, newName string, 
 	wb.names = append(wb.names[:i:i], wb.names[i+1:]...)
 	wb.names = append(wb.names, pendingName{dir: to.ino(), d: moved})
 	t := now()
-	wb.inodes[pn.d.Ino].Ctime = t
+	// Not stored yet: its inode lands with its new directory in it.
+	wb.inodes[pn.d.Ino].Ctime, wb.inodes[pn.d.Ino].Parents = t, []uint64{to.ino()}
 	wb.touchLocked(from.ino(), t)
 	wb.touchLocked(to.ino(), t)
 	src.changedHere(name, dirEntry{absent: true}, true, true)
 	dst.changedHere(newName, dirEntry{ino: pn.d.Ino, typ: pn.d.Type}, true, true)
 	f.delegs.forgetAttr(pn.d.Ino)
-	f.noteParent(pn.d.Ino, to.ino())
 	return true, nil
 }

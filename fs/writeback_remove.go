@@ -52,6 +52,9 @@ type removedName struct {
 	// deleg is the write delegation of a removed directory, given back
 	// once the batch has landed (nothing is left to cover).
 	deleg *locking.Delegation
+	// move is, for a rename's source (moveAway) into another directory,
+	// what the batch does to the file's Parents (Ino 0: nothing).
+	move store.ParentMove
 }
 
 // storedPending reports whether the batch changes path, stored (see
@@ -212,9 +215,6 @@ func (f *FS) singleLink(dir uint64, name string, e dirEntry) bool {
 func (wb *writeback) removedLanded(b *pendingBatch) {
 	var gone []*locking.Delegation
 	for _, rn := range b.removed {
-		if rn.kind != moveAway {
-			wb.f.noteParent(rn.d.Ino, 0)
-		}
 		if rn.deleg != nil {
 			wb.f.delegs.drop(rn.deleg)
 			gone = append(gone, rn.deleg)

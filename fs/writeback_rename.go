@@ -99,7 +99,13 @@ func (f *FS) renameStored(ctx context.Context, from dirRef, name string, to dirR
 		wb.mu.Unlock()
 		return false, nil
 	}
-	wb.removed = append(wb.removed, removedName{kind: moveAway, d: store.Dentry{Path: srcPath, Ino: e.ino, Type: e.typ}})
+	away := removedName{kind: moveAway, d: store.Dentry{Path: srcPath, Ino: e.ino, Type: e.typ}}
+	if from.ino() != to.ino() {
+		// The directory whose delegations hold its attributes follows it
+		// once the batch has committed (locking.BatchSpec.Moves).
+		away.move = store.ParentMove{Ino: e.ino, From: from.ino(), To: to.ino()}
+	}
+	wb.removed = append(wb.removed, away)
 	if target.absent {
 		d := store.Dentry{Path: dstPath, Ino: e.ino, Type: e.typ}
 		d.Parent, d.Name = store.Split(dstPath)
@@ -124,15 +130,16 @@ func (f *FS) renameStored(ctx context.Context, from dirRef, name string, to dirR
 	f.cache.InvalidatePath(dstPath)
 	f.cache.InvalidateInode(e.ino)
 	f.delegs.forgetAttr(e.ino)
-	// Its attributes move with it, with the rename's ctime.
-	attr.Ctime = t
+	// Its attributes move with it, with the rename's ctime and, once the
+	// batch lands, its new directory as Parents: this mount holds both
+	// directories for writing, so nobody else sees them before.
+	attr.Ctime, attr.Parents = t, []uint64{to.ino()}
 	dst.changedHere(newName, dirEntry{ino: e.ino, typ: e.typ, attr: attr, hasAttr: true}, true, true)
 	f.delegs.heldIn(e.ino, to.ino())
 	if !target.absent {
 		f.cache.InvalidateInode(target.ino)
 		f.delegs.forgetAttr(target.ino)
 	}
-	f.noteParent(e.ino, to.ino())
 	f.metrics.pendingRenames.Inc()
 	return true, nil
 }
@@ -186,4 +193,15 @@ func (f *FS) removeMoved(parent dirRef, name string) bool {
 	f.delegs.forgetAttr(e.ino)
 	f.metrics.pendingRemoves.Inc()
 	return true
+}
+
+// moved lists the files batch b renames into another directory.
+func (b *pendingBatch) moved() []uint64 {
+	var out []uint64
+	for _, rn := range b.removed {
+		if rn.kind == moveAway && rn.move.Ino != 0 {
+			out = append(out, rn.move.Ino)
+		}
+	}
+	return out
 }

@@ -495,9 +495,9 @@ func (ds *Delegations) Born(ino uint64, path string, mode store.LockMode) (store
 
 // BornInBatch is Born for a directory made in memory under a write
 // delegation: the delegation (mode store.Exclusive) holds from now on in
-// this mount; its document is BornDoc, sent in the stage of the batch that
-// makes the directory (see BatchSpec.Stage), and Landed records how that
-// went.
+// this mount; its document is written in the stage of the batch that
+// makes the directory (BatchSpec.Born), or Landed says that it never will
+// be.
 func (ds *Delegations) BornInBatch(ino uint64, path string) *Delegation {
 	sess := ds.c.Session()
 	op := sess.LeaseOp()
@@ -521,21 +521,33 @@ func (d *Delegation) BornDoc(op string) store.BulkOp {
 	return store.WriteLock(store.LockWrite{Doc: doc})
 }
 
-// Landed records the outcome of the write BornInBatch returned.
+// landed records that d's document, born in a batch, was written at
+// version v.
+func (d *Delegation) landed(v store.Version) {
+	d.mu.Lock()
+	d.held.docs[0].Found, d.held.docs[0].Ver = true, v
+	d.mu.Unlock()
+}
+
+// Landed records the outcome of the batch that makes d's directory, when
+// it is not Flush that wrote d's document: landed (res without an error;
+// its version is not known), or never to land (the batch was lost: this
+// mount was fenced). A delegation that will never be written is revoked
+// and given back as a recall gives one back, the Recall callback first:
+// what this mount answered under it, its kernel included, must go, since
+// nothing will recall it. That runs in the background, as a recall does:
+// the caller (a flush) holds what the callback waits for.
 func (ds *Delegations) Landed(d *Delegation, res store.BulkResult) {
 	if res.Err == nil {
-		d.mu.Lock()
-		d.held.docs[0].Found, d.held.docs[0].Ver = true, res.Ver
-		d.mu.Unlock()
+		d.landed(res.Ver)
 		return
 	}
 	d.revoke()
-	ds.mu.Lock()
-	if ds.held[d.Ino] == d {
-		delete(ds.held, d.Ino)
-	}
-	ds.mu.Unlock()
-	ds.c.Locks.metrics.delegHeld(d.Mode, -1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), ds.c.cfg.Lease)
+		defer cancel()
+		ds.Give(ctx, d)
+	}()
 }
 
 // RecallWriter returns once no other mount holds directory ino (at path)

@@ -1,5 +1,11 @@
 package locking
 
+import (
+	"context"
+
+	"github.com/esfs/esfs/store"
+)
+
 // Freeze stops the heartbeat without ending the session, as a frozen
 // (SIGSTOPped, suspended) mount would; Thaw resumes it.
 func (s *Session) Freeze() {
@@ -12,4 +18,9 @@ func (s *Session) Thaw() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.frozen = false
+}
+
+// MoveParents is moveParents, for the tests of its fence.
+func (j *Journal) MoveParents(ctx context.Context, sess *Session, op string, moves []store.ParentMove) []uint64 {
+	return j.moveParents(ctx, sess, op, moves)
 }

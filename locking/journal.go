@@ -52,7 +52,7 @@ type Journal struct {
 	mu sync.Mutex // protects dropLink, done, unfinished and recovering
 	// dropLink removes one link from the inode a rename replaced, at most
 	// once per rename (see SetDropLink).
-	dropLink   func(ctx context.Context, ino uint64) error
+	dropLink   func(ctx context.Context, ino, dir uint64) error
 	done       map[string]store.OpRecord // records in a final state, which never change
 	unfinished map[string]*unfinished    // kept by Rename, retried by the sweeper
 	recovering map[string]bool           // operations being recovered by this mount now
@@ -66,8 +66,8 @@ func NewJournal(b Backend, m *Manager, session func() *Session, log *slog.Logger
 	}
 	j := &Journal{b: b, m: m, log: log, Session: session, done: map[string]store.OpRecord{},
 		unfinished: map[string]*unfinished{}, recovering: map[string]bool{}}
-	j.dropLink = func(ctx context.Context, ino uint64) error {
-		_, err := DropLink(ctx, b, ino, nil)
+	j.dropLink = func(ctx context.Context, ino, dir uint64) error {
+		_, err := DropLink(ctx, b, ino, dir, nil)
 		return err
 	}
 	m.Recover = j.Recover
@@ -80,7 +80,7 @@ func NewJournal(b Backend, m *Manager, session func() *Session, log *slog.Logger
 // or a mount before it serves anything); a mount sets its own, which
 // leaves the inodes it has open to their last close and keeps its cache
 // in step, as its unlink does.
-func (j *Journal) SetDropLink(drop func(ctx context.Context, ino uint64) error) {
+func (j *Journal) SetDropLink(drop func(ctx context.Context, ino, dir uint64) error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.dropLink = drop
@@ -100,6 +100,10 @@ type RenameSpec struct {
 	// After are writes of the caller's (directory times) sent with the
 	// bulk that ends the rename; best effort, their failures are logged.
 	After []store.BulkOp
+	// SrcAttr, if not nil, is the moved inode as the caller knows it (at
+	// a version): a file moved to another directory has its Parents moved
+	// at that version, in a request the rename makes anyway.
+	SrcAttr *store.Inode
 }
 
 // Rename runs the journaled rename of spec. On success the rename is DONE
@@ -176,7 +180,7 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	// From here on the rename has happened, whatever fails: finishing is
 	// cleanup that can be redone, and while we own the record the caller
 	// is told it succeeded.
-	fin, err := j.finishDocs(ctx, committed, known)
+	fin, _, err := j.finishDocs(ctx, sess, committed, known, spec.SrcAttr)
 	if err != nil {
 		return r.finishFailed(fin, err)
 	}

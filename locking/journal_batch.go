@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/esfs/esfs/store"
@@ -50,11 +51,17 @@ type BatchSpec struct {
 	Replaced []store.Dentry
 	// Data are the chunk writes of the new files, which land with them.
 	Data []store.BulkOp
+	// Born are the write delegations of the directories the batch makes
+	// (Delegations.BornInBatch): their lock documents are written in the
+	// stage and must land there, as the inodes and names must. A
+	// directory that became visible without its delegation's document
+	// could be changed by other mounts without a recall, while this mount
+	// (and its kernel) answer its names from memory.
+	Born []*Delegation
 	// Stage are more writes sent in the stage bulk (directories' times
-	// and link counts, the lock documents of directories born in the
-	// batch); Staged gets their results. They land before the commit
-	// point: a batch rolled back leaves a count too high, never too low,
-	// which fsck repairs.
+	// and link counts, moved files' ctimes); Staged gets their results.
+	// They land before the commit point: a batch rolled back leaves a
+	// count too high, never too low, which fsck repairs.
 	Stage  []store.BulkOp
 	Staged func([]store.BulkResult)
 	// Created gets the versions Inodes were created at, in their order,
@@ -64,6 +71,15 @@ type BatchSpec struct {
 	// DirLinks are the counts the stage sets on existing directories
 	// (compare-and-set items of Stage): a rollback puts them back.
 	DirLinks []store.DirLinkChange
+	// Moves are the stored files the batch renames into another
+	// directory: their Parents follow them once the batch has committed
+	// (in the record, for whoever finishes it; see journal_parents.go).
+	// Unmoved, once the batch has committed, gets those whose Parents are
+	// not known to have moved before Flush returns (the sweeper or a
+	// taker moves them later): whatever the caller holds of their
+	// attributes under the new directory must go.
+	Moves   []store.ParentMove
+	Unmoved func([]uint64)
 }
 
 // Flush runs the batch of spec: the record with the marks of the holder
@@ -90,6 +106,11 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 	if err := j.readStored(ctx, &spec); err != nil {
 		return err // nothing sent: the batch stays pending
 	}
+	moving := map[uint64]bool{}
+	for _, d := range spec.Moved {
+		moving[d.Ino] = true
+	}
+	spec.Moves = slices.DeleteFunc(slices.Clone(spec.Moves), func(m store.ParentMove) bool { return !moving[m.Ino] })
 	var drop []uint64
 	for _, d := range spec.Removed {
 		drop = append(drop, d.Ino)
@@ -101,7 +122,7 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 		return nil // every removal was found done already
 	}
 	rec := store.OpRecord{ID: spec.Op, State: store.OpPrepared, Owner: sess.ID(), Epoch: 1, SrcType: store.TypeFile,
-		NewInos: inos, DropInos: drop, DirLinks: spec.DirLinks, Created: time.Now().UnixNano()}
+		NewInos: inos, DropInos: drop, DirLinks: spec.DirLinks, Moves: spec.Moves, Created: time.Now().UnixNano()}
 	rec, err := j.batchRecord(ctx, sess, rec, spec.Under)
 	if err != nil {
 		return err
@@ -153,7 +174,16 @@ func (j *Journal) Flush(ctx context.Context, sess *Session, spec BatchSpec) erro
 	}
 	// Committed: the batch is visible. Finishing strips the intents, which
 	// anyone can redo; a failure here loses nothing.
-	fin, err := j.finishDocs(ctx, committed, known)
+	fin, missed, err := j.finishDocs(ctx, sess, committed, known, nil)
+	if err != nil {
+		missed = missed[:0]
+		for _, m := range spec.Moves {
+			missed = append(missed, m.Ino)
+		}
+	}
+	if len(missed) > 0 && spec.Unmoved != nil {
+		spec.Unmoved(missed)
+	}
 	if err == nil {
 		fin, err = j.setDone(ctx, fin, false)
 	}
@@ -355,6 +385,9 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 		docs = append(docs, marked)
 		ops = append(ops, store.PutDentry(marked, d.Ver))
 	}
+	for _, d := range spec.Born {
+		ops = append(ops, d.BornDoc(spec.Op))
+	}
 	ops = append(ops, spec.Stage...)
 	for _, o := range ops {
 		if err := o.Err(); err != nil {
@@ -366,7 +399,7 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 		if err != nil {
 			spec.Staged(nil)
 		} else {
-			spec.Staged(res[len(spec.Data)+len(spec.Inodes)+len(docs):])
+			spec.Staged(res[len(spec.Data)+len(spec.Inodes)+len(docs)+len(spec.Born):])
 		}
 	}
 	if err != nil {
@@ -401,6 +434,17 @@ func (j *Journal) stageBatch(ctx context.Context, spec BatchSpec) ([]staged, err
 		}
 		d.Ver = r.Ver
 		known[i] = staged{doc: d}
+	}
+	res = res[len(spec.Inodes)+len(docs):]
+	for i, d := range spec.Born {
+		if err := res[i].Err; err != nil {
+			return nil, fmt.Errorf("batch %s: the write delegation of the directory made at %q: %w", spec.Op, d.Path, err)
+		}
+	}
+	// Landed (whether the batch then commits or not: the next try of one
+	// rolled back overwrites them).
+	for i, d := range spec.Born {
+		d.landed(res[i].Ver)
 	}
 	return known, nil
 }

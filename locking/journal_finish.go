@@ -12,29 +12,32 @@ import (
 )
 
 // fixKnown applies fix to the documents the owner staged, at the versions
-// its writes returned. It reports false when any of them changed since (a
-// takeover, or damage): the caller then falls back to the search.
-func (j *Journal) fixKnown(ctx context.Context, docs []staged, fix func(store.Dentry) (store.BulkOp, bool, error)) (bool, error) {
-	ops := make([]store.BulkOp, 0, len(docs))
+// its writes returned, and sends extra (the caller's writes) in the same
+// bulk, whose results it returns. It reports false when any of the
+// documents changed since (a takeover, or damage): the caller then falls
+// back to the search.
+func (j *Journal) fixKnown(ctx context.Context, docs []staged, fix func(store.Dentry) (store.BulkOp, bool, error), extra ...store.BulkOp) (bool, []store.BulkResult, error) {
+	ops := make([]store.BulkOp, 0, len(docs)+len(extra))
 	for _, s := range docs {
 		o, ok, err := fix(s.doc)
 		if err != nil {
-			return false, err
+			return false, nil, err
 		}
 		if ok {
 			ops = append(ops, o)
 		}
 	}
-	res, err := j.b.Bulk(ctx, ops)
+	n := len(ops)
+	res, err := j.b.Bulk(ctx, append(ops, extra...))
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
-	for _, r := range res {
+	for _, r := range res[:n] {
 		if r.Err != nil {
-			return false, nil
+			return false, res[n:], nil
 		}
 	}
-	return true, nil
+	return true, res[n:], nil
 }
 
 func finishFix(b Backend) func(store.Dentry) (store.BulkOp, bool, error) {
@@ -63,40 +66,60 @@ func finishFix(b Backend) func(store.Dentry) (store.BulkOp, bool, error) {
 // it at the same time; only the record's current owner can set DONE.
 // known, when the owner passes what it staged (every item confirmed, none
 // resent), is finished directly; no other document can carry the op. Else,
-// or if one of them changed, a refreshed search finds them all.
-func (j *Journal) finish(ctx context.Context, rec store.OpRecord, known []staged) (store.OpRecord, error) {
-	rec, err := j.finishDocs(ctx, rec, known)
+// or if one of them changed, a refreshed search finds them all. sess is
+// the session that owns the record now.
+func (j *Journal) finish(ctx context.Context, sess *Session, rec store.OpRecord, known []staged) (store.OpRecord, error) {
+	rec, _, err := j.finishDocs(ctx, sess, rec, known, nil)
 	if err != nil {
 		return rec, err
 	}
 	return j.setDone(ctx, rec, false)
 }
 
-// finishDocs is finish short of DONE: when it returns, no document carries
-// the operation, and the record (returned, at its new version if it
-// changed) is still COMMITTED.
-func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []staged) (store.OpRecord, error) {
+// finishDocs is finish short of DONE: when it returns nil, no document
+// carries the operation, the files it moved have their new Parents (see
+// journal_parents.go), and the record (returned, at its new version if it
+// changed) is still COMMITTED; missed are the moved files whose Parents
+// are not known to be moved when it fails. moved, if not
+// nil, is a moved file's inode as the owner knows it: its Parents are moved
+// at that version in the bulk that finishes the documents, saving a read
+// when nobody changed it.
+func (j *Journal) finishDocs(ctx context.Context, sess *Session, rec store.OpRecord, known []staged, moved *store.Inode) (_ store.OpRecord, missed []uint64, err error) {
 	ok := false
+	moves := rec.ParentMoves()
 	if known != nil {
-		var err error
-		if ok, err = j.fixKnown(ctx, known, finishFix(j.b)); err != nil {
-			return rec, err
+		var extra []store.BulkOp
+		k := -1
+		for i, m := range moves {
+			if o, fits := parentOp(m, moved); fits && k < 0 {
+				extra, k = append(extra, o), i
+			}
+		}
+		var res []store.BulkResult
+		if ok, res, err = j.fixKnown(ctx, known, finishFix(j.b), extra...); err != nil {
+			return rec, nil, err
+		}
+		if k >= 0 && len(res) == 1 && res[0].Err == nil {
+			moves = append(moves[:k:k], moves[k+1:]...)
 		}
 	}
 	if err := crashPoint("rename-mid-finish"); err != nil {
-		return rec, err
+		return rec, nil, err
 	}
 	if !ok {
 		if err := j.resolveDocs(ctx, rec.ID, finishFix(j.b)); err != nil {
-			return rec, err
+			return rec, nil, err
 		}
 	} else if rec.SrcType == store.TypeDir {
 		// Make the finished subtree visible to search before DONE: a
 		// listing of the new directory (found by a realtime lookup) must
 		// not come back empty because search still has the stage's state.
 		if err := j.b.Refresh(ctx); err != nil {
-			return rec, err
+			return rec, nil, err
 		}
+	}
+	if missed = j.moveParents(ctx, sess, rec.ID, moves); len(missed) > 0 {
+		return rec, missed, fmt.Errorf("recording the new directory of %d moved files: not done yet", len(missed))
 	}
 	drop := (rec.Overwritten != 0 || len(rec.DropInos) > 0) && !rec.LinkDropped
 	links := dirLinkDeltas(rec)
@@ -110,12 +133,12 @@ func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []st
 		marked.DirLinksMoved = rec.DirLinksMoved || move
 		v, err := j.b.Write(ctx, store.PutOp(marked, rec.Ver))
 		if err != nil {
-			return rec, fmt.Errorf("marking the replaced inode's link as dropped and the directories' links as moved: %w", err)
+			return rec, nil, fmt.Errorf("marking the replaced inode's link as dropped and the directories' links as moved: %w", err)
 		}
 		marked.Ver = v
 		rec = marked
 		if err := crashPoint("rename-after-links-marked"); err != nil {
-			return rec, err
+			return rec, nil, err
 		}
 		if move {
 			j.moveDirLinks(ctx, links)
@@ -124,7 +147,7 @@ func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []st
 			j.mu.Lock()
 			dropLink := j.dropLink
 			j.mu.Unlock()
-			if err := dropLink(ctx, rec.Overwritten); err != nil {
+			if err := dropLink(ctx, rec.Overwritten, rec.DstParent); err != nil {
 				j.log.Warn("could not drop the link of a replaced inode (fsck reclaims it)", "ino", rec.Overwritten, "err", err)
 			}
 		}
@@ -132,7 +155,7 @@ func (j *Journal) finishDocs(ctx context.Context, rec store.OpRecord, known []st
 			j.dropLinks(ctx, rec.DropInos)
 		}
 	}
-	return rec, nil
+	return rec, missed, nil
 }
 
 // setDone marks the record DONE (aborted or not), at its version.

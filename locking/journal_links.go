@@ -65,7 +65,7 @@ func (j *Journal) dropLinks(ctx context.Context, inos []uint64) {
 	dropLink := j.dropLink
 	j.mu.Unlock()
 	one := func(ino uint64) {
-		if err := dropLink(ctx, ino); err != nil {
+		if err := dropLink(ctx, ino, 0); err != nil {
 			j.log.Warn("could not drop the link of a removed name (fsck reclaims the inode)", "ino", ino, "err", err)
 		}
 	}
@@ -91,8 +91,10 @@ func (j *Journal) dropLinks(ctx context.Context, inos []uint64) {
 			continue
 		}
 		if a.Nlink > 1 && a.Type != store.TypeDir {
-			b := a
-			b.Nlink--
+			// Its directory is not recorded with the batch: the others
+			// are forgotten too (store.Inode.Unlinked), which a batch
+			// rarely meets (it removes files with one link).
+			b := a.Unlinked(0)
 			b.Ctime = t
 			ops, opIno = append(ops, store.PutInode(b, a.Ver)), append(opIno, a.Ino)
 			continue
@@ -136,17 +138,17 @@ type InodeBackend interface {
 	ChunkSize() int64
 }
 
-// DropLink removes one link from inode ino, one of its names having gone
-// (an unlink, or a rename that replaced it), with a compare-and-set of its
-// count, and deletes the inode and its data once no link is left (a
+// DropLink removes one link from inode ino, one of its names in directory
+// dir having gone (an unlink, or a rename that replaced it; dir 0: not
+// known, see store.Inode.Unlinked), with a compare-and-set of its count, and deletes the inode and its data once no link is left (a
 // directory has one name only). keep, if not nil, is asked first about an
 // inode left without links: true means it must outlive them, because the
 // caller's mount has the file open and deletes it at the last close
 // (DeleteUnlinked). DropLink returns the inode as it left it, or the zero
 // Inode once it is gone. An inode already gone is no error: someone else
 // dropped its last link.
-func DropLink(ctx context.Context, b InodeBackend, ino uint64, keep func(store.Inode) bool) (store.Inode, error) {
-	return DropLinkFrom(ctx, b, store.Inode{Ino: ino}, keep)
+func DropLink(ctx context.Context, b InodeBackend, ino, dir uint64, keep func(store.Inode) bool) (store.Inode, error) {
+	return DropLinkFrom(ctx, b, store.Inode{Ino: ino}, dir, keep)
 }
 
 // DropLinkFrom is DropLink starting from known, the inode as the caller
@@ -155,7 +157,7 @@ func DropLink(ctx context.Context, b InodeBackend, ino uint64, keep func(store.I
 // failed write when someone did). known with an unknown version is read
 // first. An inode that goes with this link is deleted at the version read,
 // in one write: no intermediate count of zero, since nobody keeps it.
-func DropLinkFrom(ctx context.Context, b InodeBackend, known store.Inode, keep func(store.Inode) bool) (store.Inode, error) {
+func DropLinkFrom(ctx context.Context, b InodeBackend, known store.Inode, dir uint64, keep func(store.Inode) bool) (store.Inode, error) {
 	t := time.Now().UnixNano()
 	a := known
 	for attempt := 0; ; attempt++ {
@@ -170,9 +172,7 @@ func DropLinkFrom(ctx context.Context, b InodeBackend, known store.Inode, keep f
 			}
 		}
 		read := a
-		if a.Nlink > 0 {
-			a.Nlink--
-		}
+		a = a.Unlinked(dir)
 		a.Ctime = t
 		goes := a.Nlink == 0 || a.Type == store.TypeDir
 		if goes && (keep == nil || !keep(a)) {

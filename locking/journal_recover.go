@@ -81,7 +81,7 @@ func (j *Journal) retry(ctx context.Context, u *unfinished) (finished bool, err 
 	if cur.State == store.OpPrepared {
 		err = j.abort(ctx, cur)
 	} else {
-		err = j.settle(ctx, cur)
+		err = j.settle(ctx, u.sess, cur)
 	}
 	if err != nil {
 		return false, err
@@ -123,7 +123,7 @@ func (j *Journal) Recover(ctx context.Context, rec store.OpRecord) error {
 		}
 		took.Ver = v
 		j.log.Warn("took over an operation of a dead mount", "op", rec.ID, "state", rec.State, "from", from, "epoch", took.Epoch)
-		if err := j.settle(ctx, took); err != nil {
+		if err := j.settle(ctx, sess, took); err != nil {
 			return err
 		}
 		j.m.metrics.recovered.Inc()
@@ -132,11 +132,12 @@ func (j *Journal) Recover(ctx context.Context, rec store.OpRecord) error {
 }
 
 // settle rolls an operation forward (COMMITTED) or back (ABORTED), as
-// whoever owns its record; in other states there is nothing to do.
-func (j *Journal) settle(ctx context.Context, rec store.OpRecord) error {
+// whoever owns its record (session sess); in other states there is
+// nothing to do.
+func (j *Journal) settle(ctx context.Context, sess *Session, rec store.OpRecord) error {
 	switch rec.State {
 	case store.OpCommitted:
-		done, err := j.finish(ctx, rec, nil)
+		done, err := j.finish(ctx, sess, rec, nil)
 		if err == nil {
 			j.remember(done)
 		}
@@ -173,7 +174,7 @@ func (j *Journal) Resume(ctx context.Context, rec store.OpRecord) error {
 	}
 	defer j.endRecovery(rec.ID)
 	j.log.Info("resuming the recovery of an operation", "op", rec.ID, "state", rec.State)
-	if err := j.settle(ctx, rec); err != nil {
+	if err := j.settle(ctx, sess, rec); err != nil {
 		return err
 	}
 	// The locks are still entered under the session that began the

@@ -3,6 +3,7 @@ package locking_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -226,6 +227,10 @@ func (r *requests) GetDentries(ctx context.Context, paths []string) ([]store.Den
 	r.n.Add(1)
 	return r.Store.GetDentries(ctx, paths)
 }
+func (r *requests) GetInodes(ctx context.Context, inos []uint64) ([]store.InodeResult, error) {
+	r.n.Add(1)
+	return r.Store.GetInodes(ctx, inos)
+}
 func (r *requests) Refresh(ctx context.Context) error {
 	r.n.Add(1)
 	return r.Store.Refresh(ctx)
@@ -344,5 +349,99 @@ func TestRenameOverDropsReplacedLink(t *testing.T) {
 		case c.nlink > 1 && (err != nil || n.Nlink != c.nlink-1):
 			t.Errorf("%s: the replaced inode has %d links (%v), want %d", c.name, n.Nlink, err, c.nlink-1)
 		}
+	}
+}
+
+// TestRenameMovesParents: a file renamed to another directory has that
+// directory recorded in its inode (store.Inode.Parents) by the time the
+// rename returns, in the requests a rename makes anyway when the caller
+// knows the inode at its version, with a read and a compare-and-set of
+// its own when it does not; a file with two links has the moved one's
+// directory replaced only. An owner that cannot vouch for its session
+// writes nothing: whoever took its rename over moves them.
+func TestRenameMovesParents(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := ctxT(t)
+	r := &requests{Store: st}
+	// A long lease: no renewal among the requests counted.
+	co := coordinator(t, r, "tree", 10*time.Second)
+	const s, d, other = 7501, 7502, 7503
+	rename := func(ino uint64, src, dst string, from, to uint64, known bool) int64 {
+		t.Helper()
+		sd, err := st.GetDentry(ctx, src)
+		if errors.Is(err, store.ErrNotFound) {
+			sd = putDentries(t, st, store.Dentry{Path: src, Ino: ino, Type: store.TypeFile})[0]
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		spec := locking.RenameSpec{Src: sd, Dst: dst, SrcParent: from, DstParent: to}
+		if known {
+			a, err := st.GetInode(ctx, ino)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec.SrcAttr = &a
+		}
+		r.n.Store(0)
+		txn, err := co.Begin(ctx, co.Strategy.Rename(src, dst, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.Rename(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.End(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return r.n.Load()
+	}
+	parents := func(ino uint64) []uint64 {
+		t.Helper()
+		a, err := st.GetInode(ctx, ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Parents
+	}
+	one := store.Inode{Ino: 7600, Type: store.TypeFile, Mode: 0o644, Nlink: 1, Parents: []uint64{s}}
+	two := store.Inode{Ino: 7601, Type: store.TypeFile, Mode: 0o644, Nlink: 2, Parents: []uint64{s, other}}
+	for _, a := range []store.Inode{one, two} {
+		if _, err := st.Write(ctx, store.CreateInode(a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := rename(one.Ino, "/ps/a", "/pd/a", s, d, true); n != 6 {
+		t.Errorf("a file rename to another directory, the inode known: %d requests, want 6", n)
+	}
+	if got := parents(one.Ino); !slices.Equal(got, []uint64{d}) {
+		t.Errorf("renamed to %d: parents %v", d, got)
+	}
+	if n := rename(one.Ino, "/pd/a", "/ps/a", d, s, false); n != 8 {
+		t.Errorf("a file rename to another directory, the inode not known: %d requests, want 8 (a read and a write more)", n)
+	}
+	if got := parents(one.Ino); !slices.Equal(got, []uint64{s}) {
+		t.Errorf("renamed back to %d: parents %v", s, got)
+	}
+	rename(two.Ino, "/ps/b", "/pd/b", s, d, true)
+	if got := parents(two.Ino); !slices.Equal(got, []uint64{d, other}) {
+		t.Errorf("one of two links renamed to %d: parents %v, want [%d %d]", d, got, d, other)
+	}
+
+	sess := coordinator(t, st, "tree", time.Second).Session()
+	sess.Freeze()
+	defer sess.Thaw()
+	deadline := time.Now().Add(time.Minute)
+	for sess.Check() == nil && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	missed := co.Journal.MoveParents(ctx, sess, "fenced-op", []store.ParentMove{{Ino: one.Ino, From: s, To: d}})
+	if sess.Check() == nil {
+		t.Fatal("the frozen session could still vouch for itself")
+	}
+	if !slices.Equal(missed, []uint64{one.Ino}) {
+		t.Errorf("a move by an owner whose lease lapsed reports %v missed, want [%d]", missed, one.Ino)
+	}
+	if got := parents(one.Ino); !slices.Equal(got, []uint64{s}) {
+		t.Errorf("an owner whose lease lapsed moved the parents: %v", got)
 	}
 }

@@ -9,28 +9,32 @@ import (
 
 // inodeDoc is the JSON of an inode document.
 type inodeDoc struct {
-	Ino    uint64            `json:"ino"`
-	Type   string            `json:"type"`
-	Mode   uint32            `json:"mode"`
-	Uid    uint32            `json:"uid"`
-	Gid    uint32            `json:"gid"`
-	Size   int64             `json:"size"`
-	Nlink  uint32            `json:"nlink"`
-	Rdev   uint32            `json:"rdev,omitempty"`
-	Atime  int64             `json:"atime"`
-	Mtime  int64             `json:"mtime"`
-	Ctime  int64             `json:"ctime"`
-	Btime  int64             `json:"btime"`
-	Target string            `json:"target,omitempty"`
-	Xattrs map[string][]byte `json:"xattrs,omitempty"`
-	Dgen   uint64            `json:"dgen,omitempty"`
-	Chunks *int64            `json:"chunks,omitempty"`
+	Ino     uint64            `json:"ino"`
+	Type    string            `json:"type"`
+	Mode    uint32            `json:"mode"`
+	Uid     uint32            `json:"uid"`
+	Gid     uint32            `json:"gid"`
+	Size    int64             `json:"size"`
+	Nlink   uint32            `json:"nlink"`
+	Rdev    uint32            `json:"rdev,omitempty"`
+	Atime   int64             `json:"atime"`
+	Mtime   int64             `json:"mtime"`
+	Ctime   int64             `json:"ctime"`
+	Btime   int64             `json:"btime"`
+	Target  string            `json:"target,omitempty"`
+	Xattrs  map[string][]byte `json:"xattrs,omitempty"`
+	Dgen    uint64            `json:"dgen,omitempty"`
+	Chunks  *int64            `json:"chunks,omitempty"`
+	Parents []uint64          `json:"parents,omitempty"`
 }
 
 func encodeInode(n Inode) inodeDoc {
 	d := inodeDoc{Ino: n.Ino, Type: n.Type.String(), Mode: n.Mode, Uid: n.Uid, Gid: n.Gid,
 		Size: n.Size, Nlink: n.Nlink, Rdev: n.Rdev, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Btime: n.Btime,
 		Target: encodeText(n.Target), Dgen: n.Dgen}
+	if n.Type != TypeDir {
+		d.Parents = n.Parents
+	}
 	if n.Chunks >= 0 && n.Type == TypeFile {
 		d.Chunks = &n.Chunks
 	}
@@ -49,7 +53,7 @@ func decodeInode(src []byte, v Version) (Inode, error) {
 		return Inode{}, fmt.Errorf("inode document: %w: %v", ErrCorrupt, err)
 	}
 	n := Inode{Ino: d.Ino, Mode: d.Mode, Uid: d.Uid, Gid: d.Gid, Size: d.Size, Nlink: d.Nlink, Rdev: d.Rdev,
-		Atime: d.Atime, Mtime: d.Mtime, Ctime: d.Ctime, Btime: d.Btime, Dgen: d.Dgen, Chunks: -1, Ver: v}
+		Atime: d.Atime, Mtime: d.Mtime, Ctime: d.Ctime, Btime: d.Btime, Dgen: d.Dgen, Chunks: -1, Parents: d.Parents, Ver: v}
 	if d.Chunks != nil && *d.Chunks >= 0 {
 		n.Chunks = *d.Chunks
 	}

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/esfs/esfs/store"
@@ -52,6 +53,64 @@ func TestScanInodesExactNumbers(t *testing.T) {
 	for i := uint64(1); i <= n; i++ {
 		if seen[base+i] != 1 {
 			t.Errorf("inode 2^62+%d listed %d times, want once", i, seen[base+i])
+		}
+	}
+}
+
+// TestInodeParents: the directories an inode records for its links
+// follow a link, an unlink and a rename as the calls that make them say,
+// decide which directory's delegations hold its attributes (one link, one
+// directory recorded), and are stored and read back as they are; a
+// directory records none.
+func TestInodeParents(t *testing.T) {
+	const s, x, d = 10, 20, 30
+	f := store.Inode{Ino: 1 << 30, Type: store.TypeFile, Mode: 0o644, Nlink: 1, Parents: []uint64{s}}
+	if got := f.HeldBy(); got != s {
+		t.Errorf("one link in %d: held by %d", s, got)
+	}
+	linked := f.Linked(x)
+	if linked.Nlink != 2 || !slices.Equal(linked.Parents, []uint64{s, x}) || linked.HeldBy() != 0 {
+		t.Errorf("linked into %d: %+v, held by %d; want links 2 in [%d %d], held by none", x, linked, linked.HeldBy(), s, x)
+	}
+	if len(f.Parents) != 1 {
+		t.Errorf("Linked changed its receiver: %v", f.Parents)
+	}
+	moved, ok := linked.MoveParent(store.ParentMove{Ino: f.Ino, From: s, To: d})
+	if !ok || !slices.Equal(moved.Parents, []uint64{d, x}) {
+		t.Errorf("the link in %d renamed to %d: %v, %v", s, d, moved.Parents, ok)
+	}
+	if _, ok := moved.MoveParent(store.ParentMove{Ino: f.Ino, From: s, To: d}); ok {
+		t.Errorf("a link not recorded in %d moved again", s)
+	}
+	left := moved.Unlinked(d)
+	if left.Nlink != 1 || !slices.Equal(left.Parents, []uint64{x}) || left.HeldBy() != x {
+		t.Errorf("the link in %d removed: %+v, held by %d; want the one in %d", d, left, left.HeldBy(), x)
+	}
+	if u := moved.Unlinked(0); u.Nlink != 1 || len(u.Parents) != 0 || u.HeldBy() != 0 {
+		t.Errorf("a link removed from a directory not known: %+v, held by %d; want none recorded", u, u.HeldBy())
+	}
+	// One link: wherever the inode said it was, it is where it was moved.
+	old := store.Inode{Ino: f.Ino, Type: store.TypeFile, Nlink: 1}
+	if m, ok := old.MoveParent(store.ParentMove{Ino: f.Ino, From: s, To: d}); !ok || m.HeldBy() != d {
+		t.Errorf("a file of an older esfs moved to %d: %v, %v", d, m.Parents, ok)
+	}
+	if _, ok := f.MoveParent(store.ParentMove{Ino: f.Ino, From: s, To: s}); ok {
+		t.Error("a rename within a directory moved something")
+	}
+	dir := store.Inode{Ino: 1<<30 + 1, Type: store.TypeDir, Mode: 0o755, Nlink: 2}
+	if dir.HeldBy() != dir.Ino || len(dir.Linked(s).Parents) != 0 {
+		t.Errorf("a directory: held by %d, linked records %v", dir.HeldBy(), dir.Linked(s).Parents)
+	}
+
+	st := testenv.Store(t)
+	ctx := ctxT(t)
+	for _, a := range []store.Inode{linked, dir} {
+		if _, err := st.Write(ctx, store.CreateInode(a)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.GetInode(ctx, a.Ino)
+		if err != nil || !slices.Equal(got.Parents, a.Parents) {
+			t.Errorf("inode %d stored with %v, read back %v, %v", a.Ino, a.Parents, got.Parents, err)
 		}
 	}
 }

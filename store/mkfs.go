@@ -66,6 +66,7 @@ func (s *Store) mappings(chunkSize int64) map[string]map[string]field {
 			"op":      kw(),
 			"dgen":    long(),
 			"chunks":  long(),
+			"parents": long(),
 		},
 		s.idx.Data: {
 			"ino":   long(),

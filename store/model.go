@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -124,7 +125,93 @@ type Inode struct {
 	// Chunks is how many data chunks a file stores (st_blocks), as its
 	// writers counted them; -1 when unknown (a file from an older esfs).
 	Chunks int64
-	Ver    Version // of the inode document
+	// Parents, of anything but a directory, are the directories that
+	// hold its links, one entry per link (a directory twice if it holds
+	// two): a file with one link has the one directory it is in. They
+	// decide which directory's delegations a change of its attributes
+	// recalls (HeldBy). Create, link, unlink and rename keep them, each in
+	// the write of the inode it makes anyway (Linked, Unlinked,
+	// MoveParent); fsck --repair sets them. Every entry is the directory
+	// of a link of the file, but there may be fewer entries than links:
+	// inodes made by an older esfs have none, and a link removed where
+	// its directory is not known empties them. Even a wrong entry is
+	// never unsafe: a mount caches a file's attributes under a
+	// directory's delegation only when HeldBy names that directory and it
+	// holds the file's name there, so the recall of HeldBy reaches every
+	// mount that caches them.
+	Parents []uint64
+	Ver     Version // of the inode document
+}
+
+// HeldBy returns the directory whose read delegations may hold n's
+// attributes, as mounts cache them: a directory's own, a file's with one
+// link the directory Parents name; 0 for none (several links, or none
+// recorded). A change of n's attributes, written over n, recalls that
+// directory's delegations first.
+func (n Inode) HeldBy() uint64 {
+	switch {
+	case n.Type == TypeDir:
+		return n.Ino
+	case n.Nlink == 1 && len(n.Parents) == 1:
+		return n.Parents[0]
+	}
+	return 0
+}
+
+// Linked is n with one more link, made in directory dir.
+func (n Inode) Linked(dir uint64) Inode {
+	n.Nlink++
+	if n.Type != TypeDir {
+		n.Parents = append(n.Parents[:len(n.Parents):len(n.Parents)], dir)
+	}
+	return n
+}
+
+// Unlinked is n with one link less, removed from directory dir (0: not
+// known, which forgets every directory: some may no longer be right).
+func (n Inode) Unlinked(dir uint64) Inode {
+	if n.Nlink > 0 {
+		n.Nlink--
+	}
+	if n.Type == TypeDir {
+		return n
+	}
+	if i := slices.Index(n.Parents, dir); i >= 0 && dir != 0 {
+		n.Parents = slices.Delete(slices.Clone(n.Parents), i, i+1)
+	} else if dir == 0 {
+		n.Parents = nil
+	}
+	return n
+}
+
+// ParentMove is what a rename does to a file's Parents: one of its links
+// went from directory From to directory To.
+type ParentMove struct {
+	Ino  uint64 `json:"ino"`
+	From uint64 `json:"from"`
+	To   uint64 `json:"to"`
+}
+
+// MoveParent returns n after the rename m moved one of its links: an
+// entry From becomes To, or with one link, the one entry is To. ok is
+// false when nothing changes (a directory, which has no Parents, a move
+// applied already to a file with one link, or a link not recorded).
+func (n Inode) MoveParent(m ParentMove) (Inode, bool) {
+	switch i := slices.Index(n.Parents, m.From); {
+	case n.Type == TypeDir || m.From == m.To:
+		return n, false
+	case n.Nlink == 1:
+		if len(n.Parents) == 1 && n.Parents[0] == m.To {
+			return n, false
+		}
+		n.Parents = []uint64{m.To}
+	case i >= 0:
+		n.Parents = slices.Clone(n.Parents)
+		n.Parents[i] = m.To
+	default:
+		return n, false
+	}
+	return n, true
 }
 
 // DirLinksCounted reports whether a directory's Nlink counts its

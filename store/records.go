@@ -69,6 +69,10 @@ type OpRecord struct {
 	// DirLinks are the link counts a batch's stage set on directories
 	// that existed, for its rollback to put back.
 	DirLinks []DirLinkChange
+	// Moves are the files a batch moves between directories (renames of
+	// stored files in memory): whoever finishes the batch moves their
+	// Parents (see ParentMoves).
+	Moves []ParentMove
 }
 
 // DirLinkChange is a directory's link count before and after a batch.
@@ -76,6 +80,20 @@ type DirLinkChange struct {
 	Ino    uint64 `json:"ino"`
 	Before uint32 `json:"before"`
 	After  uint32 `json:"after"`
+}
+
+// ParentMoves are the moves of files' Parents (see Inode.Parents) that
+// finishing r makes once it has committed: a rename's of a file to
+// another directory, a batch's Moves. A directory has no Parents: its own
+// delegation holds its attributes.
+func (r OpRecord) ParentMoves() []ParentMove {
+	switch {
+	case r.Src == "":
+		return r.Moves // a batch
+	case r.SrcType == TypeDir || r.SrcParent == 0 || r.DstParent == 0 || r.SrcParent == r.DstParent:
+		return nil
+	}
+	return []ParentMove{{Ino: r.SrcIno, From: r.SrcParent, To: r.DstParent}}
 }
 
 // IsBatch reports whether r is a write delegation's batch, not a rename.
@@ -96,6 +114,7 @@ type opBody struct {
 	NewInos         []uint64        `json:"new_inos,omitempty"`
 	DropInos        []uint64        `json:"drop_inos,omitempty"`
 	DirLinks        []DirLinkChange `json:"dir_links,omitempty"`
+	Moves           []ParentMove    `json:"moves,omitempty"`
 	Locks           []LockRef       `json:"locks"`
 	Created         int64           `json:"created"`
 }
@@ -114,7 +133,7 @@ func opID(id string) string { return "O" + id }
 func encodeOp(r OpRecord) opJSON {
 	b := opBody{Src: encodeText(r.Src), Dst: encodeText(r.Dst), SrcIno: r.SrcIno, SrcType: r.SrcType.String(),
 		Overwritten: r.Overwritten, Aborted: r.Aborted, LinkDropped: r.LinkDropped, Locks: r.Locks, Created: r.Created,
-		SrcParent: r.SrcParent, DstParent: r.DstParent, DirLinksMoved: r.DirLinksMoved, NewInos: r.NewInos, DropInos: r.DropInos, DirLinks: r.DirLinks}
+		SrcParent: r.SrcParent, DstParent: r.DstParent, DirLinksMoved: r.DirLinksMoved, NewInos: r.NewInos, DropInos: r.DropInos, DirLinks: r.DirLinks, Moves: r.Moves}
 	if r.Overwritten != 0 {
 		b.OverwrittenType = r.OverwrittenType.String()
 	}
@@ -128,7 +147,7 @@ func decodeOp(src []byte, v Version) (OpRecord, error) {
 	}
 	r := OpRecord{ID: j.Op, State: OpState(j.State), Owner: j.Owner, Epoch: j.Epoch, SrcIno: j.Body.SrcIno,
 		Overwritten: j.Body.Overwritten, Aborted: j.Body.Aborted, LinkDropped: j.Body.LinkDropped, Locks: j.Body.Locks, Created: j.Body.Created, Ver: v,
-		SrcParent: j.Body.SrcParent, DstParent: j.Body.DstParent, DirLinksMoved: j.Body.DirLinksMoved, NewInos: j.Body.NewInos, DropInos: j.Body.DropInos, DirLinks: j.Body.DirLinks}
+		SrcParent: j.Body.SrcParent, DstParent: j.Body.DstParent, DirLinksMoved: j.Body.DirLinksMoved, NewInos: j.Body.NewInos, DropInos: j.Body.DropInos, DirLinks: j.Body.DirLinks, Moves: j.Body.Moves}
 	var err error
 	if r.Src, err = decodeText(j.Body.Src); err != nil {
 		return OpRecord{}, err

@@ -109,6 +109,7 @@ type pathInfo struct {
 // operation or of a dead mount's, no operation of a dead mount is
 // unfinished, no lock entry of a dead mount is left, every inode is
 // reachable, every directory's link count is 2 plus its subdirectories,
+// every file's stored directory holds one of its links (see parents),
 // every data chunk belongs to a file and lies within its size (see
 // checker.data). Sessions are judged dead as the sweeper does: declared,
 // or silent for their lease plus grace, which fsck waits for when it
@@ -130,7 +131,7 @@ func run(ctx context.Context, c *checker, wait bool) (Report, error) {
 		return c.rep, err
 	}
 	// Operations first: recovery changes paths and locks.
-	for _, step := range []func(context.Context) error{c.ops, c.locks, c.scanPaths, c.scanInodes, c.dirLinks, c.unreachable, c.data} {
+	for _, step := range []func(context.Context) error{c.ops, c.locks, c.scanPaths, c.scanInodes, c.dirLinks, c.parents, c.unreachable, c.data} {
 		if err := step(ctx); err != nil {
 			return c.rep, err
 		}

@@ -24,6 +24,7 @@ type Import struct {
 	chunk     int64
 	links     map[devIno]*linkState // local files with several links
 	subdirs   map[string]uint32     // local directory -> its subdirectories, for link counts
+	dirInos   map[string]uint64     // local directory -> its inode, its entries' Parents
 	prog      Progress
 	o         Options
 	now       int64
@@ -50,8 +51,9 @@ type Import struct {
 
 type linkState struct {
 	ino   uint64
-	count uint32 // links inside the tree
-	done  bool   // inode and data written
+	count uint32   // links inside the tree
+	dirs  []uint64 // their directories' inodes, its Parents
+	done  bool     // inode and data written
 }
 
 type bulkBatch struct {
@@ -78,7 +80,7 @@ type ImportStats struct {
 // progress's totals and the count of each hard link inside the tree, which
 // its inode needs before it is written.
 func NewImport(src, dest string, o Options) (*Import, error) {
-	imp := &Import{src: src, dest: dest, links: map[devIno]*linkState{}, subdirs: map[string]uint32{}, prog: o.Progress, o: o, now: time.Now().UnixNano()}
+	imp := &Import{src: src, dest: dest, links: map[devIno]*linkState{}, subdirs: map[string]uint32{}, dirInos: map[string]uint64{}, prog: o.Progress, o: o, now: time.Now().UnixNano()}
 	if err := imp.count(); err != nil {
 		return nil, fmt.Errorf("import: %v", err)
 	}
@@ -258,18 +260,26 @@ func (imp *Import) count() error {
 			return err
 		}
 		entries++
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR && p != imp.src {
-			imp.subdirs[filepath.Dir(p)]++
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			// Numbered now: a hard link's inode, written at its first
+			// link, names the directories of all of them.
+			imp.dirInos[p] = store.NewIno()
+			if p != imp.src {
+				imp.subdirs[filepath.Dir(p)]++
+			}
 		}
 		first := true // the first link of a file, whose data is copied
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR && st.Nlink > 1 {
 			k := devIno{uint64(st.Dev), st.Ino}
-			if l := imp.links[k]; l != nil {
+			l := imp.links[k]
+			if l != nil {
 				l.count++
 				first = false
 			} else {
-				imp.links[k] = &linkState{ino: store.NewIno(), count: 1}
+				l = &linkState{ino: store.NewIno(), count: 1}
+				imp.links[k] = l
 			}
+			l.dirs = append(l.dirs, imp.dirInos[filepath.Dir(p)])
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFREG && first {
 			bytes += fileData(p, st.Size)

@@ -78,10 +78,17 @@ func (imp *Import) entry(p string) error {
 	default:
 		return fmt.Errorf("%s: a file of unknown type %o", p, st.Mode&unix.S_IFMT)
 	}
-	a := fs.NewInode(e, unix.TimespecToNsec(st.Ctim))
+	// Directories were numbered by count, which met each before what it
+	// holds: the number is its entries' Parents.
+	a := fs.NewInode(e, imp.dirInos[filepath.Dir(p)], unix.TimespecToNsec(st.Ctim))
 	a.Atime, a.Mtime = unix.TimespecToNsec(st.Atim), unix.TimespecToNsec(st.Mtim)
 	switch a.Type {
 	case store.TypeDir:
+		if ino, ok := imp.dirInos[p]; ok {
+			a.Ino = ino
+		} else {
+			imp.dirInos[p] = a.Ino // made since count
+		}
 		a.Nlink = fs.DirLinks(imp.subdirs[p])
 	case store.TypeFile:
 		a.Size = st.Size
@@ -97,7 +104,7 @@ func (imp *Import) entry(p string) error {
 		if l == nil {
 			return fmt.Errorf("%s: a hard link that appeared during the import", p)
 		}
-		a.Ino, a.Nlink = l.ino, l.count
+		a.Ino, a.Nlink, a.Parents = l.ino, l.count, l.dirs
 		writeInode, l.done = !l.done, true
 	}
 	if writeInode {

@@ -55,6 +55,9 @@ type Fault struct {
 	// Reset: answer the sender by resetting its connection instead of
 	// relaying the response (which is read and discarded).
 	Reset bool
+	// Rewrite, if set, changes the body before it is forwarded: a test
+	// makes one item of a bulk fail, say (FailBulkItem).
+	Rewrite func(body []byte) []byte
 
 	seen  int
 	fired chan struct{}
@@ -149,6 +152,9 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.inflight.Done()
 	defer close(f.fired)
 	time.Sleep(f.Delay)
+	if f.Rewrite != nil {
+		body = f.Rewrite(body)
+	}
 	if !f.Drop {
 		// A fresh context: the sender may have given up long ago, and the
 		// point is that its request still lands.
@@ -228,5 +234,22 @@ func BulkTo(suffix string, also ...string) func(method, path string, body []byte
 			}
 		}
 		return true
+	}
+}
+
+// FailBulkItem is a Rewrite that makes the item of a bulk that writes the
+// document with _id id fail on its own, the rest of the bulk landing: its
+// source gets a field no esfs mapping has, which the cluster refuses
+// (strict mappings) with an error of that item.
+func FailBulkItem(id string) func(body []byte) []byte {
+	return func(body []byte) []byte {
+		lines := bytes.Split(body, []byte("\n"))
+		for i := 0; i+1 < len(lines); i++ {
+			if bytes.Contains(lines[i], []byte(`"_id":"`+id+`"`)) && bytes.HasPrefix(lines[i+1], []byte("{")) {
+				lines[i+1] = append([]byte(`{"esfs_test_refused":1,`), lines[i+1][1:]...)
+				break
+			}
+		}
+		return bytes.Join(lines, []byte("\n"))
 	}
 }

@@ -31,7 +31,8 @@ func Populate(t testing.TB, f *FS, root string, names []string, content func(nam
 	now := time.Now().UnixNano()
 	var made []store.Inode // in the order of paths
 	var paths []string
-	subdirs := map[string]uint32{} // directory -> subdirectories made in it
+	subdirs := map[string]uint32{}                 // directory -> subdirectories made in it
+	inoOf := map[string]uint64{"/": store.RootIno} // directory -> its inode, its files' Parents
 	mk := func(path string, typ store.FileType, size int64) uint64 {
 		var b [8]byte
 		_, _ = crand.Read(b[:])
@@ -42,8 +43,12 @@ func Populate(t testing.TB, f *FS, root string, names []string, content func(nam
 			parent, _ := store.Split(path)
 			subdirs[parent]++
 		}
-		made = append(made, store.Inode{Ino: ino, Type: typ, Mode: mode, Nlink: 1, Size: size,
-			Atime: now, Mtime: now, Ctime: now, Btime: now})
+		a := store.Inode{Ino: ino, Type: typ, Mode: mode, Nlink: 1, Size: size,
+			Atime: now, Mtime: now, Ctime: now, Btime: now}
+		if dir, _ := store.Split(path); typ != store.TypeDir {
+			a.Parents = []uint64{inoOf[dir]}
+		}
+		made = append(made, a)
 		paths = append(paths, path)
 		return ino
 	}
@@ -56,7 +61,7 @@ func Populate(t testing.TB, f *FS, root string, names []string, content func(nam
 		parent, _ := store.Split(p)
 		ensure(parent)
 		dirs[p] = true
-		mk(p, store.TypeDir, 0)
+		inoOf[p] = mk(p, store.TypeDir, 0)
 	}
 	ensure(root)
 	var data bytes.Buffer
