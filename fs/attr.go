@@ -194,7 +194,7 @@ func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.
 			return 0
 		}
 	}
-	out.SetTimeout(time.Nanosecond)
+	out.SetTimeout(notKept)
 	n.f.fillAttr(a, &out.Attr)
 	return 0
 }
@@ -251,7 +251,7 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	}
 	n.f.noteInode(a)
 	if n.f.delegs != nil {
-		out.SetTimeout(time.Nanosecond) // see getattrDelegated
+		out.SetTimeout(notKept) // see getattrDelegated
 	}
 	n.f.fillAttr(a, &out.Attr)
 	return 0

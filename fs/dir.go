@@ -301,6 +301,14 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	// newChild needs no deadline: it only registers the kernel's node.
 	child := d.n.newChild(ctx, store.Node{Dentry: e, Attr: a}, out)
 	d.n.tellAttrs(child, name, e.Ino, e.Type, out)
+	if out.EntryTimeout() == notKept || out.AttrTimeout() == notKept {
+		// The kernel would keep this answer for a jiffy (see notKept),
+		// and go-fuse fills the entry in its buffer past timedFS's
+		// reach: an error makes it send the name alone (node id 0),
+		// which the kernel lists without keeping anything of it, and
+		// its next use of the name is a LOOKUP.
+		return nil, syscall.EAGAIN
+	}
 	return child, 0
 }
 

@@ -168,22 +168,27 @@ type timedFS struct {
 
 func (t timedFS) Lookup(c <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer t.m.since(opLookup, time.Now(), &st)
+	defer unkeptEntry(out)
 	return t.RawFileSystem.Lookup(c, h, name, out)
 }
 func (t timedFS) GetAttr(c <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) (st fuse.Status) {
 	defer t.m.since(opGetAttr, time.Now(), &st)
+	defer unkeptAttr(out)
 	return t.RawFileSystem.GetAttr(c, in, out)
 }
 func (t timedFS) SetAttr(c <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) (st fuse.Status) {
 	defer t.m.since(opSetAttr, time.Now(), &st)
+	defer unkeptAttr(out)
 	return t.RawFileSystem.SetAttr(c, in, out)
 }
 func (t timedFS) Mknod(c <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer t.m.since(opMknod, time.Now(), &st)
+	defer unkeptEntry(out)
 	return t.RawFileSystem.Mknod(c, in, name, out)
 }
 func (t timedFS) Mkdir(c <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer t.m.since(opMkdir, time.Now(), &st)
+	defer unkeptEntry(out)
 	return t.RawFileSystem.Mkdir(c, in, name, out)
 }
 func (t timedFS) Unlink(c <-chan struct{}, h *fuse.InHeader, name string) (st fuse.Status) {
@@ -200,10 +205,12 @@ func (t timedFS) Rename(c <-chan struct{}, in *fuse.RenameIn, oldName, newName s
 }
 func (t timedFS) Link(c <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer t.m.since(opLink, time.Now(), &st)
+	defer unkeptEntry(out)
 	return t.RawFileSystem.Link(c, in, name, out)
 }
 func (t timedFS) Symlink(c <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer t.m.since(opSymlink, time.Now(), &st)
+	defer unkeptEntry(out)
 	return t.RawFileSystem.Symlink(c, h, target, name, out)
 }
 func (t timedFS) Access(c <-chan struct{}, in *fuse.AccessIn) (st fuse.Status) {
@@ -220,6 +227,7 @@ func (t timedFS) RemoveXAttr(c <-chan struct{}, h *fuse.InHeader, attr string) (
 }
 func (t timedFS) Create(c <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) (st fuse.Status) {
 	defer t.m.since(opCreate, time.Now(), &st)
+	defer unkeptEntry(&out.EntryOut)
 	return t.RawFileSystem.Create(c, in, name, out)
 }
 func (t timedFS) Open(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) (st fuse.Status) {

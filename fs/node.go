@@ -259,7 +259,7 @@ func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.F
 		_, ok = ds.attr(n.ino(), name, ino, child)
 	}
 	if !ok {
-		out.SetAttrTimeout(time.Nanosecond)
+		out.SetAttrTimeout(notKept)
 	}
 }
 
@@ -474,9 +474,36 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	return 0
 }
 
+// notKept is the timeout of an answer the kernel must not keep. It is
+// not 0, which go-fuse replaces with the mount's default timeout (an hour
+// under delegations), and it is not what the kernel is told either: the
+// kernel rounds any timeout up to a whole jiffy (1-4 ms), long enough for
+// a stat right after another mount's change to be answered from before
+// it. timedFS turns it into 0 once go-fuse is done with the answer
+// (unkeptEntry, unkeptAttr); a READDIRPLUS entry, which go-fuse writes
+// into its buffer itself, carries no attributes instead (dir.go).
+const notKept = time.Nanosecond
+
 // uncached makes the kernel keep an answer (positive or negative) no
 // longer than it takes to use it.
 func uncached(out *fuse.EntryOut) {
-	out.SetEntryTimeout(time.Nanosecond)
-	out.SetAttrTimeout(time.Nanosecond)
+	out.SetEntryTimeout(notKept)
+	out.SetAttrTimeout(notKept)
+}
+
+// unkeptEntry makes the timeouts of out that say notKept 0.
+func unkeptEntry(out *fuse.EntryOut) {
+	if out.EntryTimeout() == notKept {
+		out.SetEntryTimeout(0)
+	}
+	if out.AttrTimeout() == notKept {
+		out.SetAttrTimeout(0)
+	}
+}
+
+// unkeptAttr is unkeptEntry of an attribute answer.
+func unkeptAttr(out *fuse.AttrOut) {
+	if out.Timeout() == notKept {
+		out.SetTimeout(0)
+	}
 }

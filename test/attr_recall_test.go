@@ -249,11 +249,6 @@ func TestAttrRecallOfInodesWithoutDirectories(t *testing.T) {
 			return readHeldBy(t, f, c, dir)
 		})
 		_, _ = os.Stat(c.Path("d", "f"))
-		// What no delegation covers C's kernel is told to keep for 1ns,
-		// which it rounds up to a jiffy or two (go-fuse turns a timeout
-		// of 0 into the mount's): let that pass, so that C's next stat
-		// asks its daemon.
-		time.Sleep(50 * time.Millisecond)
 		if err := os.Chmod(a.Path("d", "f"), mode); err != nil {
 			t.Fatal(err)
 		}
@@ -276,4 +271,54 @@ func TestAttrRecallOfInodesWithoutDirectories(t *testing.T) {
 	}
 	step("recorded by fsck --repair")
 	mounttest.FsckClean(t, f)
+}
+
+// TestUncoveredAnswersAreNotKept: what no delegation covers (here the
+// attributes of a file with two links) B's kernel must not keep at all:
+// a stat right after A's chmod shows it, whether B's kernel last learnt
+// the file from a stat, a lookup or a listing (READDIRPLUS), however
+// little time passed since. (The kernel rounds any timeout up to a jiffy,
+// so "keep it for 1 ns" kept stale answers for 1-4 ms.)
+func TestUncoveredAnswersAreNotKept(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, _ := delegMount(t, f)
+	b, _ := delegMount(t, f)
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a.Path("d", "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(a.Path("d", "f"), a.Path("d", "g")); err != nil {
+		t.Fatal(err)
+	}
+	a.Sync(t)
+	mode := os.FileMode(0o600)
+	stale := map[string]int{}
+	for round := 0; round < 60; round++ {
+		for _, how := range []string{"stat", "lookup", "listing"} {
+			switch how {
+			case "stat":
+				_, _ = os.Stat(b.Path("d", "f"))
+			case "lookup":
+				_, _ = os.Stat(b.Path("d", "g")) // the inode, through its other name
+			case "listing":
+				names(t, b.Path("d"))
+			}
+			if err := os.Chmod(a.Path("d", "f"), mode); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Lstat(b.Path("d", "f"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != mode {
+				stale[how]++
+			}
+			mode ^= 0o040
+		}
+	}
+	if len(stale) > 0 {
+		t.Errorf("B's stat right after A's chmod showed the mode before it, after B's kernel last learnt the file by (of 60 each): %v", stale)
+	}
 }
