@@ -154,7 +154,12 @@ func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut, kept
 		return nil, syscall.ENAMETOOLONG
 	}
 	if st == nil && n.f.delegs == nil {
-		sn, err := n.f.resolve(ctx, path)
+		var sn store.Node
+		if n.f.opts.ReadOnly {
+			sn, err = n.f.resolveReadOnly(ctx, n.ino(), dir, path)
+		} else {
+			sn, err = n.f.resolve(ctx, path)
+		}
 		if err != nil {
 			return nil, n.f.toErrno("lookup", err)
 		}
@@ -295,6 +300,8 @@ func (n *node) lookupCached(ctx context.Context, name string, out *fuse.EntryOut
 	switch {
 	case !ok:
 		return nil, 0, false
+	case neg && n.f.opts.ReadOnly:
+		return nil, 0, false // see resolveReadOnly
 	case neg:
 		return nil, syscall.ENOENT, true
 	}
@@ -405,6 +412,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			// from us for an EIO.
 			return nil, nil, 0, syscall.EEXIST
 		}
+		if err == nil && n.f.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
+			// The existing file, open for writing on a read-only
+			// filesystem: as Open.
+			return nil, nil, 0, syscall.EROFS
+		}
 		if err == nil && flags&syscall.O_TRUNC != 0 {
 			err = n.f.truncate(ctx, sn.Ino, 0, nil)
 		}
@@ -422,9 +434,6 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if n.f.opts.ReadOnly {
-		return nil, syscall.EROFS
-	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	tn, ok := target.(*node)
