@@ -362,13 +362,6 @@ func (f *FS) resolveEntry(ctx context.Context, path string, e locking.Entry, now
 	return n, nil
 }
 
-// begin takes the locks of an entry change (create, remove, link) of path
-// in directory dir, inode dirIno: the strategy's, and the change of the
-// directory, which recalls other mounts' delegations on it.
-func (f *FS) begin(ctx context.Context, dirIno uint64, dir, path string) (*locking.Txn, error) {
-	return f.co.Begin(ctx, append(f.co.Strategy.Entry(dir, path), locking.Change(dirIno, dir)))
-}
-
 // end releases a transaction's locks; a failed release turns success into
 // the release's error (a lost session means someone may have undone us).
 func (f *FS) end(ctx context.Context, txn *locking.Txn, err *error) {

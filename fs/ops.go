@@ -65,7 +65,7 @@ func (f *FS) Unlink(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	return f.remove(ctx, parent, name, false)
+	return f.remove(ctx, parent, name, false, 0)
 }
 
 // Rmdir removes the empty directory at path (ENOTEMPTY if it is not,
@@ -75,7 +75,7 @@ func (f *FS) Rmdir(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	return f.remove(ctx, parent, name, true)
+	return f.remove(ctx, parent, name, true, 0)
 }
 
 // Rename moves the entry at src, and a directory's whole subtree, to dst,
@@ -93,5 +93,5 @@ func (f *FS) Rename(ctx context.Context, src, dst string, noReplace bool) error 
 	if err != nil {
 		return err
 	}
-	return f.rename(ctx, from, name, to, newName, 0, noReplace)
+	return f.rename(ctx, from, name, to, newName, renameDirs{}, noReplace)
 }
