@@ -66,7 +66,12 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 		// holes with SEEK_HOLE instead of reading them.
 		out.Blocks = min(out.Blocks, uint64(chunks)*uint64(f.st.ChunkSize())/512)
 	}
-	out.Blksize = 128 << 10
+	// The allocation unit is the chunk: st_blocks counts whole chunks,
+	// holes are whole absent chunks, and SEEK_DATA answers a chunk's start
+	// (Lseek); the size Linux lets a filesystem report data at is the
+	// block size it reports. It is also the I/O size that costs one
+	// request of the store, and the kernel's largest read and write here.
+	out.Blksize = uint32(f.st.ChunkSize())
 	out.Mode = typeBits(a.Type) | a.Mode
 	if a.Type.IsDevice() {
 		out.Rdev = a.Rdev
