@@ -205,6 +205,13 @@ func (s *Session) renew() bool {
 		s.cfg.Log.Error("session lost: another mount declared this one dead; writes fail until remount", "session", s.id)
 		close(s.lostCh)
 		return true
+	case errors.Is(err, store.ErrNoIndex):
+		// Our document went with its index: the filesystem was destroyed
+		// (after this mount was declared dead, as destroy does first).
+		s.lost = fmt.Errorf("session %s: the filesystem's indices are gone: %w", s.id, ErrLeaseLost)
+		s.cfg.Log.Error("session lost: the filesystem's indices are gone (destroyed); every call fails until unmounted", "session", s.id, "err", err)
+		close(s.lostCh)
+		return true
 	default:
 		s.cfg.Log.Warn("heartbeat failed", "session", s.id, "err", err)
 		return false
