@@ -69,6 +69,15 @@ func destroy(c *cli.Context, st *store.Store) error {
 		return usagef("destroy: standard input is not a terminal to confirm on: add --yes to destroy filesystem %s", name)
 	}
 	if sessions {
+		for _, i := range infos {
+			if i.Exists && i.Role == "session" && !i.WriteAlias {
+				// An older format's: declaring mounts dead writes
+				// through it.
+				if err := st.AddWriteAliases(ctx, i.Name); err != nil {
+					return explain(err, url)
+				}
+			}
+		}
 		if err := judgeMounts(ctx, st, c.Bool("no-wait")); err != nil {
 			return explain(err, url)
 		}

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -42,6 +43,15 @@ func cmdMkfs() *cli.Command {
 			if err != nil {
 				return explain(err, c.String("es-url"))
 			}
+			if err := s.Check(before); errors.Is(err, store.ErrFormat) && store.Upgradable(before) {
+				// Judging the mounts may take their lease: no deadline.
+				if err := upgradeFormat(c.Context, s, before); err != nil {
+					return explain(err, c.String("es-url"))
+				}
+				if before, err = s.Inspect(ctx); err != nil {
+					return explain(err, c.String("es-url"))
+				}
+			}
 			err = s.Mkfs(ctx, store.MkfsOptions{
 				Shards:          c.Int("shards"),
 				Replicas:        c.String("replicas"),
@@ -57,6 +67,41 @@ func cmdMkfs() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// upgradeFormat upgrades a filesystem of an older format in place (see
+// store.Upgradable for the steps and why each is safe to repeat).
+func upgradeFormat(ctx context.Context, s *store.Store, infos []store.IndexInfo) error {
+	if err := s.AddWriteAliases(ctx); err != nil {
+		return err
+	}
+	if err := judgeMounts(ctx, s, false); err != nil {
+		return fmt.Errorf("not upgraded: %w", err)
+	}
+	var first store.IndexInfo
+	for _, i := range infos {
+		if i.Role == "path" {
+			first = i
+		}
+	}
+	if first.Format != store.FormatVersion {
+		if err := s.SetFormat(ctx, first); err != nil {
+			return err
+		}
+	}
+	if err := judgeMounts(ctx, s, false); err != nil {
+		return fmt.Errorf("upgrade of filesystem %s not finished (no esfs mounts it meanwhile): %w; then run esfs mkfs --index %s again", s.Prefix(), err, s.Prefix())
+	}
+	for _, i := range infos {
+		if i.Role != "path" && i.Format != store.FormatVersion {
+			if err := s.SetFormat(ctx, i); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Printf("filesystem %q upgraded to format %d: every write goes through its write aliases (%s), which no write can make Elasticsearch create again once the filesystem is destroyed\n",
+		s.Prefix(), store.FormatVersion, s.Prefix()+store.WriteAliasSuffix+", ...")
+	return nil
 }
 
 // mkfsKept says what mkfs did to a filesystem that existed, wholly or in

@@ -66,14 +66,19 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 		// holes with SEEK_HOLE instead of reading them.
 		out.Blocks = min(out.Blocks, uint64(chunks)*uint64(f.st.ChunkSize())/512)
 	}
-	out.Blksize = 128 << 10
+	// The allocation unit is the chunk: st_blocks counts whole chunks,
+	// holes are whole absent chunks, and SEEK_DATA answers a chunk's start
+	// (Lseek); the size Linux lets a filesystem report data at is the
+	// block size it reports. It is also the I/O size that costs one
+	// request of the store, and the kernel's largest read and write here.
+	out.Blksize = uint32(f.st.ChunkSize())
 	out.Mode = typeBits(a.Type) | a.Mode
 	if a.Type.IsDevice() {
 		out.Rdev = a.Rdev
 	}
 	out.Nlink = a.Nlink
-	if a.Type == store.TypeDir && !a.DirLinksCounted() {
-		out.Nlink = 1 // not counted (see DirLinksCounted)
+	if a.Type == store.TypeDir && a.Nlink != 0 && !a.DirLinksCounted() {
+		out.Nlink = 1 // not counted (see DirLinksCounted); 0: removed
 	}
 	out.Owner = fuse.Owner{Uid: a.Uid, Gid: a.Gid}
 	setTime := func(ns int64) (uint64, uint32) {
@@ -91,28 +96,92 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 }
 
 func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if a, ok := n.removedAttr(); ok {
+		n.f.fillAttr(a, &out.Attr)
+		return 0
+	}
 	if n.f.delegs != nil {
 		return n.getattrDelegated(ctx, out)
 	}
 	if a, ok := n.f.cache.Inode(n.ino()); ok {
-		n.f.fillAttr(a, &out.Attr)
+		n.answerAttr(a, &out.Attr)
 		return 0
 	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	a, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
 	if errors.Is(err, store.ErrNotFound) {
-		if of := n.f.openState(n.ino()); of != nil {
-			// Unlinked while open here: the inode lives on in memory.
-			a = of.lastAttr()
-		} else {
+		if a, err = n.gone(); err != nil {
 			return syscall.ESTALE
 		}
 	} else if err != nil {
 		return n.f.toErrno("getattr", err)
 	}
-	n.f.fillAttr(a, &out.Attr)
+	n.answerAttr(a, &out.Attr)
 	return 0
+}
+
+// answerAttr tells the kernel a, this node's attributes.
+func (n *node) answerAttr(a store.Inode, out *fuse.Attr) {
+	n.remember(a)
+	n.f.fillAttr(a, out)
+}
+
+// remember keeps a directory's attributes as the kernel is told them.
+func (n *node) remember(a store.Inode) {
+	if a.Type != store.TypeDir || n.IsRoot() || n.removed.Load() {
+		return
+	}
+	a.Xattrs = nil
+	n.told.Store(&a)
+}
+
+// markRemoved records that the directory of kernel node kn (if one) was
+// removed through this mount: the kernel marked it dead, and holds it as
+// long as a process has it open or as its working directory.
+func markRemoved(kn *gofs.Inode) {
+	if kn == nil || kn.StableAttr().Mode&syscall.S_IFMT != syscall.S_IFDIR {
+		return
+	}
+	if n, ok := kn.Operations().(*node); ok {
+		n.removed.Store(true)
+	}
+}
+
+// removedAttr returns the attributes of a directory removed while the
+// kernel holds it: as Linux answers for such a directory, they are its
+// last ones, with no links, and only its holders can still change them
+// (setattrRemoved). A write-delegated removal lands in the store later,
+// and another mount's may never be told: what the kernel was last told
+// is all this mount knows of it.
+func (n *node) removedAttr() (store.Inode, bool) {
+	if !n.removed.Load() {
+		return store.Inode{}, false
+	}
+	p := n.told.Load()
+	if p == nil {
+		return store.Inode{}, false
+	}
+	a := *p
+	a.Nlink = 0
+	return a, true
+}
+
+// gone is the answer about this node once its inode was found gone from
+// the store: a file open here lives on in memory until its last close
+// (openFile.lastAttr), a directory the kernel holds too (removedAttr);
+// anything else is stale.
+func (n *node) gone() (store.Inode, error) {
+	if of := n.f.openState(n.ino()); of != nil {
+		return of.lastAttr(), nil
+	}
+	if n.told.Load() != nil {
+		n.removed.Store(true) // inode numbers are never reused
+		if a, ok := n.removedAttr(); ok {
+			return a, nil
+		}
+	}
+	return store.Inode{}, errnoErr(syscall.ESTALE, "inode %d is gone", n.ino())
 }
 
 // attrs returns this node's attributes for an answer to the kernel: from
@@ -139,7 +208,7 @@ func (n *node) heldAttrs(tell bool) (store.Inode, bool) {
 		kn = n.EmbeddedInode()
 	}
 	if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		return n.f.wb.overlay(n.ino(), func() (store.Inode, bool) { return n.f.delegs.selfAttr(n.ino(), kn) })
+		return n.f.ownAttr(n.ino(), kn)
 	}
 	if name, parent := n.Parent(); parent != nil {
 		return n.f.delegs.attr(parent.StableAttr().Ino, name, n.ino(), kn)
@@ -153,7 +222,7 @@ func (n *node) heldAttrs(tell bool) (store.Inode, bool) {
 // kernel, since nothing would tell us when they change.
 func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 	if a, ok := n.heldAttrs(true); ok {
-		n.f.fillAttr(a, &out.Attr)
+		n.answerAttr(a, &out.Attr)
 		return 0
 	}
 	ds := n.f.delegs
@@ -179,29 +248,33 @@ func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.
 		a, err = n.f.freshInode(ctx, n.ino())
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		if of := n.f.openState(n.ino()); of != nil {
-			a = of.lastAttr() // unlinked while open here
-		} else {
+		gone, gerr := n.gone()
+		if gerr != nil {
 			return syscall.ESTALE
 		}
+		n.f.fillAttr(gone, &out.Attr)
+		return 0
 	} else if err != nil {
 		return n.f.toErrno("getattr", err)
 	}
-	if st != nil && err == nil {
+	if st != nil {
 		st.learnSelf(a, changes)
 		if _, ok := n.heldAttrs(true); ok {
-			n.f.fillAttr(a, &out.Attr)
+			n.answerAttr(a, &out.Attr)
 			return 0
 		}
 	}
 	out.SetTimeout(notKept)
-	n.f.fillAttr(a, &out.Attr)
+	n.answerAttr(a, &out.Attr)
 	return 0
 }
 
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	if n.f.opts.ReadOnly {
 		return syscall.EROFS
+	}
+	if n.removed.Load() {
+		return n.setattrRemoved(in, out)
 	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
@@ -246,6 +319,10 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 		a.Ctime = t
 		return nil
 	})
+	if errors.Is(err, store.ErrNotFound) && n.told.Load() != nil && n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		n.removed.Store(true) // removed by another mount
+		return n.setattrRemoved(in, out)
+	}
 	if err != nil {
 		return n.f.toErrno("setattr", err)
 	}
@@ -253,6 +330,37 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if n.f.delegs != nil {
 		out.SetTimeout(notKept) // see getattrDelegated
 	}
+	n.answerAttr(a, &out.Attr)
+	return 0
+}
+
+// setattrRemoved is Setattr of a directory removed while the kernel holds
+// it: as on Linux the change is made to the inode its holders still have,
+// here the attributes kept for them (removedAttr); nobody else can see it.
+func (n *node) setattrRemoved(in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	p := n.told.Load()
+	if p == nil {
+		return syscall.ESTALE
+	}
+	a := *p
+	if mode, ok := in.GetMode(); ok {
+		a.Mode = mode & 0o7777
+	}
+	if uid, ok := in.GetUID(); ok {
+		a.Uid = uid
+	}
+	if gid, ok := in.GetGID(); ok {
+		a.Gid = gid
+	}
+	if atime, ok := in.GetATime(); ok {
+		a.Atime = clampedNano(atime)
+	}
+	if mtime, ok := in.GetMTime(); ok {
+		a.Mtime = clampedNano(mtime)
+	}
+	a.Ctime = now()
+	n.told.Store(&a)
+	a.Nlink = 0
 	n.f.fillAttr(a, &out.Attr)
 	return 0
 }

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 
 	"github.com/esfs/esfs/locking"
@@ -86,11 +87,11 @@ func (f *FS) create(ctx context.Context, parent dirRef, name string, e Entry) (s
 	if err := e.check(); err != nil {
 		return store.Node{}, err
 	}
-	if f.opts.ReadOnly {
-		return store.Node{}, syscall.EROFS
-	}
 	if err := store.CheckName(name); err != nil {
 		return store.Node{}, err
+	}
+	if f.opts.ReadOnly {
+		return store.Node{}, f.readOnlyRefusal(ctx, parent, name)
 	}
 	defer f.changing.begin(parent.ino())()
 	sn, err := f.createEntry(ctx, parent, name, e)
@@ -102,6 +103,29 @@ func (f *FS) create(ctx context.Context, parent dirRef, name string, e Entry) (s
 		f.delegs.wrote(parent.ino(), name, sn.Attr)
 	}
 	return sn, err
+}
+
+// readOnlyRefusal is what a read-only filesystem answers a call that
+// would make name in directory parent (mkdir, mknod, symlink, link,
+// open with O_CREAT): EEXIST if the name is taken, else EROFS. Linux looks
+// the name up before it asks for write access to the mount
+// (filename_create), so a taken name is EEXIST on a read-only
+// filesystem too. The name is read now, a mount writing the directory in
+// memory recalled first, as a create on a writable mount would.
+func (f *FS) readOnlyRefusal(ctx context.Context, parent dirRef, name string) error {
+	dir, ok := parent.path()
+	if !ok {
+		return errnoErr(syscall.ENOENT, "directory inode %d was removed", parent.ino())
+	}
+	path := store.Join(dir, name)
+	_, err := f.resolveLive(ctx, parent.ino(), dir, path)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%q: %w", path, store.ErrExists)
+	case errors.Is(err, store.ErrNotFound):
+		return syscall.EROFS
+	}
+	return err
 }
 
 func (f *FS) createEntry(ctx context.Context, parent dirRef, name string, e Entry) (store.Node, error) {

@@ -156,6 +156,28 @@ func (ds *delegs) selfAttr(ino uint64, node *gofs.Inode) (store.Inode, bool) {
 	return st.self, true
 }
 
+// ownAttr is directory ino's own attributes as this mount holds them: made
+// here and not flushed (writeback.overlay), or held under its delegation
+// (selfAttr). node, if not nil, is the kernel node being told them: the
+// delegation's recall invalidates them, the pending ones too (the
+// directory was born with its delegation), which the kernel would
+// otherwise keep past the flush.
+func (f *FS) ownAttr(ino uint64, node *gofs.Inode) (store.Inode, bool) {
+	held := false
+	a, ok := f.wb.overlay(ino, func() (store.Inode, bool) {
+		held = true
+		return f.delegs.selfAttr(ino, node)
+	})
+	if ok && !held && node != nil {
+		if st := f.delegs.state(ino); st != nil {
+			st.mu.Lock()
+			st.attrTold[ino] = node
+			st.mu.Unlock()
+		}
+	}
+	return a, ok
+}
+
 // learnSelf records directory st's own attributes, read in real time
 // after the grant, unless this mount changed the directory since
 // (changes, read before the read began) or is changing it.

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
 	"github.com/esfs/esfs/locking"
@@ -56,6 +57,11 @@ var (
 )
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
+	if n.removed.Load() {
+		// Removed while the kernel holds it (a process's cwd): it opens,
+		// as on Linux, and its listing fails (start).
+		return &dirHandle{n: n}, 0, 0
+	}
 	if n.f.delegs.state(n.ino()) != nil {
 		// Delegated: the listing comes from what this mount knows of the
 		// inode, whatever its path is now.
@@ -67,6 +73,9 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 	defer cancel()
 	p, err := n.dirPath(ctx, false)
 	if err != nil {
+		if err = n.removedOrStale(ctx, err); n.removed.Load() {
+			return &dirHandle{n: n}, 0, 0
+		}
 		return nil, 0, n.f.toErrno("opendir", err)
 	}
 	return &dirHandle{n: n, path: p, wbSince: n.f.errs.sample(n.ino())}, 0, 0
@@ -74,6 +83,17 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 
 func (d *dirHandle) start(ctx context.Context) error {
 	f := d.n.f
+	if d.n.removed.Load() {
+		// As Linux answers getdents of a removed directory (for a removal
+		// through this mount the kernel answers so itself).
+		return errnoErr(syscall.ENOENT, "directory inode %d was removed", d.n.ino())
+	}
+	// The listing is by path: the one the directory has now (a rename
+	// through this mount moves it), checked below to still name it unless
+	// a delegation says so.
+	if p, ok := d.n.path(); ok {
+		d.path = p
+	}
 	st := f.delegs.state(d.n.ino())
 	switch {
 	case st == nil && f.delegs != nil:
@@ -84,24 +104,29 @@ func (d *dirHandle) start(ctx context.Context) error {
 		if err := f.settleDir(ctx, d.n.ino()); err != nil {
 			return err
 		}
-		// Whether another mount writes the directory (its entries may be
-		// in its memory only) is read while the refresh runs.
-		var lk []store.LockDoc
-		var lerr error
+		// Whether the path still names the directory, and whether another
+		// mount writes it (its entries may be in its memory only), are
+		// read while the refresh runs.
+		var de store.Dentry
+		var derr, lerr error
+		var lk store.LockDoc
 		read := make(chan struct{})
 		go func() {
 			defer close(read)
-			lk, lerr = f.st.GetLocks(ctx, []string{store.DelegLockID(d.n.ino())})
+			de, derr, lk, lerr = f.st.GetDentryWithLock(ctx, d.path, store.DelegLockID(d.n.ino()))
 		}()
 		err := f.refreshNow(ctx)
 		<-read
 		if err == nil {
 			err = lerr
 		}
+		if err == nil && d.path != "/" {
+			err = d.stillNamed(ctx, de, derr)
+		}
 		if err != nil {
 			return err
 		}
-		if lk[0].WrittenElsewhere(f.co.Session().ID()) {
+		if lk.WrittenElsewhere(f.co.Session().ID()) {
 			if err := f.co.Delegations.RecallWriter(ctx, d.n.ino(), d.path); err != nil {
 				return err
 			}
@@ -113,6 +138,9 @@ func (d *dirHandle) start(ctx context.Context) error {
 		// the last one.
 		if err := f.refreshIfDirty(ctx); err != nil {
 			return err
+		}
+		if err := f.checkDirAt(ctx, d.n.ino(), d.path, false); err != nil {
+			return d.removedOrStale(ctx, err)
 		}
 	default:
 		d.st = st
@@ -138,6 +166,54 @@ func (d *dirHandle) start(ctx context.Context) error {
 	}
 	d.sc = f.co.View.List(d.path, store.DefaultPageSize)
 	return nil
+}
+
+// stillNamed checks that de, the path document read at d.path (derr its
+// error), names this directory as the view shows it.
+func (d *dirHandle) stillNamed(ctx context.Context, de store.Dentry, derr error) error {
+	f := d.n.f
+	switch {
+	case errors.Is(derr, store.ErrNotFound):
+		return d.removedOrStale(ctx, errnoErr(syscall.ESTALE, "directory %q is gone", d.path))
+	case derr != nil:
+		return derr
+	}
+	vis, ok, err := f.co.View.Resolve(ctx, de)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return d.removedOrStale(ctx, errnoErr(syscall.ESTALE, "directory %q is gone", d.path))
+	}
+	if err := dirIs(vis, d.n.ino(), d.path); err != nil {
+		return d.removedOrStale(ctx, err)
+	}
+	return nil
+}
+
+// removedOrStale is the answer to a listing whose path no longer names
+// the directory (err): ENOENT if its inode is gone, as Linux answers
+// getdents of a removed directory, else err (ESTALE: another mount
+// renamed it away, and esfs lists by path).
+func (d *dirHandle) removedOrStale(ctx context.Context, err error) error {
+	return d.n.removedOrStale(ctx, err)
+}
+
+// removedOrStale tells, for a directory whose path no longer names it
+// (err, ESTALE), whether it was removed: then it is marked so (its
+// attributes are answered as removedAttr says from now on) and the
+// answer is ENOENT; else it is err.
+func (n *node) removedOrStale(ctx context.Context, err error) error {
+	if !errors.Is(err, syscall.ESTALE) && !errors.Is(err, syscall.ENOENT) {
+		return err
+	}
+	if _, ierr := n.f.st.GetInode(ctx, n.ino()); !errors.Is(ierr, store.ErrNotFound) {
+		return err
+	}
+	if n.told.Load() != nil {
+		n.removed.Store(true) // inode numbers are never reused
+	}
+	return errnoErr(syscall.ENOENT, "directory inode %d was removed", n.ino())
 }
 
 // next returns the listing's next page, nil at its end.
@@ -174,6 +250,15 @@ func (d *dirHandle) next(ctx context.Context) ([]store.Dentry, error) {
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	f := d.n.f
+	if d.sc == nil && !d.fromMem {
+		// Started before "." is returned: getdents of a directory removed
+		// since it was opened fails at once (ENOENT), as on Linux.
+		ctx, cancel := f.ctxOf(ctx)
+		defer cancel()
+		if err := d.start(ctx); err != nil {
+			return nil, f.toErrno("readdir", err)
+		}
+	}
 	if d.dots < 2 {
 		d.dots++
 		d.off++
@@ -193,11 +278,6 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	for d.pos >= len(d.page) {
 		if d.eof {
 			return nil, 0
-		}
-		if d.sc == nil && !d.fromMem {
-			if err := d.start(ctx); err != nil {
-				return nil, f.toErrno("readdir", err)
-			}
 		}
 		page, err := d.next(ctx)
 		if err != nil {

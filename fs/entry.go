@@ -127,6 +127,14 @@ func (f *FS) entryUnder(ctx context.Context, ino uint64, dir, path string) (stor
 // ancestor (here) changes when it replies: if it changed while we waited
 // for the locks, the locks are on the old path, so take them again.
 func (f *FS) lockEntry(ctx context.Context, parent dirRef, name string) (dir, path string, txn *locking.Txn, err error) {
+	return f.lockEntryOf(ctx, parent, name, 0)
+}
+
+// lockEntryOf is lockEntry that also takes the change lock of directory
+// sub (if not 0), the entry itself: an rmdir ends its own attributes too.
+// The locks are the strategy's, and the change of the directory (and of
+// sub), which recalls other mounts' delegations on it.
+func (f *FS) lockEntryOf(ctx context.Context, parent dirRef, name string, sub uint64) (dir, path string, txn *locking.Txn, err error) {
 	// What is pending lands first: the change may name it (an unlink of
 	// a file made in memory) or depend on it.
 	if err := f.settle(ctx); err != nil {
@@ -142,7 +150,11 @@ func (f *FS) lockEntry(ctx context.Context, parent dirRef, name string) (dir, pa
 		if err := store.CheckPath(path); err != nil {
 			return "", "", nil, err
 		}
-		txn, err = f.begin(ctx, parent.ino(), dir, path)
+		reqs := append(f.co.Strategy.Entry(dir, path), locking.Change(parent.ino(), dir))
+		if sub != 0 {
+			reqs = append(reqs, locking.Change(sub, path))
+		}
+		txn, err = f.co.Begin(ctx, reqs)
 		if err != nil {
 			return "", "", nil, err
 		}

@@ -284,6 +284,31 @@ func (f *FS) resolveWatching(ctx context.Context, dirIno uint64, dir, path strin
 	return sn, false, err
 }
 
+// resolveLive is resolveWatching until it has an answer: path as it is
+// stored now, a mount writing its directory in memory recalled first.
+func (f *FS) resolveLive(ctx context.Context, dirIno uint64, dir, path string) (store.Node, error) {
+	for {
+		sn, recalled, err := f.resolveWatching(ctx, dirIno, dir, path)
+		if !recalled || err != nil {
+			return sn, err
+		}
+	}
+}
+
+// resolveReadOnly is resolve for the lookups of a read-only mount without
+// delegations: a name found may come from the cache, a name missing is
+// read now (as resolveLive). The kernel decides mkdir, mknod, symlink,
+// link and open(O_CREAT|O_EXCL) on a read-only mount by this lookup alone
+// (it asks again, past its own cache, for exactly this), where a writable
+// mount's create asks the store: a missing name this mount remembers,
+// made since by another mount, would be answered EROFS instead of EEXIST.
+func (f *FS) resolveReadOnly(ctx context.Context, dirIno uint64, dir, path string) (store.Node, error) {
+	if n, neg, ok := f.cache.Lookup(path); ok && !neg {
+		return n, nil
+	}
+	return f.resolveLive(ctx, dirIno, dir, path)
+}
+
 // resolveEntry is resolveRead once the path document is read (e), gen the
 // cache generation read before.
 func (f *FS) resolveEntry(ctx context.Context, path string, e locking.Entry, now bool, gen uint64) (store.Node, error) {
@@ -331,13 +356,6 @@ func (f *FS) resolveEntry(ctx context.Context, path string, e locking.Entry, now
 	n := store.Node{Dentry: d, Attr: attr}
 	f.cache.PutNode(n, gen)
 	return n, nil
-}
-
-// begin takes the locks of an entry change (create, remove, link) of path
-// in directory dir, inode dirIno: the strategy's, and the change of the
-// directory, which recalls other mounts' delegations on it.
-func (f *FS) begin(ctx context.Context, dirIno uint64, dir, path string) (*locking.Txn, error) {
-	return f.co.Begin(ctx, append(f.co.Strategy.Entry(dir, path), locking.Change(dirIno, dir)))
 }
 
 // end releases a transaction's locks; a failed release turns success into

@@ -13,8 +13,11 @@ import (
 // Lseek answers SEEK_DATA and SEEK_HOLE from the chunks that exist
 // (buffered here or stored), so that cp, tar and rsync copy a sparse file
 // in time that follows what it holds. Holes are whole absent chunks; a
-// short chunk reads as data. SEEK_SET, SEEK_CUR and SEEK_END never get
-// here: the kernel answers them.
+// short chunk reads as data, so SEEK_DATA from a hole answers the start of
+// the next chunk that holds some: at the block size files report
+// (st_blksize is the chunk size, see fillAttr), as Linux lets a
+// filesystem answer. SEEK_SET, SEEK_CUR and SEEK_END never get here: the
+// kernel answers them.
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
 	const seekData, seekHole = 3, 4
 	of := h.of

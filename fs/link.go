@@ -12,11 +12,11 @@ import (
 // directory's: the caller checks): the inode's link count first, then the
 // path document with create-if-absent.
 func (f *FS) link(ctx context.Context, parent dirRef, name string, ino uint64) (store.Node, error) {
-	if f.opts.ReadOnly {
-		return store.Node{}, syscall.EROFS
-	}
 	if err := store.CheckName(name); err != nil {
 		return store.Node{}, err
+	}
+	if f.opts.ReadOnly {
+		return store.Node{}, f.readOnlyRefusal(ctx, parent, name)
 	}
 	defer f.changing.begin(parent.ino())()
 	dir, path, txn, err := f.lockEntry(ctx, parent, name)

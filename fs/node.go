@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -12,10 +13,19 @@ import (
 )
 
 // node is one inode known to the kernel. It holds no attributes: those live
-// in the store and the cache, keyed by its inode number.
+// in the store and the cache, keyed by its inode number; but for a
+// directory it keeps the last ones the kernel was told, which are its
+// attributes once it is removed while the kernel still holds it (see
+// removedAttr).
 type node struct {
 	gofs.Inode
 	f *FS
+	// told: a directory's attributes as last told to the kernel (nil for
+	// the mount's root, whose removal is ESTALE).
+	told atomic.Pointer[store.Inode]
+	// removed: a directory removed while the kernel holds it (rmdir or a
+	// rename over it through this mount, or its inode found gone).
+	removed atomic.Bool
 }
 
 var (
@@ -87,6 +97,9 @@ func (n *node) dirPath(ctx context.Context, fresh bool) (string, error) {
 // newChild makes (or finds) the kernel node of a store node.
 func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) *gofs.Inode {
 	child := n.NewInode(ctx, &node{f: n.f}, gofs.StableAttr{Mode: typeBits(sn.Type), Ino: sn.Ino})
+	if cn, ok := child.Operations().(*node); ok {
+		cn.remember(sn.Attr)
+	}
 	n.f.fillAttr(sn.Attr, &out.Attr)
 	return child
 }
@@ -149,7 +162,12 @@ func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut, kept
 		return nil, syscall.ENAMETOOLONG
 	}
 	if st == nil && n.f.delegs == nil {
-		sn, err := n.f.resolve(ctx, path)
+		var sn store.Node
+		if n.f.opts.ReadOnly {
+			sn, err = n.f.resolveReadOnly(ctx, n.ino(), dir, path)
+		} else {
+			sn, err = n.f.resolve(ctx, path)
+		}
 		if err != nil {
 			return nil, n.f.toErrno("lookup", err)
 		}
@@ -254,7 +272,7 @@ func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.F
 	}
 	var ok bool
 	if typ == store.TypeDir {
-		_, ok = n.f.wb.overlay(ino, func() (store.Inode, bool) { return ds.selfAttr(ino, child) })
+		_, ok = n.f.ownAttr(ino, child)
 	} else {
 		_, ok = ds.attr(n.ino(), name, ino, child)
 	}
@@ -290,6 +308,8 @@ func (n *node) lookupCached(ctx context.Context, name string, out *fuse.EntryOut
 	switch {
 	case !ok:
 		return nil, 0, false
+	case neg && n.f.opts.ReadOnly:
+		return nil, 0, false // see resolveReadOnly
 	case neg:
 		return nil, syscall.ENOENT, true
 	}
@@ -400,6 +420,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 			// from us for an EIO.
 			return nil, nil, 0, syscall.EEXIST
 		}
+		if err == nil && n.f.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
+			// The existing file, open for writing on a read-only
+			// filesystem: as Open.
+			return nil, nil, 0, syscall.EROFS
+		}
 		if err == nil && flags&syscall.O_TRUNC != 0 {
 			err = n.f.truncate(ctx, sn.Ino, 0, nil)
 		}
@@ -417,9 +442,6 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	if n.f.opts.ReadOnly {
-		return nil, syscall.EROFS
-	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	tn, ok := target.(*node)
@@ -441,13 +463,24 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	return n.f.toErrno("unlink", n.f.remove(ctx, n, name, false))
+	return n.f.toErrno("unlink", n.f.remove(ctx, n, name, false, 0))
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	return n.f.toErrno("rmdir", n.f.remove(ctx, n, name, true))
+	// The kernel looked the directory up before asking: its inode is the
+	// first guess at the one whose own change lock rmdir takes.
+	victim := n.GetChild(name)
+	var sub uint64
+	if victim != nil {
+		sub = victim.StableAttr().Ino
+	}
+	err := n.f.remove(ctx, n, name, true, sub)
+	if err == nil {
+		markRemoved(victim)
+	}
+	return n.f.toErrno("rmdir", err)
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {

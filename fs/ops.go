@@ -32,9 +32,6 @@ func (f *FS) Create(ctx context.Context, path string, e Entry) (store.Node, erro
 // be a directory (EPERM), and returns the new entry with the inode's
 // attributes as the link left them.
 func (f *FS) Link(ctx context.Context, oldPath, newPath string) (store.Node, error) {
-	if f.opts.ReadOnly {
-		return store.Node{}, syscall.EROFS
-	}
 	if err := store.CheckPath(oldPath); err != nil {
 		return store.Node{}, err
 	}
@@ -42,12 +39,20 @@ func (f *FS) Link(ctx context.Context, oldPath, newPath string) (store.Node, err
 	if err != nil {
 		return store.Node{}, err
 	}
-	if old.Type == store.TypeDir {
-		return store.Node{}, errnoErr(syscall.EPERM, "%q is a directory", oldPath)
-	}
 	parent, name, err := f.parentOf(ctx, newPath)
 	if err != nil {
 		return store.Node{}, err
+	}
+	if old.Type == store.TypeDir {
+		if f.opts.ReadOnly {
+			// As link(2): the new name (EEXIST) and the mount (EROFS)
+			// are checked before what the old one is.
+			if err := store.CheckName(name); err != nil {
+				return store.Node{}, err
+			}
+			return store.Node{}, f.readOnlyRefusal(ctx, parent, name)
+		}
+		return store.Node{}, errnoErr(syscall.EPERM, "%q is a directory", oldPath)
 	}
 	return f.link(ctx, parent, name, old.Ino)
 }
@@ -60,7 +65,7 @@ func (f *FS) Unlink(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	return f.remove(ctx, parent, name, false)
+	return f.remove(ctx, parent, name, false, 0)
 }
 
 // Rmdir removes the empty directory at path (ENOTEMPTY if it is not,
@@ -70,7 +75,7 @@ func (f *FS) Rmdir(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	return f.remove(ctx, parent, name, true)
+	return f.remove(ctx, parent, name, true, 0)
 }
 
 // Rename moves the entry at src, and a directory's whole subtree, to dst,
@@ -88,5 +93,5 @@ func (f *FS) Rename(ctx context.Context, src, dst string, noReplace bool) error 
 	if err != nil {
 		return err
 	}
-	return f.rename(ctx, from, name, to, newName, 0, noReplace)
+	return f.rename(ctx, from, name, to, newName, renameDirs{}, noReplace)
 }

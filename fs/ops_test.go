@@ -332,20 +332,35 @@ func TestConcurrentCreates(t *testing.T) {
 }
 
 // TestReadOnlyOps: a read-only filesystem refuses every change with EROFS
-// and writes nothing.
+// and writes nothing; making a name that is taken is EEXIST, as Linux
+// checks the name before the mount's write access.
 func TestReadOnlyOps(t *testing.T) {
 	f := newFS(t, "tree")
 	ctx := ctxT(t)
 	_, err := f.Create(ctx, "/a", file(0o644))
 	must(t, "create /a", err)
+	_, err = f.Create(ctx, "/d", dir(0o755))
+	must(t, "mkdir /d", err)
 	f.opts.ReadOnly = true
 	_, err = f.Create(ctx, "/b", file(0o644))
 	wantErrno(t, f, "create", err, syscall.EROFS)
+	_, err = f.Create(ctx, "/a", file(0o644))
+	wantErrno(t, f, "create of a taken name", err, syscall.EEXIST)
+	_, err = f.Create(ctx, "/d", dir(0o755))
+	wantErrno(t, f, "mkdir of a taken name", err, syscall.EEXIST)
 	_, err = f.Link(ctx, "/a", "/c")
 	wantErrno(t, f, "link", err, syscall.EROFS)
+	_, err = f.Link(ctx, "/a", "/d")
+	wantErrno(t, f, "link onto a taken name", err, syscall.EEXIST)
+	_, err = f.Link(ctx, "/d", "/a")
+	wantErrno(t, f, "link of a directory onto a taken name", err, syscall.EEXIST)
+	_, err = f.Link(ctx, "/d", "/c")
+	wantErrno(t, f, "link of a directory", err, syscall.EROFS)
+	_, err = f.Link(ctx, "/nope", "/a")
+	wantErrno(t, f, "link of a missing name", err, syscall.ENOENT)
 	wantErrno(t, f, "unlink", f.Unlink(ctx, "/a"), syscall.EROFS)
-	wantErrno(t, f, "rename", f.Rename(ctx, "/a", "/d", false), syscall.EROFS)
-	if got := names(t, f, "/"); !slices.Equal(got, []string{"a"}) {
-		t.Fatalf("/ lists %q, want [a]", got)
+	wantErrno(t, f, "rename", f.Rename(ctx, "/a", "/e", false), syscall.EROFS)
+	if got := names(t, f, "/"); !slices.Equal(got, []string{"a", "d"}) {
+		t.Fatalf("/ lists %q, want [a d]", got)
 	}
 }

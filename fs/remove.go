@@ -13,7 +13,13 @@ import (
 // remove deletes the path name of directory parent (unlink, or rmdir if
 // wantDir): its path document (with compare-and-set on the version just
 // read), then one link of its inode.
-func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir bool) error {
+//
+// An rmdir also takes the change lock of the directory it removes, which
+// recalls the other mounts' delegations on it: they answer its attributes,
+// and its listing, from memory, and a process there may hold it open.
+// sub is the caller's guess at its inode (0: none); a wrong guess is found
+// under the locks and the rmdir runs again with the right one.
+func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir bool, sub uint64) error {
 	if f.opts.ReadOnly {
 		return syscall.EROFS
 	}
@@ -27,15 +33,25 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 		return err // removed in memory, flushed with the batch
 	}
 	defer f.changing.begin(parent.ino())()
-	dir, path, txn, err := f.lockEntry(ctx, parent, name)
-	if err != nil {
-		return err
-	}
-	ino, err := f.removeLocked(ctx, parent, dir, path, wantDir)
-	if err == nil {
-		err = f.dropLinkAndEnd(ctx, txn, ino, parent.ino())
-	} else {
-		f.end(ctx, txn, &err)
+	var err error
+	for attempt := 0; ; attempt++ {
+		dir, path, txn, lerr := f.lockEntryOf(ctx, parent, name, sub)
+		if lerr != nil {
+			return lerr
+		}
+		var ino uint64
+		ino, err = f.removeLocked(ctx, parent, dir, path, wantDir, sub)
+		if errors.Is(err, errOtherSub) && attempt < 5 {
+			_ = txn.End(ctx)
+			sub = ino
+			continue
+		}
+		if err == nil {
+			err = f.dropLinkAndEnd(ctx, txn, ino, parent.ino())
+		} else {
+			f.end(ctx, txn, &err)
+		}
+		break
 	}
 	// The directory's own document was written through dirLinksOp only,
 	// which follows it.
@@ -43,9 +59,15 @@ func (f *FS) remove(ctx context.Context, parent dirRef, name string, wantDir boo
 	return err
 }
 
+// errOtherSub: the directory an rmdir found is not the one whose change
+// lock it holds (remove's sub); it removed nothing.
+var errOtherSub = errors.New("the directory to remove is another inode than its locks are for")
+
 // removeLocked removes the name under the caller's locks and returns the
-// inode whose link the caller drops next.
-func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, wantDir bool) (uint64, error) {
+// inode whose link the caller drops next. An rmdir holds the change lock
+// of directory sub: errOtherSub (and the inode found) if that is not the
+// one.
+func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, wantDir bool, sub uint64) (uint64, error) {
 	for attempt := 0; ; attempt++ {
 		// The directory and the entry in one read; the inode is not
 		// needed to remove the name (the path document has its type), and
@@ -59,6 +81,9 @@ func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, 
 		}
 		if !wantDir && d.Type == store.TypeDir {
 			return 0, syscall.EISDIR
+		}
+		if wantDir && d.Ino != sub {
+			return d.Ino, errOtherSub
 		}
 		if wantDir && !f.knownEmpty(d.Ino) {
 			empty, err := f.isEmptyDir(ctx, path)

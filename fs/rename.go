@@ -31,14 +31,21 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if flags&renameExchange != 0 || flags&^(renameNoReplace|renameExchange) != 0 {
 		return syscall.EINVAL
 	}
-	// The kernel looked the source up before asking: its inode, if a
-	// directory, is the first guess at the directory whose own change
-	// lock the rename needs (see rename).
-	var movedDir uint64
+	// The kernel looked the source and the target up before asking:
+	// their inodes, if directories, are the first guesses at the
+	// directories whose own change locks the rename needs (see rename).
+	var guess renameDirs
 	if c := n.GetChild(name); c != nil && c.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
-		movedDir = c.StableAttr().Ino
+		guess.moved = c.StableAttr().Ino
 	}
-	err := n.f.rename(ctx, n, name, np, newName, movedDir, flags&renameNoReplace != 0)
+	victim := np.GetChild(newName)
+	if victim != nil && victim.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
+		guess.replaced = victim.StableAttr().Ino
+	}
+	err := n.f.rename(ctx, n, name, np, newName, guess, flags&renameNoReplace != 0)
+	if err == nil && guess.replaced != 0 && guess.replaced != guess.moved {
+		markRemoved(victim) // a directory this replaced: removed
+	}
 	return n.f.toErrno("rename", err)
 }
 
@@ -50,10 +57,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 // Besides the strategy's locks it takes the change locks of both
 // directories, and of the moved directory itself when it is one: its own
 // attributes (ctime) change, and other mounts holding a delegation on it
-// keep them, so they must be recalled first. movedDir is the caller's
-// guess at that directory's inode (0: none); a wrong guess is found under
-// the locks and the rename runs again with the right one.
-func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, newName string, movedDir uint64, noReplace bool) error {
+// keep them, so they must be recalled first; so does a directory the
+// rename replaces (it is gone). guess holds the caller's guesses at those
+// directories' inodes (0: none); a wrong guess is found under the locks
+// and the rename runs again with the right one.
+func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, newName string, guess renameDirs, noReplace bool) error {
 	if err := store.CheckName(name); err != nil {
 		return err
 	}
@@ -91,8 +99,11 @@ func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, ne
 			}
 		}
 		reqs := append(f.co.Strategy.Rename(src, dst, subtree), locking.Change(from.ino(), srcDir), locking.Change(to.ino(), dstDir))
-		if movedDir != 0 {
-			reqs = append(reqs, locking.Change(movedDir, src))
+		if guess.moved != 0 {
+			reqs = append(reqs, locking.Change(guess.moved, src))
+		}
+		if guess.replaced != 0 {
+			reqs = append(reqs, locking.Change(guess.replaced, dst))
 		}
 		txn, err := f.co.Begin(ctx, reqs)
 		if err != nil {
@@ -111,7 +122,7 @@ func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, ne
 		if moved {
 			err = errSubtreeGrew
 		} else {
-			err = f.renameLocked(ctx, txn, from, to, src, dst, &movedDir, noReplace, subtree)
+			err = f.renameLocked(ctx, txn, from, to, src, dst, &guess, noReplace, subtree)
 		}
 		if errors.Is(err, errSubtreeGrew) {
 			_ = txn.End(ctx)
@@ -126,6 +137,11 @@ func (f *FS) rename(ctx context.Context, from dirRef, name string, to dirRef, ne
 		return err
 	}
 }
+
+// renameDirs are the directories whose own change locks a rename takes
+// besides its parents': the one it moves and the one it replaces (0:
+// none).
+type renameDirs struct{ moved, replaced uint64 }
 
 // errSubtreeGrew: what the rename planned for changed before or while it
 // ran (it had no effect): plan and lock again.
@@ -165,7 +181,7 @@ func (f *FS) subtreePaths(ctx context.Context, src string) ([]string, map[string
 	}
 }
 
-func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef, src, dst string, movedDir *uint64, noReplace bool, subtree []string) error {
+func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef, src, dst string, guess *renameDirs, noReplace bool, subtree []string) error {
 	// Re-check everything with realtime reads now that nothing can change
 	// (the source may have been moved away while we waited for the locks):
 	// both directories, source and destination, in one mget.
@@ -197,8 +213,8 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef
 	if src == dst {
 		return nil
 	}
-	if s.Type == store.TypeDir && s.Ino != *movedDir {
-		*movedDir = s.Ino // not the directory whose change lock we hold
+	if s.Type == store.TypeDir && s.Ino != guess.moved {
+		guess.moved = s.Ino // not the directory whose change lock we hold
 		return errSubtreeGrew
 	}
 	if f.co.Strategy.NeedsSubtree() && s.Type == store.TypeDir {
@@ -227,6 +243,10 @@ func (f *FS) renameLocked(ctx context.Context, txn *locking.Txn, from, to dirRef
 		}
 		if d.Ino == s.Ino {
 			return nil // two links to one inode: POSIX says do nothing
+		}
+		if d.Type == store.TypeDir && s.Type == store.TypeDir && d.Ino != guess.replaced {
+			guess.replaced = d.Ino // not the directory whose change lock we hold
+			return errSubtreeGrew
 		}
 		switch {
 		case s.Type == store.TypeDir && d.Type != store.TypeDir:

@@ -133,6 +133,12 @@ func (c *Coordinator) renewSession(ctx context.Context) {
 		return
 	}
 	sess, err := StartSession(ctx, c.b, c.cfg.sessionConfig())
+	if errors.Is(err, store.ErrNoIndex) {
+		// Destroyed: said once by the lost session; asked again at every
+		// sweep, in case it is made anew.
+		c.log.Debug("could not start a new session", "err", err)
+		return
+	}
 	if err != nil {
 		c.log.Warn("could not start a new session", "err", err)
 		return

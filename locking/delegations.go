@@ -488,6 +488,9 @@ func (ds *Delegations) Born(ino uint64, path string, mode store.LockMode) (store
 			}()
 			return nil
 		}
+		// Later acquires of the document (an rmdir of the directory takes
+		// its change lock) guess it from here, as from any grant.
+		ds.c.Locks.known.wrote(doc, false)
 		ds.c.Locks.metrics.delegHeld(req.Mode, 1)
 		return d
 	}

@@ -237,6 +237,12 @@ func (s *Session) renew() bool {
 		s.doc, s.renewedAt, s.unsure = next, sent, nil
 		s.mu.Unlock()
 		return false
+	case errors.Is(err, store.ErrNoIndex):
+		// Our document went with its index: the filesystem was destroyed
+		// (after this mount was declared dead, as destroy does first).
+		s.loseLocked("the filesystem's indices are gone (destroyed); every call fails until unmounted")
+		s.mu.Unlock()
+		return true
 	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
 		if len(s.unsure) == 0 {
 			// Our document changed, and no write of ours can have
@@ -271,7 +277,7 @@ func (s *Session) renew() bool {
 // that fails settles nothing.
 func (s *Session) settle(ctx context.Context) error {
 	d, err := s.b.GetSession(ctx, s.id)
-	gone := errors.Is(err, store.ErrNotFound)
+	gone := errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrNoIndex)
 	if err != nil && !gone {
 		s.cfg.Log.Warn("reading the session document after a failed heartbeat", "session", s.id, "err", err)
 		return nil

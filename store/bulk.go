@@ -47,7 +47,7 @@ func (s *Store) Bulk(ctx context.Context, ops []BulkOp) ([]BulkResult, error) {
 	var batches []batch
 	size, from := 0, 0
 	for i, o := range ops {
-		n := o.size(s.textChunks) + len(o.id) + len(s.idx.name(o.index)) + 80
+		n := o.size(s.textChunks) + len(o.id) + len(s.idx.alias(o.index)) + 80
 		if i > from && (size+n > maxBulkBytes || i-from >= maxBulkItems) {
 			batches = append(batches, batch{from, i})
 			from, size = i, 0
@@ -101,7 +101,7 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 	// doubling would hold twice that for each request in flight.
 	size := 0
 	for _, o := range ops {
-		size += o.size(s.textChunks) + len(o.id) + len(s.idx.name(o.index)) + 96
+		size += o.size(s.textChunks) + len(o.id) + len(s.idx.alias(o.index)) + 96
 	}
 	buf.Grow(size)
 	s.metrics.countItems(ops)
@@ -109,7 +109,7 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 		buf.WriteString(`{"`)
 		buf.WriteString(o.action)
 		buf.WriteString(`":{"_index":`)
-		writeJSONString(&buf, s.idx.name(o.index))
+		writeJSONString(&buf, s.idx.alias(o.index)) // see WriteAliasSuffix
 		buf.WriteString(`,"_id":`)
 		writeJSONString(&buf, o.id)
 		if o.ifVer.Known() {
@@ -182,7 +182,7 @@ func (s *Store) Write(ctx context.Context, o BulkOp) (Version, error) {
 	if err := s.check(o); err != nil {
 		return Version{}, err
 	}
-	index, q := s.idx.name(o.index), url.Values{}
+	index, q := s.idx.alias(o.index), url.Values{} // see WriteAliasSuffix
 	r := request{method: "PUT", path: "/" + url.PathEscape(index) + "/_doc/" + url.PathEscape(o.id), query: q}
 	switch o.action {
 	case "create":

@@ -36,8 +36,9 @@ var (
 	ErrTLS = errors.New("TLS certificate not trusted")
 	// ErrScheme: the URL says http:// and the node speaks HTTPS, or the reverse.
 	ErrScheme = errors.New("wrong URL scheme")
-	// ErrNoIndex: an esfs index is missing; the filesystem was not created with mkfs.
-	ErrNoIndex = errors.New("index missing (run esfs mkfs)")
+	// ErrNoIndex: an esfs index is missing: the filesystem was never made
+	// (esfs mkfs), or it was destroyed while this process used it.
+	ErrNoIndex = errors.New("index missing")
 	// ErrMapping: an index exists with a mapping esfs cannot use.
 	ErrMapping = errors.New("index mapping conflicts with esfs")
 	// ErrBlocked: the index refuses writes (index.blocks.write, which esfs
@@ -92,6 +93,12 @@ func statusError(status int, what string, cause *esError) error {
 	switch {
 	case status == 404 && cause != nil && cause.Type == "index_not_found_exception":
 		base = ErrNoIndex
+	case status == 400 && cause != nil && cause.Type == "invalid_index_name_exception":
+		// esfs names no index but its own, and writes through their
+		// aliases (WriteAliasSuffix): this is a write to an alias that is
+		// gone with its index.
+		base = ErrNoIndex
+		cause = &esError{Type: cause.Type, Reason: "no index behind the write alias: the filesystem was destroyed (or its index deleted by hand), and esfs never lets a write create it"}
 	case status == 404:
 		base = ErrNotFound
 	case status == 409 && cause != nil && cause.Type == "version_conflict_engine_exception" && isCreateConflict(cause.Reason):

@@ -12,8 +12,8 @@ package store
 //   - a newer format is refused by every command, destroy included
 //     (ErrFormat: "upgrade esfs"), since this esfs could misread it;
 //   - an older format is upgraded in place by mkfs, when an upgrade step
-//     from it exists (none yet: format 1 is the first), and otherwise
-//     refused with what to do (ErrFormat);
+//     from it exists (from format 1: the write aliases, see
+//     Upgradable), and otherwise refused with what to do (ErrFormat);
 //   - an index without an esfs format was made by something else, and is
 //     never touched (ErrMapping).
 
@@ -56,8 +56,10 @@ type IndexInfo struct {
 	// WriteBlocked: index.blocks.write is set (destroy sets it on the
 	// sessions index while it judges the mounts).
 	WriteBlocked bool
-	ChunkSize    int64 // the data index's, from _meta
-	mapping      indexMapping
+	// WriteAlias: the index has its write alias (WriteAliasSuffix).
+	WriteAlias bool
+	ChunkSize  int64 // the data index's, from _meta
+	mapping    indexMapping
 }
 
 // ReplicasSetting is the replica setting as mkfs and config take it: the
@@ -79,7 +81,7 @@ func (s *Store) Inspect(ctx context.Context) ([]IndexInfo, error) {
 	what := "reading the indices of filesystem " + s.idx.Paths
 	res, err := s.do(ctx, what, request{method: "GET", path: "/" + strings.Join(names, ","),
 		query: url.Values{"ignore_unavailable": {"true"}, "allow_no_indices": {"true"}, "expand_wildcards": {"none"},
-			"filter_path": {"*.mappings,*.settings.index.number_of_shards,*.settings.index.number_of_replicas,*.settings.index.auto_expand_replicas,*.settings.index.refresh_interval,*.settings.index.blocks"}}})
+			"filter_path": {"*.aliases,*.mappings,*.settings.index.number_of_shards,*.settings.index.number_of_replicas,*.settings.index.auto_expand_replicas,*.settings.index.refresh_interval,*.settings.index.blocks"}}})
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +89,8 @@ func (s *Store) Inspect(ctx context.Context) ([]IndexInfo, error) {
 		return nil, failure(what, res)
 	}
 	var body map[string]struct {
-		Mappings indexMapping `json:"mappings"`
+		Aliases  map[string]json.RawMessage `json:"aliases"`
+		Mappings indexMapping               `json:"mappings"`
 		Settings struct {
 			Index struct {
 				Shards     string `json:"number_of_shards"`
@@ -117,6 +120,7 @@ func (s *Store) Inspect(ctx context.Context) ([]IndexInfo, error) {
 			ix := b.Settings.Index
 			info.Shards, info.Replicas, info.AutoExpand, info.RefreshInterval = ix.Shards, ix.Replicas, ix.AutoExpand, ix.Refresh
 			info.WriteBlocked = ix.Blocks.Write == "true"
+			_, info.WriteAlias = b.Aliases[name+WriteAliasSuffix]
 			if cs, ok := b.Mappings.Meta["chunk_size"].(float64); ok {
 				info.ChunkSize = int64(cs)
 			}
@@ -174,6 +178,17 @@ func (s *Store) Check(infos []IndexInfo) error {
 	if oldest >= 0 && oldest < FormatVersion {
 		return s.olderError(oldest)
 	}
+	var noAlias []string
+	for _, i := range infos {
+		if !i.WriteAlias {
+			noAlias = append(noAlias, i.Name+WriteAliasSuffix)
+		}
+	}
+	if len(noAlias) > 0 {
+		// Writes would fail on them: never create an index instead.
+		return fmt.Errorf("filesystem %s is incomplete: write alias %s missing (removed by hand?): restore it with esfs mkfs --index %s: %w",
+			fs, strings.Join(noAlias, ", "), fs, ErrIncomplete)
+	}
 	return nil
 }
 
@@ -185,11 +200,36 @@ func (s *Store) foreignError(i IndexInfo) error {
 	return fmt.Errorf("index %s exists but %s: it was made by something other than esfs mkfs, and esfs never touches indices it did not make; choose another --index: %w", i.Name, what, ErrMapping)
 }
 
-// olderError refuses a format older than this esfs reads. A future format
-// bump adds an in-place upgrade step from the previous format, run by mkfs
-// (once no older esfs mounts it); formats before the first need none.
+// Upgradable reports whether infos (Inspect's, of a filesystem Check calls
+// older) hold a format this esfs upgrades in place, with esfs mkfs: format
+// 1, whose indices lack the write aliases. The upgrade, resumable at every
+// step since each is idempotent and the format is recorded last:
+//  1. AddWriteAliases: harmless to any mount, of any esfs;
+//  2. the mounts are judged, as esfs destroy judges them: while one is
+//     live (an older esfs, writing without the aliases) it refuses;
+//  3. SetFormat on the path index: from then on an older esfs refuses to
+//     mount the filesystem (newer format), and this one (older format
+//     elsewhere) until the upgrade is done;
+//  4. the mounts are judged again, for one that started meanwhile;
+//  5. SetFormat on the other indices.
+func Upgradable(infos []IndexInfo) bool {
+	for _, i := range infos {
+		if i.Exists && !i.Foreign && i.Format != 1 && i.Format != FormatVersion {
+			return false
+		}
+	}
+	return true
+}
+
+// olderError refuses a format older than this esfs reads: one it can
+// upgrade in place (Upgradable) with what to run, any other with how to
+// copy it.
 func (s *Store) olderError(format int) error {
 	fs := s.idx.Paths
+	if format == 1 {
+		return fmt.Errorf("filesystem %s was made by an older esfs (format 1; this esfs reads format %d): upgrade it in place with esfs mkfs --index %s once it is unmounted everywhere (it gets its write aliases, and esfs older than this one refuse it then): %w",
+			fs, FormatVersion, fs, ErrFormat)
+	}
 	return fmt.Errorf("filesystem %s was made by an older esfs (format %d; this esfs reads format %d and cannot upgrade format %d in place): copy it with an esfs that reads format %d (esfs export) into a new filesystem made by this one (esfs mkfs, esfs import), then esfs destroy --index %s: %w",
 		fs, format, FormatVersion, format, format, fs, ErrFormat)
 }

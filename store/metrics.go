@@ -85,7 +85,7 @@ func (i indices) roleName(path string) string {
 	}
 	if first, err := url.PathUnescape(first); err == nil {
 		for r, role := range [...]string{pathsIndex: "path", inodesIndex: "inode", dataIndex: "data", locksIndex: "lock", sessionsIndex: "session"} {
-			if r != 0 && i.name(indexRole(r)) == first {
+			if r != 0 && (i.name(indexRole(r)) == first || i.alias(indexRole(r)) == first) {
 				return role
 			}
 		}

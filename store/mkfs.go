@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // FormatVersion is written into every index's _meta; Open refuses others
-// (see lifecycle.go for what a newer or older format gets).
-const FormatVersion = 1
+// (see lifecycle.go for what a newer or older format gets). Format 2: every
+// index has its write alias (WriteAliasSuffix), which every write goes
+// through; format 1 had none, and mkfs upgrades it in place (Upgradable).
+const FormatVersion = 2
 
 // DefaultChunkSize is the size of one data chunk. 1 MiB keeps a 256 MiB file to
 // 256 documents and each document far below http.max_content_length, while a
@@ -139,6 +142,10 @@ func (s *Store) Mkfs(ctx context.Context, o MkfsOptions) error {
 			return err
 		}
 	}
+	// Before anything is written: the root goes through them too.
+	if err := s.AddWriteAliases(ctx); err != nil {
+		return err
+	}
 	if err := s.Open(ctx); err != nil {
 		return err
 	}
@@ -187,6 +194,50 @@ func (s *Store) ensureIndex(ctx context.Context, name string, props map[string]f
 		return failure(what, res)
 	}
 	return s.checkMapping(ctx, name, props)
+}
+
+// AddWriteAliases gives indices of the filesystem (names, all five if
+// none) their write aliases (WriteAliasSuffix), in one request; an alias
+// that is there already stays as it is. The indices must exist.
+func (s *Store) AddWriteAliases(ctx context.Context, names ...string) error {
+	if len(names) == 0 {
+		names = s.allIndices()
+	}
+	var actions []any
+	for _, name := range names {
+		actions = append(actions, map[string]any{"add": map[string]any{"index": name, "alias": name + WriteAliasSuffix, "is_write_index": true}})
+	}
+	body, _ := json.Marshal(map[string]any{"actions": actions})
+	what := "adding the write aliases of filesystem " + s.idx.Paths
+	res, err := s.do(ctx, what, request{method: "POST", path: "/_aliases", body: body})
+	if err != nil {
+		return err
+	}
+	if res.status != 200 {
+		return failure(what, res)
+	}
+	return nil
+}
+
+// SetFormat records this esfs's format in the _meta of the index info
+// describes (the last step of an upgrade, see Upgradable), keeping the
+// rest of its _meta.
+func (s *Store) SetFormat(ctx context.Context, info IndexInfo) error {
+	meta := map[string]any{}
+	for k, v := range info.mapping.Meta {
+		meta[k] = v
+	}
+	meta["esfs_format"] = FormatVersion
+	body, _ := json.Marshal(map[string]any{"_meta": meta})
+	what := "recording format " + strconv.Itoa(FormatVersion) + " in index " + info.Name
+	res, err := s.do(ctx, what, request{method: "PUT", path: "/" + url.PathEscape(info.Name) + "/_mapping", body: body})
+	if err != nil {
+		return err
+	}
+	if res.status != 200 {
+		return failure(what, res)
+	}
+	return nil
 }
 
 // checkMapping compares an existing index's mapping with the wanted one.

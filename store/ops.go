@@ -27,6 +27,20 @@ const (
 	sessionsIndex
 )
 
+// WriteAliasSuffix ends the name of the alias every write of a document
+// goes through: index fs-data is written as fs-data-W. An alias may hold a
+// capital letter where an index name may not, so a write that finds the
+// alias gone (the filesystem destroyed while a mount was frozen, a request
+// retried late) fails with an invalid index name: Elasticsearch can never
+// create an index for it, whatever the cluster's settings
+// (action.auto_create_index, templates) and whatever the write (a delete
+// with an external version creates the index it names, require_alias or
+// not).
+const WriteAliasSuffix = "-W"
+
+// alias is the write alias of index role r.
+func (i indices) alias(r indexRole) string { return i.name(r) + WriteAliasSuffix }
+
 func (i indices) name(r indexRole) string {
 	switch r {
 	case pathsIndex:

@@ -72,6 +72,9 @@ func (s *Store) mgetBody(ctx context.Context, path string, body []byte, n int, w
 		return nil, fmt.Errorf("%s: asked %d documents, got %d: %w", what, n, len(out.Docs), ErrCorrupt)
 	}
 	for _, d := range out.Docs {
+		if d.Error != nil && d.Error.Type == "index_not_found_exception" {
+			return nil, statusError(404, what, d.Error) // ErrNoIndex: gone, not unavailable
+		}
 		if d.Error != nil {
 			return nil, statusError(503, what, d.Error)
 		}

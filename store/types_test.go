@@ -62,6 +62,9 @@ func TestOpenUpgradesInodeMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := s.AddWriteAliases(ctx); err != nil { // gone with the index deleted
+		t.Fatal(err)
+	}
 	// The old root: 2 links whatever it held.
 	if err := s.RawPut(ctx, "inodes", "1", map[string]any{"ino": 1, "type": "dir", "mode": 0o755, "nlink": 2}); err != nil {
 		t.Fatal(err)

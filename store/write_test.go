@@ -65,8 +65,9 @@ func recordedStore(t *testing.T, s *store.Store) (*store.Store, *recorder) {
 }
 
 // TestWriteRequests: Write sends each op as the single-document request of
-// its action, the requests esfs has always made for single writes, and
-// Bulk sends even one op as a _bulk; a refused op sends nothing.
+// its action, the requests esfs has always made for single writes (now
+// through the write alias of the index), and Bulk sends even one op as a
+// _bulk; a refused op sends nothing.
 func TestWriteRequests(t *testing.T) {
 	s, rec := recordedStore(t, testenv.Store(t))
 	ctx := ctxT(t)
@@ -82,7 +83,7 @@ func TestWriteRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("CreateDentry", "PUT /P/_doc/"+pathID+"?op_type=create")
+	expect("CreateDentry", "PUT /P-W/_doc/"+pathID+"?op_type=create")
 	cond := func(v store.Version) string {
 		return url.Values{"if_seq_no": {itoa(v.SeqNo)}, "if_primary_term": {itoa(v.PrimaryTerm)}}.Encode()
 	}
@@ -90,20 +91,20 @@ func TestWriteRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("PutDentry", "PUT /P/_doc/"+pathID+"?"+cond(v))
+	expect("PutDentry", "PUT /P-W/_doc/"+pathID+"?"+cond(v))
 	if _, err := s.Write(ctx, store.DeleteDentry("/w", v2)); err != nil {
 		t.Fatal(err)
 	}
-	expect("DeleteDentry", "DELETE /P/_doc/"+pathID+"?"+cond(v2))
+	expect("DeleteDentry", "DELETE /P-W/_doc/"+pathID+"?"+cond(v2))
 
 	if _, err := s.Write(ctx, store.CreateInode(store.Inode{Ino: 70, Type: store.TypeFile, Mode: 0o644, Nlink: 1})); err != nil {
 		t.Fatal(err)
 	}
-	expect("CreateInode", "PUT /P-inodes/_doc/70?op_type=create")
+	expect("CreateInode", "PUT /P-inodes-W/_doc/70?op_type=create")
 	if _, err := s.Write(ctx, store.TouchInode(70, 5, 6)); err != nil {
 		t.Fatal(err)
 	}
-	expect("TouchInode", "POST /P-inodes/_update/70?retry_on_conflict=5")
+	expect("TouchInode", "POST /P-inodes-W/_update/70?retry_on_conflict=5")
 	if n, err := s.GetInode(ctx, 70); err != nil || n.Mtime != 5 || n.Ctime != 6 || n.Mode != 0o644 {
 		t.Errorf("after the partial update: %+v %v", n, err)
 	}
@@ -113,7 +114,7 @@ func TestWriteRequests(t *testing.T) {
 	if _, err := s.Write(ctx, store.WriteChunk(70, 0, []byte("text"), st)); err != nil {
 		t.Fatal(err)
 	}
-	expect("WriteChunk", "PUT /P-data/_doc/70.0?version="+itoa(st.Version)+"&version_type=external")
+	expect("WriteChunk", "PUT /P-data-W/_doc/70.0?version="+itoa(st.Version)+"&version_type=external")
 	if got, err := s.ReadChunks(ctx, 70, 0, 0); err != nil || string(got[0]) != "text" {
 		t.Errorf("chunk written alone: %q %v", got[0], err)
 	}

@@ -6,15 +6,18 @@ package test
 // nobody's format, or a filesystem half made.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -199,7 +202,7 @@ func TestDestroyInterrupted(t *testing.T) {
 func TestConfig(t *testing.T) {
 	f := mounttest.NewFS(t)
 	out, code := mounttest.RunOn(t, f, "", "config")
-	if code != 0 || !strings.Contains(out, "format 1") || !strings.Contains(out, "chunk size 1048576") || !strings.Contains(out, f.Index+"-sessions") || !strings.Contains(out, "0-1") {
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("format %d", store.FormatVersion)) || !strings.Contains(out, "chunk size 1048576") || !strings.Contains(out, f.Index+"-sessions") || !strings.Contains(out, "0-1") {
 		t.Fatalf("config: status %d:\n%s", code, out)
 	}
 	out, code = mounttest.RunOn(t, f, "", "config", "--replicas", "0", "--refresh-interval", "3s")
@@ -361,4 +364,156 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestDestroyFrozenMountCreatesNoIndex: a mount frozen (SIGSTOP) across
+// esfs destroy --yes, which declares it dead and deletes the indices, is
+// woken: its heartbeat finds its session gone with them, the calls of a
+// process that held a file open on it fail (a write, a truncation, a
+// mkdir), and none of its writes makes Elasticsearch create an index of
+// the filesystem again (store's TestNoWriteCreatesAnIndex tries every kind
+// of write, chunk deletes with an external version included).
+func TestDestroyFrozenMountCreatesNoIndex(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m := f.Mount(t, "--lease", "2s")
+	mounttest.Sh(t, m.Dir, `echo hello > f; head -c 3000000 /dev/urandom > big`)
+	// The file is held open by a process of its own: this one forks the
+	// esfs commands, and a child closing a descriptor of the frozen mount
+	// at exec would wait for it.
+	holder := exec.Command("python3", "-c", `
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+print("open", flush=True)
+sys.stdin.readline()
+for what, call in (("write", lambda: os.pwrite(fd, b"late", 0)), ("ftruncate", lambda: os.ftruncate(fd, 0)), ("fsync", lambda: os.fsync(fd))):
+    try:
+        call()
+        print(what, "ok", flush=True)
+    except OSError as e:
+        print(what, e.strerror, flush=True)
+`, m.Path("big"))
+	in, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); _ = holder.Wait() })
+	held := bufio.NewReader(outPipe)
+	if line, err := held.ReadString('\n'); line != "open\n" {
+		t.Fatalf("the process holding big: %q, %v", line, err)
+	}
+	m.Signal(syscall.SIGSTOP)
+	out, code := mounttest.RunOn(t, f, "", "destroy", "--yes")
+	m.Signal(syscall.SIGCONT)
+	if code != 0 || !strings.Contains(out, "destroyed") {
+		t.Fatalf("destroy with a frozen mount: status %d, want 0 once it is declared dead:\n%s", code, out)
+	}
+	mounttest.WaitFor(t, "the woken mount's heartbeat to find its session lost", 2*time.Minute, func() bool {
+		return strings.Contains(m.Log(), "session lost")
+	})
+	in.Write([]byte("go\n"))
+	in.Close()
+	rest, _ := io.ReadAll(held)
+	// The write fails itself, so fsync has nothing left to report.
+	if strings.Contains(string(rest), "write ok") || strings.Contains(string(rest), "ftruncate ok") || strings.Count(string(rest), "\n") != 3 {
+		t.Errorf("the calls through a descriptor of the destroyed filesystem: %q, want the write and the truncation to fail", rest)
+	}
+	if err := os.Mkdir(m.Path("d"), 0o755); err == nil {
+		t.Errorf("mkdir on a destroyed filesystem succeeded")
+	}
+	if got := existing(t, f); len(got) != 0 {
+		t.Fatalf("the woken mount's writes made Elasticsearch create %v again", got)
+	}
+	if !strings.Contains(m.Log(), "indices are gone") {
+		t.Errorf("the woken mount does not say its filesystem is gone:\n%s", m.Log())
+	}
+}
+
+// TestFormatUpgrade: a filesystem of format 1 (no write aliases, as the
+// esfs before them made it) is refused by mount with what to run; esfs
+// mkfs upgrades it in place, but not while a mount of it is live (one
+// heartbeating here); an upgrade interrupted halfway (one index of the
+// new format) is finished by the next mkfs; the filesystem then mounts
+// with its data, every index of format 2 with its write alias.
+func TestFormatUpgrade(t *testing.T) {
+	f := mounttest.NewFS(t)
+	base := strings.Split(f.URL, ",")[0]
+	m := f.Mount(t)
+	mounttest.Sh(t, m.Dir, `mkdir -p d && echo kept > d/f`)
+	m.Unmount(t)
+	// A live mount of an older esfs: its session, heartbeating.
+	live := store.SessionDoc{ID: "01d35e5510000000", Host: "elsewhere", Pid: 42, Mount: "/old/mount", Started: time.Now().UnixNano(), LeaseMs: 1000, DoneBelow: 1}
+	if _, err := f.Store.Write(context.Background(), store.CreateSession(live)); err != nil {
+		t.Fatal(err)
+	}
+	// Format 1, as the esfs before the write aliases left it.
+	var actions []string
+	for _, idx := range f.Store.Indices() {
+		actions = append(actions, fmt.Sprintf(`{"remove":{"index":%q,"alias":%q}}`, idx, idx+store.WriteAliasSuffix))
+		meta := `{"_meta":{"esfs_format":1}}`
+		if strings.HasSuffix(idx, "-data") {
+			meta = `{"_meta":{"esfs_format":1,"chunk_size":1048576}}`
+		}
+		mounttest.ESRequest(t, base, "PUT", "/"+idx+"/_mapping", meta)
+	}
+	mounttest.ESRequest(t, base, "POST", "/_aliases", `{"actions":[`+strings.Join(actions, ",")+`]}`)
+	out, code := mounttest.RunOn(t, f, "", "mount", t.TempDir())
+	if code != 1 || !strings.Contains(out, "older esfs (format 1") || !strings.Contains(out, "esfs mkfs --index "+f.Index) {
+		t.Fatalf("mount of format 1: status %d, want 1 saying to run esfs mkfs:\n%s", code, out)
+	}
+
+	stop := make(chan struct{})
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		for n := 1; ; n++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			body := fmt.Sprintf(`{"doc":{"counter":%d}}`, n)
+			req, _ := http.NewRequest("POST", base+"/"+f.Index+"-sessions/_update/"+live.ID, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				res.Body.Close()
+			}
+		}
+	}()
+	out, code = mounttest.RunOn(t, f, "", "mkfs")
+	close(stop)
+	<-beating
+	if code != 1 || !strings.Contains(out, "not upgraded") || !strings.Contains(out, "/old/mount") {
+		t.Fatalf("mkfs of format 1 with a live mount: status %d, want 1 naming the mount:\n%s", code, out)
+	}
+	if out, code := mounttest.RunOn(t, f, "", "mount", t.TempDir()); code != 1 || !strings.Contains(out, "format 1") {
+		t.Fatalf("mount after the refused upgrade: status %d, want the older format refused:\n%s", code, out)
+	}
+
+	// Interrupted after its first step of the format: only the path index
+	// says 2.
+	mounttest.ESRequest(t, base, "PUT", "/"+f.Index+"/_mapping", `{"_meta":{"esfs_format":2}}`)
+	out, code = mounttest.RunOn(t, f, "", "mkfs")
+	if code != 0 || !strings.Contains(out, "upgraded to format 2") {
+		t.Fatalf("mkfs of a half-upgraded filesystem, its old mount gone: status %d:\n%s", code, out)
+	}
+	infos, err := f.Store.Inspect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range infos {
+		if i.Format != store.FormatVersion || !i.WriteAlias {
+			t.Errorf("after the upgrade, index %s: format %d, write alias %v", i.Name, i.Format, i.WriteAlias)
+		}
+	}
+	m = f.Mount(t)
+	if got := strings.TrimSpace(mounttest.Sh(t, m.Dir, `cat d/f; echo more > d/g; cat d/g`)); got != "kept\nmore" {
+		t.Errorf("the upgraded filesystem reads %q, want its data and a new file", got)
+	}
 }

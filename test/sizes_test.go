@@ -318,6 +318,78 @@ os.close(b)
 	sizeAlive(t, m, w)
 }
 
+// TestSizeSeekDataAtBlockSize: SEEK_DATA from the middle of a hole answers
+// where the data is at the block size the file reports (st_blksize): at
+// most one block before the data's offset, on a block boundary, and the
+// next hole is past the data; as the file is written (buffered) and once
+// reopened. cp --sparse=always and tar --sparse copy it whole and sparse.
+func TestSizeSeekDataAtBlockSize(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m, w := sizeMount(t, f)
+	const mib = 1 << 20
+	const size = 40 * mib
+	offsets := []int64{5*mib + 600<<10 + 7, 12*mib + 300<<10, 30*mib + mib - 5}
+	p := m.Path("sparse")
+	fh, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fh.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range offsets {
+		if _, err := fh.WriteAt([]byte("data"), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(when string, fh *os.File) {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Fstat(int(fh.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		bs := int64(st.Blksize)
+		from := int64(0)
+		for _, off := range offsets {
+			from = (from + off) / 2 // in the hole before the data
+			d, err := unix.Seek(int(fh.Fd()), from, unix.SEEK_DATA)
+			if err != nil || d > off || off-d >= bs || (d%bs != 0 && d != off) {
+				t.Errorf("%s: SEEK_DATA from %d = %d, %v; the data is at %d, st_blksize %d: want the data's offset, or the start of the block of st_blksize holding it",
+					when, from, d, err, off, bs)
+				continue
+			}
+			if h, err := unix.Seek(int(fh.Fd()), d, unix.SEEK_HOLE); err != nil || h <= off {
+				t.Errorf("%s: SEEK_HOLE from %d = %d, %v; want past the data at %d", when, d, h, err, off)
+			}
+			from = off + 4
+		}
+	}
+	check("written, not flushed", fh)
+	if err := fh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fh, err = os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	check("reopened", fh)
+
+	dir := t.TempDir()
+	mounttest.Sh(t, dir, fmt.Sprintf("cp --sparse=always %q cp; tar -S -C %q -cf - sparse | tar -xf -; mv sparse tar", p, m.Dir))
+	for _, copied := range []string{"cp", "tar"} {
+		mounttest.Sh(t, dir, fmt.Sprintf("cmp %q %s", p, copied))
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, copied), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Blocks*512 > int64(len(offsets)+1)*mib {
+			t.Errorf("the copy by %s stores %d bytes of a file holding %d chunks", copied, st.Blocks*512, len(offsets))
+		}
+	}
+	sizeAlive(t, m, w)
+}
+
 // TestSizeXattrLimits: Linux's limits on extended attributes hold (names of
 // 255 bytes, values of 64 KiB), and every file's attributes can always be
 // listed: their names together stay within what listxattr may return (64
