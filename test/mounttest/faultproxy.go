@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/esfs/esfs/store"
 )
 
 // FaultProxy is an HTTP relay between a mount and the cluster that delays
@@ -69,6 +71,19 @@ type Fault struct {
 // Fired is closed once the fault has acted (after the late forward, if
 // any, got its answer).
 func (f *Fault) Fired() <-chan struct{} { return f.fired }
+
+// WaitFired waits for the fault to act, failing the test if it has not
+// within a minute: a fault whose request never comes (the mount did its
+// work before the fault was added, say) must fail the test, not hang the
+// suite until go test's timeout.
+func (f *Fault) WaitFired(t testing.TB) {
+	t.Helper()
+	select {
+	case <-f.fired:
+	case <-time.After(time.Minute):
+		t.Fatal("the fault's request did not come within a minute")
+	}
+}
 
 // NewFaultProxy relays to the cluster at esURL until the test ends.
 func NewFaultProxy(t testing.TB, esURL string) *FaultProxy {
@@ -225,7 +240,9 @@ func BulkTo(suffix string, also ...string) func(method, path string, body []byte
 		if method != http.MethodPost || !strings.HasSuffix(path, "/_bulk") {
 			return false
 		}
-		if suffix != "" && !bytes.Contains(body, []byte(suffix+`"`)) {
+		// Writes name an index's write alias (store.WriteAliasSuffix),
+		// reads the index itself.
+		if suffix != "" && !bytes.Contains(body, []byte(suffix+`"`)) && !bytes.Contains(body, []byte(suffix+store.WriteAliasSuffix+`"`)) {
 			return false
 		}
 		for _, s := range also {
