@@ -209,7 +209,7 @@ func (f *FS) dropLinkOrRetry(ctx context.Context, ino, dir uint64) {
 		deadline := time.Now().Add(3 * lease)
 		for attempt := 0; time.Now().Before(deadline) && !f.closed.Load(); attempt++ {
 			time.Sleep(min(time.Duration(attempt+1)*200*time.Millisecond, lease/2))
-			ctx, cancel := context.WithTimeout(context.Background(), lease)
+			ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), lease)
 			err = f.dropLink(ctx, ino, dir)
 			cancel()
 			if err == nil {

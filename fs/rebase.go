@@ -72,9 +72,13 @@ func (of *openFile) addSpan(c, lo, hi int64) {
 }
 
 // ownsAll reports whether this open file wrote every byte of buffered
-// chunk c (n bytes long), or does not know which it wrote.
-func (of *openFile) ownsAll(c, n int64) bool {
+// chunk c that the chunk holds, in its buffer (b) or in the store now (up
+// to of.attr.Size: another mount may have appended to it since it was
+// read), or does not know which it wrote.
+func (of *openFile) ownsAll(c int64, b []byte) bool {
 	s := of.spans[c]
+	cs := of.f.st.ChunkSize()
+	n := max(int64(len(b)), min(of.attr.Size-c*cs, cs))
 	return len(s) == 0 || (len(s) == 1 && s[0].lo == 0 && s[0].hi >= n)
 }
 
@@ -98,7 +102,7 @@ func (of *openFile) rebase(ctx context.Context) error {
 	cs := of.f.st.ChunkSize()
 	end := max(of.attr.Size, of.wend)
 	for c, b := range of.dirty {
-		if of.ownsAll(c, int64(len(b))) {
+		if of.ownsAll(c, b) {
 			continue
 		}
 		var base []byte

@@ -171,7 +171,7 @@ func (wb *writeback) run() {
 		if wb.count.Load() == 0 && wb.unknownBatch() == nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*wb.f.st.Timeout()+wb.f.opts.LockTimeout)
+		ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), 2*wb.f.st.Timeout()+wb.f.opts.LockTimeout)
 		if err := wb.flush(ctx); err != nil {
 			wb.f.log.Warn("flushing the pending batch failed; retrying", "err", err)
 		}

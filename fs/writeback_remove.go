@@ -225,7 +225,7 @@ func (wb *writeback) removedLanded(b *pendingBatch) {
 	}
 	go func() {
 		for _, d := range gone {
-			ctx, cancel := context.WithTimeout(context.Background(), wb.f.co.Session().Lease()+time.Second)
+			ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), wb.f.co.Session().Lease()+time.Second)
 			wb.f.co.Delegations.Drop(ctx, d)
 			cancel()
 		}

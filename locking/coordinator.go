@@ -234,13 +234,13 @@ func (c *Coordinator) run() {
 		case <-c.stop:
 			return
 		case <-c.Session().Lost():
-			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Lease)
+			ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), c.cfg.Lease)
 			c.renewSession(ctx)
 			cancel()
 			continue
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 4*c.cfg.Lease)
+		ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), 4*c.cfg.Lease)
 		if err := c.Sweep(ctx, doneSeen); err != nil {
 			c.log.Debug("sweep", "err", err)
 		}
@@ -431,7 +431,7 @@ func (c *Coordinator) every(period time.Duration, done chan struct{}, fn func(co
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Lease)
+		ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), c.cfg.Lease)
 		fn(ctx)
 		cancel()
 	}

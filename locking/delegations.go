@@ -393,6 +393,9 @@ func (ds *Delegations) answer(ctx context.Context) {
 		return
 	}
 	seen := time.Now()
+	// What the answer costs is made for the calls of other mounts that
+	// wait for it, not for this mount's upkeep.
+	ctx = store.ForCall(ctx)
 	var give []*Delegation
 	ds.mu.Lock()
 	for id := range r.Wanted {
@@ -480,7 +483,7 @@ func (ds *Delegations) Born(ino uint64, path string, mode store.LockMode) (store
 		ds.mu.Unlock()
 		if !made || old != nil {
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), ds.c.cfg.Lease)
+				ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), ds.c.cfg.Lease)
 				defer cancel()
 				if err := ds.c.Locks.Release(ctx, d.held); err != nil {
 					ds.c.log.Debug("giving back the delegation of a directory not made", "dir", ino, "err", err)
@@ -547,7 +550,7 @@ func (ds *Delegations) Landed(d *Delegation, res store.BulkResult) {
 	}
 	d.revoke()
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), ds.c.cfg.Lease)
+		ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), ds.c.cfg.Lease)
 		defer cancel()
 		ds.Give(ctx, d)
 	}()

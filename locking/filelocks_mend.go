@@ -198,7 +198,7 @@ func (fl *FileLocks) mend(stop <-chan struct{}, done chan<- struct{}) {
 		case <-fl.kick:
 		case <-retry:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), fl.c.cfg.Lease)
+		ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), fl.c.cfg.Lease)
 		if fl.mendAll(ctx) {
 			round = 0
 		} else {

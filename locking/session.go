@@ -226,7 +226,7 @@ func (s *Session) renew() bool {
 		next.Stats = s.cfg.Stats()
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Lease/2)
+	ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), s.cfg.Lease/2)
 	defer cancel()
 	sent := bootNow()
 	v, err := s.b.Write(ctx, store.PutSession(next, next.Ver))
@@ -264,7 +264,7 @@ func (s *Session) renew() bool {
 	}
 	s.mu.Unlock()
 	// A fresh deadline: the write's may be spent.
-	rctx, rcancel := context.WithTimeout(context.Background(), s.cfg.Lease/2)
+	rctx, rcancel := context.WithTimeout(store.Upkeep(context.Background()), s.cfg.Lease/2)
 	defer rcancel()
 	return s.settle(rctx) != nil
 }

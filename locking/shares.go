@@ -209,7 +209,7 @@ func (sh *shares) end(s *share) {
 }
 
 func (sh *shares) release(s *share) {
-	ctx, cancel := context.WithTimeout(context.Background(), sh.c.cfg.Lease)
+	ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), sh.c.cfg.Lease)
 	defer cancel()
 	if err := sh.c.Locks.Release(ctx, s.held); err != nil {
 		sh.c.log.Debug("releasing a shared lease", "op", s.op, "err", err)

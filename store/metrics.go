@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"net/url"
 	"strings"
 	"time"
@@ -9,7 +10,14 @@ import (
 )
 
 // Metrics counts the store's requests to Elasticsearch. Every request goes
-// through Store.do, so one place sees them all.
+// through Store.do, so one place sees them all. Each is counted under its
+// origin: "upkeep" for the mount's own background work (the heartbeat,
+// the sweeper and its observer, the lock mender, the recall polls, the
+// write-back timer: whatever runs under a context marked by Upkeep),
+// "call" for everything else, which some call waits for or set off: a
+// FUSE call or a command, or another mount's call that recalled this
+// one (ForCall). What a call costs is then read off the metrics without
+// the work a mount does meanwhile on its own.
 type Metrics struct {
 	duration *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
@@ -22,13 +30,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "esfs_es_request_duration_seconds",
-			Help:    "Requests to Elasticsearch by endpoint and index (path, inode, data, lock, session; empty for requests to several indices or the cluster), including failed ones.",
+			Help:    "Requests to Elasticsearch by endpoint, index (path, inode, data, lock, session; empty for requests to several indices or the cluster) and origin (call: made for a FUSE call or a command; upkeep: the mount's own background work), including failed ones.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. 16 s
-		}, []string{"endpoint", "index"}),
+		}, []string{"endpoint", "index", "origin"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "esfs_es_errors_total",
 			Help: "Failed requests to Elasticsearch by endpoint and kind: unreachable (no answer, timeout), 4xx or 5xx (HTTP status of the whole request; item conflicts inside a bulk are not errors).",
-		}, []string{"endpoint", "kind"}),
+		}, []string{"endpoint", "kind", "origin"}),
 		items: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "esfs_es_bulk_items_total",
 			Help: "Documents written (or deleted) through _bulk, by index: path, inode, data, lock (locks and operation records), session.",
@@ -40,20 +48,45 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// observe records one request to index (a role name, or "") at path.
-// status 0 means no answer.
-func (m *Metrics) observe(path, index string, took time.Duration, status int) {
+// upkeepKey marks a context as the mount's own background work.
+type upkeepKey struct{}
+
+// Upkeep returns ctx marked as the mount's own background work: every
+// request made under it is counted with origin "upkeep". Every
+// background loop marks the contexts it makes (see Metrics).
+func Upkeep(ctx context.Context) context.Context {
+	return context.WithValue(ctx, upkeepKey{}, true)
+}
+
+// ForCall returns ctx marked as work for a call again, under a
+// background loop's context: the answer to a recall is made for another
+// mount's call, which waits for it.
+func ForCall(ctx context.Context) context.Context {
+	return context.WithValue(ctx, upkeepKey{}, false)
+}
+
+// origin names who a request under ctx is made for (see Metrics).
+func origin(ctx context.Context) string {
+	if up, _ := ctx.Value(upkeepKey{}).(bool); up {
+		return "upkeep"
+	}
+	return "call"
+}
+
+// observe records one request to index (a role name, or "") at path, made
+// for origin. status 0 means no answer.
+func (m *Metrics) observe(path, index, origin string, took time.Duration, status int) {
 	ep := endpoint(path)
-	m.duration.WithLabelValues(ep, index).Observe(took.Seconds())
+	m.duration.WithLabelValues(ep, index, origin).Observe(took.Seconds())
 	switch {
 	case status == 0:
-		m.errors.WithLabelValues(ep, "unreachable").Inc()
+		m.errors.WithLabelValues(ep, "unreachable", origin).Inc()
 	case status >= 500:
-		m.errors.WithLabelValues(ep, "5xx").Inc()
+		m.errors.WithLabelValues(ep, "5xx", origin).Inc()
 	case status >= 400 && status != 404 && status != 409:
 		// 404 and 409 are answers the protocol expects (absent document,
 		// lost compare-and-set), not failures.
-		m.errors.WithLabelValues(ep, "4xx").Inc()
+		m.errors.WithLabelValues(ep, "4xx", origin).Inc()
 	}
 }
 

@@ -62,14 +62,14 @@ func (s *Store) do(ctx context.Context, what string, r request) (response, error
 	start := time.Now()
 	res, err := s.es.Perform(req)
 	if err != nil {
-		s.metrics.observe(r.path, s.idx.roleName(r.path), time.Since(start), 0)
+		s.metrics.observe(r.path, s.idx.roleName(r.path), origin(ctx), time.Since(start), 0)
 		return response{}, s.transportError(ctx, what, err)
 	}
 	defer res.Body.Close()
 	s.answered.Store(true)
 	data, err := io.ReadAll(res.Body)
 	took := time.Since(start)
-	s.metrics.observe(r.path, s.idx.roleName(r.path), took, res.StatusCode)
+	s.metrics.observe(r.path, s.idx.roleName(r.path), origin(ctx), took, res.StatusCode)
 	// At debug level every request is logged with what asked for it: the
 	// way to see which round trips a call costs.
 	if len(r.items) > 0 {

@@ -18,6 +18,9 @@ type Scanner struct {
 	pageSize int
 	usePIT   bool
 	pit      string
+	// closeCtx is what the point-in-time is closed under: no deadline
+	// (the caller's may be spent), the origin of the scan that opened it.
+	closeCtx context.Context
 	after    []any
 	done     bool
 }
@@ -168,6 +171,7 @@ func (sc *Scanner) openPIT(ctx context.Context) error {
 		return fmt.Errorf("%s: %w", what, ErrCorrupt)
 	}
 	sc.pit = pit.ID
+	sc.closeCtx = context.WithoutCancel(ctx)
 	return nil
 }
 
@@ -254,7 +258,11 @@ func (sc *Scanner) closePIT() {
 	}
 	body, _ := json.Marshal(map[string]any{"id": sc.pit})
 	sc.pit = ""
-	// Best effort with a fresh context: the caller's may be cancelled already,
-	// and a PIT left open only costs memory until its keep_alive ends.
-	_, _ = sc.s.do(context.Background(), "closing a point-in-time", request{method: "DELETE", path: "/_pit", body: body})
+	// Best effort without the caller's deadline, which may be spent: a PIT
+	// left open only costs memory until its keep_alive ends.
+	ctx := sc.closeCtx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	_, _ = sc.s.do(ctx, "closing a point-in-time", request{method: "DELETE", path: "/_pit", body: body})
 }

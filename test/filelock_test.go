@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -59,6 +60,37 @@ func tryFlock(t *testing.T, path string, how int) bool {
 	return true
 }
 
+// waitFlocks waits until `esfs locks` shows exactly the file locks want,
+// by their mode as it prints them ("flock exclusive pid 123", "flock
+// shared pid 45", "flock exclusive (waiting)"), in any order: a probe
+// that follows then knows what it meets. Without it a probe assumes an
+// order that does not hold: a flock(1) started a moment ago may not have
+// asked for its lock yet, and one that exited may hold its lock a moment
+// longer (the kernel passes its last close, which ends the lock, after the
+// process is gone), so a probe refused once may have met a leftover, and
+// the next one get the lock.
+func waitFlocks(t *testing.T, f *mounttest.FS, want ...string) {
+	t.Helper()
+	want = slices.Sorted(slices.Values(want))
+	cols := regexp.MustCompile(`\s{2,}`)
+	var last []string
+	mounttest.WaitFor(t, fmt.Sprintf("esfs locks to show %q", want), 30*time.Second, func() bool {
+		var got []string
+		for _, l := range fileLocksLeft(t, f) {
+			// PATH (file lock)  MODE  SESSION  OPERATION  AGE
+			if c := cols.Split(strings.TrimSpace(l), -1); len(c) >= 2 {
+				got = append(got, c[1])
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) && !slices.Equal(got, last) {
+			t.Logf("esfs locks shows %q", got)
+		}
+		last = got
+		return slices.Equal(got, want)
+	})
+}
+
 // TestFlockAcrossMounts: flock(1) on two mounts of one filesystem, as
 // cron jobs and deploy scripts use it: an exclusive lock refuses the
 // other mount's, shared locks share, and a blocking flock on B returns
@@ -77,7 +109,7 @@ func TestFlockAcrossMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-holder.Process.Pid, syscall.SIGKILL); _ = holder.Wait() })
-	mounttest.WaitFor(t, "A's holder to take the lock", 30*time.Second, func() bool { return !flockN(t, a.Path("lockfile")) })
+	waitFlocks(t, f, fmt.Sprintf("flock exclusive pid %d", holder.Process.Pid))
 	if flockN(t, b.Path("lockfile")) {
 		t.Fatal("flock -n on B got the lock A holds")
 	}
@@ -130,7 +162,12 @@ func TestFlockAcrossMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-shared.Process.Pid, syscall.SIGKILL); _ = shared.Wait() })
-	mounttest.WaitFor(t, "A's shared holder", 30*time.Second, func() bool { return !flockN(t, b.Path("lockfile")) })
+	// Once B's waiter's lock is gone (its last close) and A's holder has
+	// its own.
+	waitFlocks(t, f, fmt.Sprintf("flock shared pid %d", shared.Process.Pid))
+	if flockN(t, b.Path("lockfile")) {
+		t.Error("flock -n on B got an exclusive lock while A holds a shared one")
+	}
 	if !flockN(t, b.Path("lockfile"), "-s") {
 		t.Error("flock -n -s on B refused while A holds a shared lock")
 	}
@@ -144,12 +181,11 @@ func TestFlockAcrossMounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	// The kernel sends the last close of an open file (which ends its
-	// flock) after close returns: flock(1)'s own lock may outlive it for
-	// a moment.
-	mounttest.WaitFor(t, "the other holders' locks to go", 30*time.Second, func() bool {
-		return flockN(t, b.Path("lockfile")) && unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB) == nil
-	})
+	// A's shared holder and B's probe gone, at their last close.
+	waitFlocks(t, f)
+	if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		t.Fatalf("a shared flock on A with no lock held anywhere: %v", err)
+	}
 	for _, step := range []struct {
 		how          int
 		shared, excl bool // what B and C may take then

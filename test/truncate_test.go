@@ -333,6 +333,11 @@ func TestTruncateAndAppendOfAnotherMountStand(t *testing.T) {
 			cat(zeros(20), "AAAAA")},
 		{"write-then-their-cut", os.O_RDWR, []step{write("AAAAA", 90), truncateTheirs(50)},
 			cat(string(orig[:50]), zeros(40), "AAAAA")},
+		// Every byte the file held rewritten, and another mount's append
+		// after it in the same chunk: the chunk holds bytes the writer did
+		// not write after all.
+		{"overwrite-then-their-append", os.O_RDWR, []step{write(strings.Repeat("A", len(orig)), 0), appendTheirs("BBBBB")},
+			cat(strings.Repeat("A", len(orig)), "BBBBB")},
 		{"append-across-their-append", os.O_WRONLY | os.O_APPEND, []step{appendMine("a1"), syncMine, appendTheirs("b1"), appendMine("a2")},
 			cat(string(orig), "a1", "b1", "a2")},
 		{"append-across-their-truncate", os.O_WRONLY | os.O_APPEND, []step{appendMine("a1"), syncMine, truncateTheirs(0), appendMine("a2")},

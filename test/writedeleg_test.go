@@ -34,14 +34,13 @@ func writerMount(t *testing.T, f *mounttest.FS, env []string, extra ...string) (
 	return mounttest.MountUncached(t, f, env, flags...), "http://" + addr + "/metrics"
 }
 
-// foregroundRequests counts the requests a mount made so far, less the
-// background's (lease renewals, recall polls: see background) and single
-// reads and writes of the lock index (batch records, which the flush tests
-// count separately).
+// foregroundRequests counts the requests a mount made so far for calls
+// (see requestCounts), less single reads and writes of the lock index
+// (batch records, which the flush tests count separately).
 func foregroundRequests(t *testing.T, metrics string) float64 {
 	total := 0.0
 	for k, v := range requestCounts(t, metrics) {
-		if !background(k) && !strings.Contains(k, "endpoint=_doc,index=lock") {
+		if !strings.Contains(k, "endpoint=_doc,index=lock") {
 			total += v
 		}
 	}
