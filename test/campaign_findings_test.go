@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/esfs/esfs/test/mounttest"
 )
@@ -73,7 +74,7 @@ func TestFindingTruncateFailedHalfway(t *testing.T) {
 	}
 	select {
 	case <-fault.Fired():
-	default:
+	case <-time.After(30 * time.Second):
 		t.Fatalf("the fault never acted (ftruncate answered %s)", out)
 	}
 	errno := strings.TrimSpace(string(out))
@@ -92,5 +93,38 @@ func TestFindingTruncateFailedHalfway(t *testing.T) {
 			}
 		}
 		t.Errorf("after an ftruncate to 20000 that answered errno %s, B reads %d bytes, %d of them zeros: neither the file before the call nor after it", errno, len(got), zeros)
+	}
+}
+
+// TestFindingMkdirAnswerLost (campaign seed 2, class stuck-lock): a mkdir
+// whose write of the new directory lands but whose answer is lost (the
+// connection reset) answers EIO; another mount's lookup of the name must
+// then answer (the directory or ENOENT), not wait out --lock-timeout and
+// fail with EAGAIN, again and again.
+func TestFindingMkdirAnswerLost(t *testing.T) {
+	openFinding(t)
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout=5s", "--lease=4s")
+	b := f.Mount(t, "--lease=4s")
+	if err := os.Mkdir(b.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.ReadDir(a.Path("d")); err != nil { // A reads d: B's changes there recall it
+		t.Fatal(err)
+	}
+	fault := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-inodes-W"), Reset: true})
+	err := os.Mkdir(a.Path("d", "x"), 0o700)
+	select {
+	case <-fault.Fired():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the fault never acted (mkdir: %v)", err)
+	}
+	t.Logf("mkdir with its answer lost: %v (the cluster answered %d)", err, fault.Status)
+	res := mounttest.Exec(2*time.Minute, "/", "stat", "-c", "%F", b.Path("d", "x"))
+	t.Logf("B's stat after %s: %s", res.Took.Round(time.Millisecond), strings.TrimSpace(res.Out))
+	if res.Took > 20*time.Second || strings.Contains(res.Out, "Resource temporarily unavailable") {
+		out, _ := f.Run("locks")
+		t.Errorf("B's stat of the name took %s (%s); esfs locks:\n%s", res.Took.Round(time.Millisecond), strings.TrimSpace(res.Out), out)
 	}
 }

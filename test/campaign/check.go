@@ -1,6 +1,7 @@
 package campaign
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"path"
@@ -58,7 +59,8 @@ func (r *Runner) diffStat(st *State, in *Inode, e *wire.Stat, withData bool, siz
 			d = append(d, fmt.Sprintf("xattrs %v, want %v", e.Xattrs, in.Xattr))
 		}
 	}
-	if in.MtimeKnown && in.Kind != Dir && e.Mtime != in.Mtime {
+	// A descriptor's unflushed writes set the time when they land.
+	if in.MtimeKnown && in.Kind != Dir && !r.pending(in.ID) && e.Mtime != in.Mtime {
 		d = append(d, fmt.Sprintf("mtime %d, want %d", e.Mtime, in.Mtime))
 	}
 	return strings.Join(d, "; ")
@@ -96,7 +98,7 @@ func (r *Runner) check(sl *slot, op *Op) {
 		}
 	case "pread":
 		fd := r.fds[op.FD]
-		if !in.DataUnknown && !in.Unsure && !r.pendingElsewhere(fd) {
+		if !in.DataUnknown && !in.Unsure && !r.pendingElsewhere(fd) && !fd.stale {
 			want := in.Data
 			for _, w := range fd.Pending {
 				want = writeAt(want, w.Off, wire.Pattern(w.Seq, w.Off, w.Len))
@@ -115,8 +117,22 @@ func (r *Runner) check(sl *slot, op *Op) {
 			class, diff = "names", fmt.Sprintf("listed %q, want %q", resp.Names, want)
 		}
 	}
-	if diff != "" {
-		r.finding(class, "%s: %s", op, diff)
+	if diff == "" {
+		return
+	}
+	r.finding(class, "%s: %s", op, diff)
+	if class == "data" && op.Kind == "read" && len(r.res.Findings) > 0 {
+		// Say which bytes differ, and whose they look like.
+		idx, want, seqs := len(r.res.Findings)-1, in.Data, r.writeSeqs(in.ID)
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			e := r.explainData(sl, op.Path, want, seqs)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.logf("  %s: %s", op, e)
+			r.res.Findings[idx].Text += "\nread again: " + e
+		}()
 	}
 }
 
@@ -208,7 +224,11 @@ func (r *Runner) observe(sl *slot, paths []string) ([][]wire.Entry, error) {
 			if err != nil {
 				return nil, fmt.Errorf("tree %q on m%d: %w", p, sl.idx, err)
 			}
-			if bad := unknownEntry(resp.Tree); bad != "" && try < 10 {
+			if stuck := stuckEntry(resp.Tree); stuck != "" && try >= 2 {
+				out, _ := r.fs.Run("locks")
+				return nil, &stuckError{what: fmt.Sprintf("a look at %q from m%d: %s twice", p, sl.idx, stuck), locks: out}
+			}
+			if bad := unknownEntry(resp.Tree); bad != "" && try < 5 {
 				r.logf("  a look at %q from m%d met %s: looking again", p, sl.idx, bad)
 				time.Sleep(time.Second)
 				continue
@@ -218,6 +238,22 @@ func (r *Runner) observe(sl *slot, paths []string) ([][]wire.Entry, error) {
 		}
 	}
 	return out, nil
+}
+
+// stuckError: a look waited out --lock-timeout (EAGAIN): a lock is held
+// that nobody gives back.
+type stuckError struct{ what, locks string }
+
+func (e *stuckError) Error() string { return e.what + "; esfs locks:\n" + e.locks }
+
+// stuckEntry names an entry of a look that failed with EAGAIN, if any.
+func stuckEntry(tree []wire.Entry) string {
+	for _, e := range tree {
+		if e.Errno == int(unix.EAGAIN) {
+			return fmt.Sprintf("EAGAIN at %q", e.Path)
+		}
+	}
+	return ""
 }
 
 // unknownEntry names an entry of a look that failed with an error that
@@ -271,6 +307,11 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 		defer r.cond.Broadcast()
 		defer delete(r.inflight, op.N)
 		sl.resolving--
+		var stuck *stuckError
+		if errors.As(err, &stuck) {
+			r.finding("stuck-lock", "settling %s (answered %s): %v", op, errname(op.Errno), err)
+			return
+		}
 		if err != nil {
 			r.finding("worker", "settling %s: %v", op, err)
 			return
@@ -303,6 +344,18 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 			if obs != nil {
 				r.finding("unknown-outcome", "%s: answered %s; seen from m%d, neither before nor after it: %s",
 					op, errname(op.Errno), obsSlot.idx, strings.Join(diffs, "; "))
+				if in := r.st.Inodes[op.Ino]; in != nil && in.Kind == File && len(r.res.Findings) > 0 && op.Path != "" {
+					idx, seqs := len(r.res.Findings)-1, r.writeSeqs(op.Ino)
+					st := r.st.Copy()
+					for _, o := range cands[len(cands)-1] {
+						st.Apply(o)
+					}
+					want := st.Inodes[op.Ino].Data
+					r.mu.Unlock()
+					e := r.explainData(obsSlot, op.Path, want, append(seqs, op.Seq))
+					r.mu.Lock()
+					r.res.Findings[idx].Text += "\nagainst the last candidate, read again: " + e
+				}
 				return
 			}
 			// Nothing to look at (a file no name reaches): assume it
@@ -369,4 +422,72 @@ func (r *Runner) settle(sl *slot) {
 		}
 	}
 	time.Sleep(time.Second)
+}
+
+// explainData reads path in full through slot sl and says where its
+// bytes differ from want and whose they look like (r.mu not held).
+func (r *Runner) explainData(sl *slot, p string, want []byte, seqs []int64) string {
+	resp, err := sl.w.do(&wire.Req{Op: "read", Path: p, Full: true}, opLimit)
+	if err != nil || resp.Errno != 0 {
+		return fmt.Sprintf("(reading it again: %v %s)", err, errname(resp.Errno))
+	}
+	got := resp.Data
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	if i == len(got) && i == len(want) {
+		return "(read again, the bytes are right now)"
+	}
+	j := i
+	for j < len(got) && j < len(want) && got[j] != want[j] {
+		j++
+	}
+	whose := func(b []byte, off int) string {
+		if off >= len(b) {
+			return "nothing"
+		}
+		zero := true
+		for _, c := range b[off:min(len(b), off+64)] {
+			if c != 0 {
+				zero = false
+			}
+		}
+		if zero {
+			return "zeros"
+		}
+		for _, s := range seqs {
+			if wire.Pattern(s, int64(off), 1)[0] == b[off] && (off+1 >= len(b) || wire.Pattern(s, int64(off+1), 1)[0] == b[off+1]) {
+				return fmt.Sprintf("the bytes of #%d", s)
+			}
+		}
+		return "other bytes"
+	}
+	return fmt.Sprintf("%d bytes, %d wanted; the first difference is at %d, to %d: %s where the model has %s",
+		len(got), len(want), i, j, whose(got, i), whose(want, i))
+}
+
+// writeSeqs lists the sequence numbers of the writes the history made to
+// ino (r.mu held).
+func (r *Runner) writeSeqs(ino int) []int64 {
+	var out []int64
+	for _, h := range r.hist {
+		switch {
+		case h.op.Ino != ino && h.op.NewID != ino:
+		case h.op.Kind == "flush":
+			for _, w := range h.op.Writes {
+				out = append(out, w.Seq)
+			}
+		case h.op.Seq != 0:
+			out = append(out, h.op.Seq)
+		}
+	}
+	for _, fd := range r.fds {
+		if fd.Ino == ino {
+			for _, w := range fd.Pending {
+				out = append(out, w.Seq)
+			}
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package campaign
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net/http"
@@ -243,7 +244,10 @@ func (r *Runner) death(sl *slot, how string) {
 	}
 
 	r.mu.Lock()
-	if err != nil {
+	var stuck *stuckError
+	if errors.As(err, &stuck) {
+		r.finding("stuck-lock", "looking at what m%d's death left: %v", sl.idx, err)
+	} else if err != nil {
 		r.finding("worker", "looking at what m%d's death left: %v", sl.idx, err)
 	} else if obsSlot != nil {
 		for _, ino := range fp.Inodes {
@@ -313,15 +317,50 @@ func (r *Runner) waitDeclaredDead(id string) bool {
 
 // survivors decides which prefix of slot sl's calls since its last fsync
 // survived its death, from what another mount sees (r.mu held), and makes
-// it the model.
+// it the model. The writes its descriptors had not flushed may have
+// landed too (a mount may write them early; close-to-open only says when
+// they must have), each descriptor's in the order it made them.
 func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 	n := len(sl.atRisk)
+	var withPending []*FD
+	for _, fd := range r.fdsOf(sl.idx) {
+		if len(fd.Pending) > 0 {
+			withPending = append(withPending, fd)
+		}
+	}
+	combos := [][]int{nil}
+	for _, fd := range withPending {
+		var next [][]int
+		for _, c := range combos {
+			for j := len(fd.Pending); j >= 0; j-- {
+				if len(combos) > 16 && j != 0 && j != len(fd.Pending) {
+					continue // too many: all or nothing
+				}
+				next = append(next, append(append([]int{}, c...), j))
+			}
+		}
+		combos = next
+	}
 	var diffs []string
 	for k := n; k >= 0; k-- {
-		st := r.replay(sl, k)
-		d := r.diffTree(st, obs, paths)
-		if d == "" {
-			r.logf("  m%d: %d of its %d calls since its last fsync survived", sl.idx, k, n)
+		for _, combo := range combos {
+			st := r.replay(sl, k)
+			var flushes []*Op
+			for i, fd := range withPending {
+				if j := combo[i]; j > 0 && st.Inodes[fd.Ino] != nil {
+					f := &Op{N: -1, Mount: sl.idx, Kind: "flush", Ino: fd.Ino, Writes: fd.Pending[:j]}
+					st.Apply(f)
+					flushes = append(flushes, f)
+				}
+			}
+			d := r.diffTree(st, obs, paths)
+			if d != "" {
+				if len(diffs) < 4 {
+					diffs = append(diffs, fmt.Sprintf("%d calls, unflushed writes %v: %s", k, combo, d))
+				}
+				continue
+			}
+			r.logf("  m%d: %d of its %d calls since its last fsync survived, and of its descriptors' unflushed writes %v", sl.idx, k, n, combo)
 			lost := map[*histEntry]bool{}
 			for _, h := range sl.atRisk[k:] {
 				lost[h] = true
@@ -333,13 +372,21 @@ func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 					kept = append(kept, h)
 				}
 			}
+			for _, f := range flushes {
+				kept = append(kept, &histEntry{op: f, mount: sl.idx})
+			}
 			r.hist = kept
 			r.st = st
-			r.markLost(sl, st)
+			for i, fd := range withPending {
+				fd.mustEIO = combo[i] < len(fd.Pending)
+			}
+			for _, fd := range r.fdsOf(sl.idx) {
+				fd.Pending = nil
+				if st.Inodes[fd.Ino] == nil {
+					fd.mustEIO = true
+				}
+			}
 			return
-		}
-		if len(diffs) < 4 {
-			diffs = append(diffs, fmt.Sprintf("%d calls: %s", k, d))
 		}
 	}
 	calls := make([]string, 0, n)
@@ -364,15 +411,6 @@ func (r *Runner) replay(sl *slot, k int) *State {
 		}
 	}
 	return st
-}
-
-// markLost: the descriptors of sl whose writes were lost, or whose file
-// no longer exists, must fail their close with EIO.
-func (r *Runner) markLost(sl *slot, st *State) {
-	for _, fd := range r.fdsOf(sl.idx) {
-		fd.mustEIO = len(fd.Pending) > 0 || st.Inodes[fd.Ino] == nil
-		fd.Pending = nil
-	}
 }
 
 // closeAfterDeath closes a descriptor a frozen mount's worker kept open

@@ -45,10 +45,25 @@ func (r *Runner) finish() {
 			r.mu.Unlock()
 			return
 		}
-		if d := r.diffTree(r.st, obs, []string{rootPath}); d != "" {
-			r.finding("final-tree", "m%d at the end: %s", sl.idx, d)
+		d := r.diffTree(r.st, obs, []string{rootPath})
+		var explain func() string
+		if i := strings.Index(d, ": bytes read"); i > 0 {
+			p := d[:i]
+			if in := r.st.Get(p); in != nil {
+				want, seqs := in.Data, r.writeSeqs(in.ID)
+				explain = func() string { return r.explainData(sl, p, want, seqs) }
+			}
 		}
 		r.mu.Unlock()
+		if d != "" {
+			more := ""
+			if explain != nil {
+				more = "; " + explain()
+			}
+			r.mu.Lock()
+			r.finding("final-tree", "m%d at the end: %s%s", sl.idx, d, more)
+			r.mu.Unlock()
+		}
 		trees = append(trees, obs[0])
 	}
 	for i := 1; i < len(trees); i++ {

@@ -92,6 +92,7 @@ var Classes = []string{
 	"final-tree",      // at the end, mounts disagree with each other or with the model
 	"fsck",            // esfs fsck not clean at the end
 	"worker",          // the campaign's own machinery failed
+	"stuck-lock",      // a call failed with EAGAIN after waiting the whole --lock-timeout: a lock held that long (the lease is seconds)
 	// Known shapes of open bugs, told apart so that they can be excluded
 	// alone; the run goes on after them when they are.
 	"truncate-partial", // a truncate that failed with EIO left the bytes past its size cut and the size unchanged
@@ -100,6 +101,9 @@ var Classes = []string{
 // recoverable: classes after which the model takes what was seen, so an
 // excluded one does not end the run.
 var recoverable = map[string]bool{"truncate-partial": true}
+
+// lockTimeout is esfs's --lock-timeout (the default).
+const lockTimeout = 30 * time.Second
 
 // opLimit: a call taking longer hangs (a frozen mount is declared dead
 // within lease plus grace, and held requests end at their timeout).
@@ -143,6 +147,9 @@ type FD struct {
 	// Pending are its writes not flushed yet: only a close or fsync
 	// through it lands them.
 	Pending []pwrite
+	// stale: another mount changed the file's bytes since it was
+	// opened: close-to-open, its reads need not see that.
+	stale bool
 	// mayEIO: the next fsync or close may report an error of a write that
 	// failed before (errseq). mustEIO: its mount died with its writes, or
 	// its file was lost: its close must fail.
@@ -571,6 +578,12 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 	r.logf("%s -> %s%s (%s)", op, errname(op.Errno), failedCall(op), op.Took.Round(time.Millisecond))
 	if op.Errno != 0 && unknownErrno(op.Errno) && r.fs != nil && op.Kind != "flock" && op.Kind != "fcntl" {
 		r.checkSurpriseDeath(sl)
+		if op.Errno == int(unix.EAGAIN) && op.Took >= lockTimeout-time.Second {
+			out, _ := r.fs.Run("locks")
+			r.finding("stuck-lock", "%s: EAGAIN after %s: a lock was held for the whole --lock-timeout; esfs locks:\n%s",
+				op, op.Took.Round(time.Millisecond), out)
+			return false
+		}
 	}
 	if op.Kind == "flock" || op.Kind == "fcntl" {
 		r.answerLock(sl, op)
@@ -594,9 +607,32 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 			r.releasePosix(sl, op.Ino)
 		}
 		var cands [][]*Op
-		cands = append(cands, nil)
-		if want == 0 {
-			cands = append(cands, []*Op{op})
+		switch {
+		case op.Kind == "create" && want == 0 && op.Failed != "open":
+			// The file was made (open returned it); its bytes may not
+			// have landed, or only its size (a write-back error: zeros).
+			empty := *op
+			empty.Len = 0
+			zeros := &Op{N: op.N, Mount: op.Mount, Kind: "zero", Ino: op.NewID, Len: op.Len}
+			cands = append(cands, []*Op{&empty}, []*Op{op}, []*Op{&empty, zeros})
+		case (op.Kind == "write" || op.Kind == "append") && want == 0 && op.Failed != "open":
+			// Written, or not, or only sized (zeros where the bytes were
+			// to go), as after a write-back error.
+			off := op.Off
+			if op.Kind == "append" {
+				off = int64(len(r.st.Inodes[op.Ino].Data))
+			}
+			zeros := &Op{N: op.N, Mount: op.Mount, Kind: "zero", Ino: op.Ino, Off: off, Len: op.Len}
+			cands = append(cands, nil, []*Op{op}, []*Op{zeros})
+			if size := int64(len(r.st.Inodes[op.Ino].Data)); off+op.Len > size {
+				// Or only the new size landed, the bytes it covers zeros.
+				grow := &Op{N: op.N, Mount: op.Mount, Kind: "zero", Ino: op.Ino, Off: size, Len: off + op.Len - size}
+				cands = append(cands, []*Op{grow})
+			}
+		case want == 0:
+			cands = append(cands, nil, []*Op{op})
+		default:
+			cands = append(cands, nil)
 		}
 		r.settleLater(sl, op, fp, cands)
 		return true
@@ -647,6 +683,14 @@ func (r *Runner) effects(sl *slot, op *Op) {
 func (r *Runner) apply(sl *slot, op *Op, risky bool) {
 	if e := r.st.Apply(op); e != 0 {
 		panic(fmt.Sprintf("campaign: %s applied with errno %s", op, errname(e)))
+	}
+	switch op.Kind {
+	case "write", "append", "truncate", "ftruncate", "flush", "zero":
+		for _, fd := range r.fds {
+			if fd.Ino == op.Ino && fd.Mount != op.Mount {
+				fd.stale = true
+			}
+		}
 	}
 	h := &histEntry{op: op, mount: op.Mount, risky: risky}
 	r.hist = append(r.hist, h)
