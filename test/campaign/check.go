@@ -267,8 +267,28 @@ func unknownEntry(tree []wire.Entry) string {
 	return ""
 }
 
-// observer picks a live slot to look from, another than not if it can.
+// observer picks a live slot to look from, another than not if it can
+// (r.mu held); done gives it back.
 func (r *Runner) observer(not *slot) *slot {
+	sl := r.pickObserver(not)
+	if sl != nil {
+		sl.observing++
+	}
+	return sl
+}
+
+// doneObserving gives back a slot observer picked.
+func (r *Runner) doneObserving(sl *slot) {
+	if sl == nil {
+		return
+	}
+	r.mu.Lock()
+	sl.observing--
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+func (r *Runner) pickObserver(not *slot) *slot {
 	var live []*slot
 	for _, sl := range r.slots {
 		if sl != not && !sl.dead && !sl.paused {
@@ -302,6 +322,7 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 		if obsSlot != nil && len(paths) > 0 {
 			obs, err = r.observe(obsSlot, paths)
 		}
+		r.doneObserving(obsSlot)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		defer r.cond.Broadcast()

@@ -172,7 +172,7 @@ func (r *Runner) quiesce(sl *slot) (int64, *Footprint) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sl.paused = true
-	for (sl.busy || sl.resolving > 0) && !r.stopped {
+	for (sl.busy || sl.resolving > 0 || sl.observing > 0) && !r.stopped {
 		r.cond.Wait()
 	}
 	fp := r.reserve(func() *Footprint { return r.riskFootprint(sl) }, func() bool { return r.stopped })
@@ -219,7 +219,16 @@ func (r *Runner) death(sl *slot, how string) {
 	if key == 0 {
 		return
 	}
-	sess := mounttest.Session(r.t, r.fs, sl.m).ID
+	sess, err := r.session(sl)
+	if err != nil {
+		r.mu.Lock()
+		r.finding("surprise-death", "m%d before its %s: %v", sl.idx, how, err)
+		sl.paused = false
+		delete(r.inflight, key)
+		r.cond.Broadcast()
+		r.mu.Unlock()
+		return
+	}
 	r.mu.Lock()
 	r.res.Faults[how]++
 	r.logf("FAULT %s m%d (session %s; %d operations since its last fsync; footprint %s)", how, sl.idx, sess, len(sl.atRisk), fp)
@@ -238,10 +247,10 @@ func (r *Runner) death(sl *slot, how string) {
 	r.mu.Unlock()
 	paths := outermost(fp.Paths)
 	var obs [][]wire.Entry
-	var err error
 	if obsSlot != nil && len(paths) > 0 {
 		obs, err = r.observe(obsSlot, paths)
 	}
+	r.doneObserving(obsSlot)
 
 	r.mu.Lock()
 	var stuck *stuckError
@@ -287,6 +296,22 @@ func (r *Runner) death(sl *slot, how string) {
 	delete(r.inflight, key)
 	r.cond.Broadcast()
 	r.mu.Unlock()
+}
+
+// session is the id of slot sl's live session.
+func (r *Runner) session(sl *slot) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	all, err := r.fs.Store.ListSessions(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range all {
+		if s.Pid == sl.m.Pid() && !s.Dead {
+			return s.ID, nil
+		}
+	}
+	return "", fmt.Errorf("no live session of pid %d", sl.m.Pid())
 }
 
 // waitDeclaredDead waits until session id is marked dead (or gone).

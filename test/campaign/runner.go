@@ -121,6 +121,7 @@ type slot struct {
 	// flight; resolving: unknown outcomes not settled yet.
 	paused, busy bool
 	resolving    int
+	observing    int // looks through its worker in flight (settling another's outcome)
 	dead         bool
 	// What a death may take back: the operations since the last fsync
 	// that returned, and the model as it was then.
