@@ -70,7 +70,7 @@ func (r *Runner) injectFaults() {
 		if time.Now().After(nextDeath) && len(live) >= 2 {
 			sl := live[rnd.Intn(len(live))]
 			if rnd.Intn(3) == 0 {
-				r.kill(sl)
+				r.kill(sl, rnd.Intn(2) == 0)
 			} else {
 				r.freeze(sl)
 			}
@@ -168,23 +168,52 @@ func (r *Runner) liveSlots() []*slot {
 // and reserves the footprint of everything a death could take back (its
 // operations since its last fsync, its descriptors' files). It returns
 // the reservation's key, or 0 if the run stopped.
-func (r *Runner) quiesce(sl *slot) (int64, *Footprint) {
+//
+// With midOp it waits (a few seconds at most) for an operation of sl to be
+// in flight instead, and reserves its footprint too: sl is to be killed
+// in the middle of it. It reports whether it is.
+func (r *Runner) quiesce(sl *slot, midOp bool) (int64, *Footprint, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var cur *Footprint
+	if midOp {
+		deadline := time.Now().Add(5 * time.Second)
+		for !r.stopped && time.Now().Before(deadline) && !(sl.busy && sl.resolving == 0 && sl.observing == 0) {
+			r.mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+			r.mu.Lock()
+		}
+		sl.paused = true
+		if sl.busy && sl.resolving == 0 && sl.observing == 0 {
+			cur = r.inflight[sl.cur]
+		}
+	}
 	sl.paused = true
-	for (sl.busy || sl.resolving > 0 || sl.observing > 0) && !r.stopped {
+	for cur == nil && (sl.busy || sl.resolving > 0 || sl.observing > 0) && !r.stopped {
 		r.cond.Wait()
 	}
-	fp := r.reserve(func() *Footprint { return r.riskFootprint(sl) }, func() bool { return r.stopped })
+	ignore := int64(0)
+	if cur != nil {
+		ignore = sl.cur
+		sl.killing = true
+	}
+	fp := r.reserveBut(func() *Footprint {
+		fp := r.riskFootprint(sl)
+		if cur != nil {
+			fp.Paths = append(fp.Paths, cur.Paths...)
+			fp.Inodes = append(fp.Inodes, cur.Inodes...)
+		}
+		return fp
+	}, func() bool { return r.stopped }, ignore)
 	if fp == nil {
-		sl.paused = false
+		sl.paused, sl.killing = false, false
 		r.cond.Broadcast()
-		return 0, nil
+		return 0, nil, false
 	}
 	r.n++
 	key := -r.n
 	r.inflight[key] = fp
-	return key, fp
+	return key, fp, cur != nil
 }
 
 // riskFootprint: what slot sl's death could change (r.mu held).
@@ -209,15 +238,19 @@ func (r *Runner) riskFootprint(sl *slot) *Footprint {
 
 // freeze stops slot sl's mount (SIGSTOP) until another mount declares it
 // dead, and wakes it.
-func (r *Runner) freeze(sl *slot) { r.death(sl, "freeze") }
+func (r *Runner) freeze(sl *slot) { r.death(sl, "freeze", false) }
 
-// kill kills slot sl's mount (and its worker) and mounts it again.
-func (r *Runner) kill(sl *slot) { r.death(sl, "kill") }
+// kill kills slot sl's mount (and its worker) and mounts it again;
+// midOp, in the middle of one of its operations if it can.
+func (r *Runner) kill(sl *slot, midOp bool) { r.death(sl, "kill", midOp) }
 
-func (r *Runner) death(sl *slot, how string) {
-	key, fp := r.quiesce(sl)
+func (r *Runner) death(sl *slot, how string, midOp bool) {
+	key, fp, inFlight := r.quiesce(sl, midOp)
 	if key == 0 {
 		return
+	}
+	if inFlight {
+		how = "kill-mid-operation"
 	}
 	sess, err := r.session(sl)
 	if err != nil {
@@ -237,8 +270,19 @@ func (r *Runner) death(sl *slot, how string) {
 	if how == "freeze" {
 		sl.m.Signal(unix.SIGSTOP)
 	} else {
+		// The worker first: a call in flight ends unanswered, and the
+		// mount dies with whatever it was doing for it.
 		sl.w.kill()
 		sl.m.Kill()
+	}
+	if inFlight {
+		// Wait for the answer of the call in flight (the worker gone).
+		r.mu.Lock()
+		for sl.busy {
+			r.cond.Wait()
+		}
+		sl.killing = false
+		r.mu.Unlock()
 	}
 	declared := r.waitDeclaredDead(sess)
 	r.mu.Lock()

@@ -121,8 +121,12 @@ type slot struct {
 	// flight; resolving: unknown outcomes not settled yet.
 	paused, busy bool
 	resolving    int
-	observing    int // looks through its worker in flight (settling another's outcome)
-	dead         bool
+	observing    int   // looks through its worker in flight (settling another's outcome)
+	cur          int64 // the operation in flight, while busy
+	// killing: it is being killed with an operation in flight, whose
+	// answer (the worker gone) is an outcome its death decides.
+	killing bool
+	dead    bool
 	// What a death may take back: the operations since the last fsync
 	// that returned, and the model as it was then.
 	atRisk  []*histEntry
@@ -181,6 +185,8 @@ type Runner struct {
 	locks   lockTable
 	stopped bool
 	res     *Result
+
+	logMu   sync.Mutex // protects histLog and tail: logf is called with r.mu held or not
 	histLog *os.File
 	tail    []string
 
@@ -317,6 +323,8 @@ func (r *Runner) mount(sl *slot) {
 // logf adds a line to the history.
 func (r *Runner) logf(format string, args ...any) {
 	line := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
 	fmt.Fprintln(r.histLog, line)
 	r.tail = append(r.tail, line)
 	if len(r.tail) > 400 {
@@ -326,6 +334,8 @@ func (r *Runner) logf(format string, args ...any) {
 
 // Tail is the end of the history.
 func (r *Runner) Tail(n int) string {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
 	if len(r.tail) < n {
 		n = len(r.tail)
 	}
@@ -358,9 +368,12 @@ func (r *Runner) finding(class, format string, args ...any) {
 	r.cond.Broadcast()
 }
 
-func (r *Runner) conflicts(fp *Footprint) bool {
-	for _, g := range r.inflight {
-		if fp.overlaps(g) {
+func (r *Runner) conflicts(fp *Footprint) bool { return r.conflictsBut(fp, 0) }
+
+// conflictsBut is conflicts with the operation in flight ignore set aside.
+func (r *Runner) conflictsBut(fp *Footprint, ignore int64) bool {
+	for k, g := range r.inflight {
+		if k != ignore && fp.overlaps(g) {
 			return true
 		}
 	}
@@ -371,6 +384,12 @@ func (r *Runner) conflicts(fp *Footprint) bool {
 // overlaps the footprint footprint() computes, and returns it (r.mu held;
 // nil if stop says to give up).
 func (r *Runner) reserve(footprint func() *Footprint, stop func() bool) *Footprint {
+	return r.reserveBut(footprint, stop, 0)
+}
+
+// reserveBut is reserve, overlapping the operation in flight ignore if
+// it must.
+func (r *Runner) reserveBut(footprint func() *Footprint, stop func() bool, ignore int64) *Footprint {
 	r.ticket++
 	me := r.ticket
 	defer delete(r.waiting, me)
@@ -380,7 +399,7 @@ func (r *Runner) reserve(footprint func() *Footprint, stop func() bool) *Footpri
 		}
 		fp := footprint()
 		r.waiting[me] = fp
-		blocked := r.conflicts(fp)
+		blocked := r.conflictsBut(fp, ignore)
 		for t, g := range r.waiting {
 			if t < me && fp.overlaps(g) {
 				blocked = true
@@ -503,7 +522,7 @@ func (r *Runner) exec(sl *slot, op *Op, force bool) bool {
 		op.Ino, wfd = fd.Ino, fd.wfd
 	}
 	r.inflight[op.N] = fp
-	sl.busy = true
+	sl.busy, sl.cur = true, op.N
 	r.mu.Unlock()
 
 	op.Start = time.Now()
@@ -562,6 +581,17 @@ func errname(e int) string {
 func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err error) bool {
 	r.res.Ops[op.Kind]++
 	switch {
+	case sl.killing && (err == errWorkerGone || err == nil && resp.Err == "" && unknownErrno(resp.Errno)):
+		r.logf("%s -> killed in flight", op)
+		if !op.isCheck() && !op.throughFD() && r.st.Copy().Apply(op) == 0 {
+			// Landed or not: its mount's death decides, as the last of
+			// its calls.
+			if op.opens() {
+				r.releasePosix(sl, op.Ino)
+			}
+			r.apply(sl, op, true)
+		}
+		return false
 	case err == errTimeout:
 		r.logf("%s -> no answer in %s", op, opLimit)
 		r.finding("hang", "%s: no answer within %s", op, opLimit)
