@@ -24,7 +24,7 @@ var weights = []struct {
 	{"chmod", 3}, {"utimes", 2}, {"setxattr", 3}, {"removexattr", 2},
 	{"fsync", 3}, {"fsyncdir", 2},
 	{"open", 5}, {"pwrite", 6}, {"ftruncate", 2}, {"fdfsync", 2}, {"fchmod", 1}, {"fsetxattr", 1},
-	{"fstat", 2}, {"pread", 2}, {"close", 3}, {"flock", 4}, {"fcntl", 4},
+	{"fstat", 2}, {"pread", 2}, {"close", 3}, {"flock", 4}, {"fcntl", 4}, {"getlk", 2},
 	{"stat", 10}, {"read", 8}, {"readdir", 6},
 }
 
@@ -225,8 +225,11 @@ func (r *Runner) generate(sl *slot) *Op {
 			} else {
 				op.Lock = []string{"sh", "ex"}[rnd.Intn(2)]
 			}
-		case "fcntl":
+		case "fcntl", "getlk":
 			op.Lock = []string{"sh", "ex", "un"}[rnd.Intn(3)]
+			if op.Kind == "getlk" {
+				op.Lock = []string{"sh", "ex"}[rnd.Intn(2)]
+			}
 			a := rnd.Intn(nSegs)
 			op.Seg = [2]int{a, a + rnd.Intn(nSegs-a)}
 		}

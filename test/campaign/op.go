@@ -47,7 +47,7 @@ type pwrite struct{ Off, Len, Seq int64 }
 // isCheck: the operation changes nothing.
 func (op *Op) isCheck() bool {
 	switch op.Kind {
-	case "stat", "read", "readdir", "fstat", "pread":
+	case "stat", "read", "readdir", "fstat", "pread", "getlk":
 		return true
 	}
 	return false
@@ -56,7 +56,7 @@ func (op *Op) isCheck() bool {
 // throughFD: the operation names a descriptor, not a path.
 func (op *Op) throughFD() bool {
 	switch op.Kind {
-	case "pwrite", "ftruncate", "fdfsync", "fchmod", "fsetxattr", "fstat", "pread", "close", "flock", "fcntl":
+	case "pwrite", "ftruncate", "fdfsync", "fchmod", "fsetxattr", "fstat", "pread", "close", "flock", "fcntl", "getlk":
 		return true
 	}
 	return false
@@ -99,7 +99,7 @@ func (op *Op) String() string {
 		fmt.Fprintf(&b, " %s", op.Name)
 	case "flock":
 		fmt.Fprintf(&b, " %s", op.Lock)
-	case "fcntl":
+	case "fcntl", "getlk":
 		fmt.Fprintf(&b, " %s segs %d-%d", op.Lock, op.Seg[0], op.Seg[1])
 	case "open":
 		if op.Mode != 0 {
@@ -119,7 +119,7 @@ const nSegs = len(segBounds)
 func (op *Op) req(fd int) *wire.Req {
 	q := &wire.Req{ID: op.N, Op: op.Kind, Path: op.Path, Path2: op.Path2, FD: fd, Off: op.Off, Len: op.Len,
 		Seq: op.Seq, Mode: op.Mode, Name: op.Name, Value: op.Value, Lock: op.Lock}
-	if op.Kind == "fcntl" {
+	if op.Kind == "fcntl" || op.Kind == "getlk" {
 		q.Off = segBounds[op.Seg[0]]
 		q.Len = 0
 		if op.Seg[1] < nSegs-1 {

@@ -616,7 +616,7 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 			return false
 		}
 	}
-	if op.Kind == "flock" || op.Kind == "fcntl" {
+	if op.Kind == "flock" || op.Kind == "fcntl" || op.Kind == "getlk" {
 		r.answerLock(sl, op)
 		return false
 	}
@@ -815,13 +815,31 @@ func (r *Runner) closed(sl *slot, fd *FD) {
 // knows held and released.
 func (r *Runner) answerLock(sl *slot, op *Op) {
 	fd := r.fds[op.FD]
-	posix := op.Kind == "fcntl"
+	posix := op.Kind == "fcntl" || op.Kind == "getlk"
 	owner := r.ownerFlock(fd)
 	segs := [2]int{-1, -1}
 	if posix {
 		owner, segs = r.ownerPosix(sl), op.Seg
 	}
 	now := time.Now()
+	if op.Kind == "getlk" {
+		// F_GETLK: what would conflict with the worker taking the range.
+		if op.Errno != 0 {
+			if !(unknownErrno(op.Errno) && r.cfg.Faults) {
+				r.finding("errno", "%s: answered %s, Linux answers 0", op, errname(op.Errno))
+			}
+			return
+		}
+		held, maybe := r.locks.conflicts(fd.Ino, owner, true, op.Seg, op.Lock == "ex", now)
+		got := op.Resp.Value
+		switch {
+		case got == "un" && len(held) > 0:
+			r.finding("lock-two-owners", "%s: F_GETLK reports the range free, while held by %v", op, held)
+		case got != "un" && len(held) == 0 && len(maybe) == 0:
+			r.finding("lock-outlived", "%s: F_GETLK reports a %s lock, while none conflicts (nor was released within %s)", op, got, r.releaseWindow())
+		}
+		return
+	}
 	if op.Lock == "un" {
 		if op.Errno != 0 && !(unknownErrno(op.Errno) && r.cfg.Faults) {
 			r.finding("errno", "%s: answered %s, Linux answers 0", op, errname(op.Errno))

@@ -255,6 +255,14 @@ func (w *worker) do(q *wire.Req) *wire.Resp {
 	case "flock":
 		how := map[string]int{"sh": unix.LOCK_SH, "ex": unix.LOCK_EX, "un": unix.LOCK_UN}[q.Lock]
 		return errOf(r, "flock", unix.Flock(fd, how|unix.LOCK_NB))
+	case "getlk":
+		typ := map[string]int16{"sh": unix.F_RDLCK, "ex": unix.F_WRLCK}[q.Lock]
+		lk := unix.Flock_t{Type: typ, Whence: 0, Start: q.Off, Len: q.Len}
+		if err := unix.FcntlFlock(uintptr(fd), unix.F_GETLK, &lk); err != nil {
+			return fail(r, "fcntl", err)
+		}
+		r.Value = map[int16]string{unix.F_RDLCK: "sh", unix.F_WRLCK: "ex", unix.F_UNLCK: "un"}[lk.Type]
+		return r
 	case "fcntl":
 		typ := map[string]int16{"sh": unix.F_RDLCK, "ex": unix.F_WRLCK, "un": unix.F_UNLCK}[q.Lock]
 		lk := unix.Flock_t{Type: typ, Whence: 0, Start: q.Off, Len: q.Len}
