@@ -313,6 +313,19 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 	r.logf("  #%d: outcome unknown, settling it", op.N)
 	go func() {
 		r.settle(sl)
+		if r.fs != nil {
+			// What a failed fsync or close left in the writer's memory is
+			// tried again in the background: the outcome is known once an
+			// fsync of the writer lands everything it holds.
+			for try := 1; try <= 5; try++ {
+				resp, err := sl.w.do(&wire.Req{Op: "fsync", Path: rootPath}, opLimit)
+				if err == nil && resp.Errno == 0 {
+					break
+				}
+				r.logf("  #%d: m%d's fsync before settling it failed (%v %v)", op.N, sl.idx, err, resp)
+				time.Sleep(time.Second)
+			}
+		}
 		r.mu.Lock()
 		obsSlot := r.observer(sl)
 		r.mu.Unlock()
