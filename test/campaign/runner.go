@@ -639,6 +639,13 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 		}
 		var cands [][]*Op
 		switch {
+		case op.Kind == "create" && want == 0 && op.Failed == "open":
+			// Made or not; nothing was written.
+			empty := *op
+			empty.Len = 0
+			cands = append(cands, nil, []*Op{&empty})
+		case (op.Kind == "write" || op.Kind == "append") && op.Failed == "open":
+			cands = append(cands, nil) // nothing was written
 		case op.Kind == "create" && want == 0 && op.Failed != "open":
 			// The file was made (open returned it); its bytes may not
 			// have landed, or only its size (a write-back error: zeros).
