@@ -3,6 +3,7 @@ package mounttest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -60,6 +61,12 @@ type Fault struct {
 	// Rewrite, if set, changes the body before it is forwarded: a test
 	// makes one item of a bulk fail, say (FailBulkItem).
 	Rewrite func(body []byte) []byte
+	// Refuse answers the request with this HTTP status (429, 503)
+	// instead of forwarding it, as a cluster that sheds load does.
+	Refuse int
+	// Until, if set, disarms the fault at that time if it has not acted
+	// by then (it never fires).
+	Until time.Time
 
 	seen  int
 	fired chan struct{}
@@ -134,6 +141,14 @@ func (p *FaultProxy) Intercept(hook func(w http.ResponseWriter, r *http.Request,
 func (p *FaultProxy) pick(method, path string, body []byte) *Fault {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now()
+	live := p.rules[:0]
+	for _, f := range p.rules {
+		if f.Until.IsZero() || now.Before(f.Until) {
+			live = append(live, f)
+		}
+	}
+	p.rules = live
 	for i, f := range p.rules {
 		if !f.Match(method, path, body) {
 			continue
@@ -167,6 +182,13 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.inflight.Done()
 	defer close(f.fired)
 	time.Sleep(f.Delay)
+	if f.Refuse != 0 {
+		f.Status = f.Refuse
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(f.Refuse)
+		fmt.Fprintf(w, `{"error":{"type":"fault_proxy","reason":"refused by the fault proxy"},"status":%d}`, f.Refuse)
+		return
+	}
 	if f.Rewrite != nil {
 		body = f.Rewrite(body)
 	}
