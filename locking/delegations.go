@@ -470,6 +470,12 @@ func (ds *Delegations) Born(ino uint64, path string, mode store.LockMode) (store
 	write := store.WriteLock(store.LockWrite{Doc: doc})
 	return write, func(res store.BulkResult, made bool) *Delegation {
 		if res.Err != nil {
+			// The document may have landed all the same (an answer
+			// lost): an entry under a lease op, which lives as long as
+			// the session, that this mount would never answer a recall
+			// for, holding every other mount's change of the directory
+			// until its lock timeout. Remove it if it is there.
+			go ds.c.Locks.releaseUnknown(sess, op, []Request{req})
 			return nil
 		}
 		doc.Found, doc.Ver = true, res.Ver

@@ -27,7 +27,6 @@ var campaignSeeds = []int64{1, 2, 3}
 // suite while the bug is open (see test/campaign_findings_test.go).
 var campaignExcluded = []string{
 	"truncate-partial", // TestFindingTruncateFailedHalfway
-	"stuck-lock",       // TestFindingMkdirAnswerLost
 }
 
 func TestCampaign(t *testing.T) {
