@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
@@ -323,11 +324,20 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 	f.noteWrite()
 	res, err := f.st.Bulk(ctx, ops)
 	if err != nil {
-		f.settleDirLinks(ctx, pl, store.BulkResult{Err: err}, false)
+		// The outcome is unknown, item by item: a node that died after
+		// forwarding some items, an answer lost. Leaving it so could
+		// leave a name whose inode never landed (a corrupt entry), or
+		// a create a late request makes after the caller was told EIO.
+		sn, serr := f.remakeNew(ctx, a, d, err)
+		f.settleDirLinks(ctx, pl, store.BulkResult{Err: err}, serr == nil)
 		if born != nil {
 			born(store.BulkResult{Err: err}, false)
 		}
-		return store.Node{}, err
+		if serr != nil {
+			return store.Node{}, serr
+		}
+		f.cache.PutNode(sn, f.cache.Gen())
+		return sn, nil
 	}
 	made := res[0].Err == nil && res[1].Err == nil
 	f.settleDirLinks(ctx, pl, res[2], made)
@@ -355,4 +365,71 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 	sn := store.Node{Dentry: d, Attr: a}
 	f.cache.PutNode(sn, f.cache.Gen())
 	return sn, nil
+}
+
+// remakeNewTries bounds remakeNew's attempts while the cluster stays
+// unavailable.
+const remakeNewTries = 4
+
+// remakeNew settles a create whose bulk's outcome is unknown (first) by
+// making its inode a and its name d again, with create-if-absent: what of
+// the first try landed is found (inode numbers are random, so an inode of
+// this number is this create's), what did not is made, and the first try,
+// should it still be on its way, can no longer land (its creates find the
+// documents). The name taken by another entry means the create lost: its
+// inode, if it landed, is removed, and the answer is store.ErrExists. When
+// the cluster cannot tell within a few tries, the answer is first: the
+// create may still be made by a request held on the way (as on NFS).
+func (f *FS) remakeNew(ctx context.Context, a store.Inode, d store.Dentry, first error) (store.Node, error) {
+	for attempt := 0; attempt < remakeNewTries; attempt++ {
+		if attempt > 0 {
+			store.Backoff(ctx, attempt+6, time.Second)
+		}
+		res, err := f.st.Bulk(ctx, []store.BulkOp{store.CreateInode(a), store.CreateDentry(d)})
+		if err != nil {
+			if errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil {
+				continue
+			}
+			return store.Node{}, first
+		}
+		inodeThere := res[0].Err == nil || errors.Is(res[0].Err, store.ErrExists)
+		nameOurs := res[1].Err == nil
+		if errors.Is(res[1].Err, store.ErrExists) {
+			got, gerr := f.st.GetDentry(ctx, d.Path)
+			switch {
+			case gerr != nil:
+				continue
+			case got.Ino != a.Ino:
+				// Another entry has the name: this create never made it.
+				if inodeThere {
+					n, derr := f.st.GetInode(ctx, a.Ino)
+					if derr == nil {
+						_, derr = f.st.Write(ctx, store.DeleteInode(a.Ino, n.Ver))
+					}
+					if derr != nil && !errors.Is(derr, store.ErrNotFound) {
+						// Swept later: an inode no name points at.
+						f.log.Warn("could not remove the inode of a create that lost its name", "ino", a.Ino, "err", derr)
+					}
+				}
+				return store.Node{}, store.ErrExists
+			default:
+				nameOurs = true
+			}
+		}
+		if !inodeThere || !nameOurs {
+			continue // an item refused for now: make it again
+		}
+		n, err := f.st.GetInode(ctx, a.Ino)
+		if err != nil {
+			continue
+		}
+		got, err := f.st.GetDentry(ctx, d.Path)
+		if err != nil || got.Ino != a.Ino {
+			continue
+		}
+		f.log.Info("a create whose answer was lost is made", "path", d.Path, "ino", a.Ino, "first", first)
+		return store.Node{Dentry: got, Attr: n}, nil
+	}
+	f.log.Warn("a create's outcome stays unknown; it may still be made", "path", d.Path, "ino", a.Ino, "err", first)
+	return store.Node{}, first
 }

@@ -212,7 +212,7 @@ func TestUnansweredRecallWaitsForDeath(t *testing.T) {
 	ctx := ctxT(t)
 	const lease = time.Second
 	a := coordinatorWait(t, st, "tree", lease, 20*time.Second)
-	b := coordinatorWait(t, st, "tree", lease, 20*time.Second)
+	b := waiter(t, st, lease/2, 20*time.Second)
 	const dir = 45
 	d, err := a.Delegations.Grant(ctx, dir, "/f", store.ReadDeleg)
 	if err != nil {

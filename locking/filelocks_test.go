@@ -141,7 +141,7 @@ func TestFileLocksOfDeadMount(t *testing.T) {
 	ctx := ctxT(t)
 	const lease = time.Second
 	a := coordinator(t, st, "tree", lease)
-	b := coordinator(t, st, "tree", lease)
+	b := waiter(t, st, lease/2, 3*time.Second)
 	const ino = 7003
 	lk := locking.FileLock{Owner: 1, Start: 0, End: locking.ToEOF, Write: true}
 	if err := a.FileLocks.Set(ctx, ino, "/h", lk, false); err != nil {

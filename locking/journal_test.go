@@ -82,7 +82,9 @@ func TestOwnerFinishesBeforeReleasing(t *testing.T) {
 	st := testenv.Store(t)
 	ctx := ctxT(t)
 	fb := &failingAfterCommit{Store: st}
-	const lease = time.Second
+	// Not shorter: a heartbeat slowed past a 1 s lease on a loaded
+	// machine cost the owner its session before the test could begin.
+	const lease = 3 * time.Second
 	co, err := locking.Start(ctx, fb, locking.Config{Strategy: "tree", Lease: lease, LockTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

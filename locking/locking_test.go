@@ -60,6 +60,20 @@ func coordinatorWait(t *testing.T, b locking.Backend, strategy string, lease, lo
 	return co
 }
 
+// waiter returns a coordinator with a long lease of its own that declares
+// others dead after their lease plus grace: the side of a test that waits
+// for a short-leased holder to die must not lose its own session to a
+// heartbeat slowed past a short lease on a loaded machine.
+func waiter(t *testing.T, b locking.Backend, grace, lockTimeout time.Duration) *locking.Coordinator {
+	t.Helper()
+	co, err := locking.Start(ctxT(t), b, locking.Config{Strategy: "tree", Lease: 10 * time.Second, Grace: grace, LockTimeout: lockTimeout, NoSweeper: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = co.Close(context.Background()) })
+	return co
+}
+
 func deepPath(depth int) string {
 	p := ""
 	for i := 0; i < depth; i++ {
@@ -234,7 +248,7 @@ func TestDeadHolderIsRecoveredNotStripped(t *testing.T) {
 		t.Fatal(err)
 	}
 	frozen.Freeze()
-	live := coordinator(t, st, "tree", lease)
+	live := waiter(t, st, lease/2, 3*time.Second)
 	start := time.Now()
 	txn, err := func() (*locking.Txn, error) {
 		for {

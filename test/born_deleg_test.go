@@ -27,7 +27,9 @@ import (
 func TestBornDelegationRefusedIsNotKept(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
-	a, _ := delegMount(t, f, "--es-url", fp.URL)
+	// Only the fsync below may flush A's batch: the flush interval must
+	// not land it before the fault that refuses its item is in place.
+	a, _ := delegMount(t, f, "--es-url", fp.URL, "--flush-interval", "1h")
 	b, _ := delegMount(t, f)
 	if err := os.Mkdir(a.Path("top"), 0o755); err != nil {
 		t.Fatal(err)
@@ -54,7 +56,7 @@ func TestBornDelegationRefusedIsNotKept(t *testing.T) {
 	// What fsync answers is the batch's (one rolled back reports an
 	// error, and is tried again): only what follows is checked.
 	err = unix.Fsync(fd)
-	<-refused.Fired()
+	refused.WaitFired(t)
 	t.Logf("fsync of the batch whose delegation document was refused: %v (the cluster answered %d)", err, refused.Status)
 
 	if err := os.Chmod(b.Path("top", "new", "f"), 0o600); err != nil {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 )
 
@@ -105,7 +106,7 @@ func (h *lockHolder) write(data string) string {
 // sessionPut matches a write of a session document: a heartbeat (or a
 // registration, or a verdict).
 func sessionPut(method, path string, _ []byte) bool {
-	return method == http.MethodPut && strings.Contains(path, "-sessions/_doc/")
+	return method == http.MethodPut && strings.Contains(path, "-sessions"+store.WriteAliasSuffix+"/_doc/")
 }
 
 // TestHeartbeatAnswersLost: a mount's heartbeats land but their answers

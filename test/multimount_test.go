@@ -291,7 +291,7 @@ func (s *lkStormRun) reportCycle() {
 }
 
 func lkStorm(t *testing.T, strategy string) {
-	lkStormOn(t, mounttest.NewFS(t), lkStormCfg{strategy: strategy, secs: mounttest.EnvInt(t, "ESFS_STORM_SECONDS", 120)})
+	lkStormOn(t, mounttest.NewFS(t), lkStormCfg{strategy: strategy, secs: mounttest.EnvInt(t, "ESFS_STORM_SECONDS", 45)})
 }
 
 // lkStormCfg varies a storm: extra mount flags, and something done to the

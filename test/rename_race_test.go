@@ -166,7 +166,7 @@ func lkJudge(t *testing.T, round string, got map[string]string, want *mounttest.
 // so exactly one may succeed (or neither, on a lock timeout); both
 // succeeding makes a cycle that detaches a and b/d from the tree.
 func TestRenameRaceCrossedDirsAtMostOneWins(t *testing.T) {
-	rounds := mounttest.Rounds(t, 20)
+	rounds := mounttest.Rounds(t, 8)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally) {
 		for i := 0; i < rounds; i++ {
 			r := fmt.Sprintf("/r%02d", i)
@@ -204,7 +204,7 @@ func TestRenameRaceCrossedDirsAtMostOneWins(t *testing.T) {
 // (the same, by inode), and non-empty directories (both must fail:
 // ENOTEMPTY, with no effect).
 func TestRenameRaceSwap(t *testing.T) {
-	rounds := mounttest.Rounds(t, 12)
+	rounds := mounttest.Rounds(t, 6)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally) {
 		for i := 0; i < rounds; i++ {
 			r := fmt.Sprintf("/r%02d", i)
@@ -310,7 +310,7 @@ func lkInoOrZero(path string) uint64 {
 // gone. With RENAME_NOREPLACE, and with non-empty directories, exactly one
 // wins (the other gets EEXIST or ENOTEMPTY).
 func TestRenameRaceSameDestination(t *testing.T) {
-	rounds := mounttest.Rounds(t, 12)
+	rounds := mounttest.Rounds(t, 6)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally) {
 		for i := 0; i < rounds; i++ {
 			r := fmt.Sprintf("/r%02d", i)
@@ -377,7 +377,7 @@ func TestRenameRaceSameDestination(t *testing.T) {
 // in a directory the renamer makes at the old name, and nothing may be
 // orphaned at the old path.
 func TestRenameRaceDirUnderCreates(t *testing.T) {
-	rounds := mounttest.Rounds(t, 6)
+	rounds := mounttest.Rounds(t, 3)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally) {
 		var beforeN, afterN int
 		for i := 0; i < rounds; i++ {
@@ -491,7 +491,7 @@ func TestRenameRaceDirUnderCreates(t *testing.T) {
 // (`mv a c/a2` on one mount, `mv c a/c2` on the other): at most one may
 // succeed.
 func TestRenameRaceIntoItself(t *testing.T) {
-	rounds := mounttest.Rounds(t, 6)
+	rounds := mounttest.Rounds(t, 3)
 	lkRaceTest(t, func(t *testing.T, f *mounttest.FS, a, b *mounttest.Mount, want *mounttest.Want, tally *mounttest.Tally) {
 		for i := 0; i < rounds; i++ {
 			r := fmt.Sprintf("/r%02d", i)
@@ -719,7 +719,10 @@ func TestRenameRaceCrossedDirsWithCreatesNoDeadlock(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := mounttest.MountUncached(t, f, nil)
 	b := mounttest.MountUncached(t, f, nil)
-	const bound = 10 * time.Second // the lock timeout is 30s
+	// Under the lock timeout (30s), with room for a loaded machine (12 s
+	// seen with the race detector beside other work): a deadlock broken
+	// only by the timeout still fails it, and the EAGAIN check below.
+	const bound = 25 * time.Second
 	var report []string
 	for round := 0; round < 3; round++ {
 		r := fmt.Sprintf("r%d", round)

@@ -549,7 +549,7 @@ func TestRenameLargeDirWithMv(t *testing.T) {
 // state that did not exist: right after `mv c a/c2` on mount B returned,
 // mount A (no caches) must list c in the round directory or c2 in a.
 func TestRenameListedAtomicallyByOtherMount(t *testing.T) {
-	rounds := mounttest.Rounds(t, 10)
+	rounds := mounttest.Rounds(t, 5)
 	f := mounttest.NewFS(t)
 	a := mounttest.MountLocking(t, f, "tree", false)
 	b := mounttest.MountLocking(t, f, "tree", false)

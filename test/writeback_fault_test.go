@@ -48,7 +48,7 @@ func fenceWrite(method, path string, body []byte) bool {
 }
 
 func recordWrite(method, path string, body []byte, has ...string) bool {
-	if method != http.MethodPut || !strings.Contains(path, "-locks/_doc/") {
+	if method != http.MethodPut || !strings.Contains(path, "-locks"+store.WriteAliasSuffix+"/_doc/") {
 		return false
 	}
 	for _, h := range has {
@@ -203,7 +203,7 @@ func TestWriteBackChangeWhileOutcomeUnknown(t *testing.T) {
 	}
 	fsyncErr := fsyncPath(a.Path("d", "f"))
 	unreadable.Store(false)
-	<-stage.Fired()
+	stage.WaitFired(t)
 	if fsyncErr == nil {
 		t.Fatal("fsync succeeded although its batch's outcome could not be learnt")
 	}

@@ -3,6 +3,7 @@ package mounttest
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/esfs/esfs/store"
 )
 
 // FaultProxy is an HTTP relay between a mount and the cluster that delays
@@ -58,6 +61,12 @@ type Fault struct {
 	// Rewrite, if set, changes the body before it is forwarded: a test
 	// makes one item of a bulk fail, say (FailBulkItem).
 	Rewrite func(body []byte) []byte
+	// Refuse answers the request with this HTTP status (429, 503)
+	// instead of forwarding it, as a cluster that sheds load does.
+	Refuse int
+	// Until, if set, disarms the fault at that time if it has not acted
+	// by then (it never fires).
+	Until time.Time
 
 	seen  int
 	fired chan struct{}
@@ -69,6 +78,19 @@ type Fault struct {
 // Fired is closed once the fault has acted (after the late forward, if
 // any, got its answer).
 func (f *Fault) Fired() <-chan struct{} { return f.fired }
+
+// WaitFired waits for the fault to act, failing the test if it has not
+// within a minute: a fault whose request never comes (the mount did its
+// work before the fault was added, say) must fail the test, not hang the
+// suite until go test's timeout.
+func (f *Fault) WaitFired(t testing.TB) {
+	t.Helper()
+	select {
+	case <-f.fired:
+	case <-time.After(time.Minute):
+		t.Fatal("the fault's request did not come within a minute")
+	}
+}
 
 // NewFaultProxy relays to the cluster at esURL until the test ends.
 func NewFaultProxy(t testing.TB, esURL string) *FaultProxy {
@@ -119,6 +141,14 @@ func (p *FaultProxy) Intercept(hook func(w http.ResponseWriter, r *http.Request,
 func (p *FaultProxy) pick(method, path string, body []byte) *Fault {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := time.Now()
+	live := p.rules[:0]
+	for _, f := range p.rules {
+		if f.Until.IsZero() || now.Before(f.Until) {
+			live = append(live, f)
+		}
+	}
+	p.rules = live
 	for i, f := range p.rules {
 		if !f.Match(method, path, body) {
 			continue
@@ -152,6 +182,13 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.inflight.Done()
 	defer close(f.fired)
 	time.Sleep(f.Delay)
+	if f.Refuse != 0 {
+		f.Status = f.Refuse
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(f.Refuse)
+		fmt.Fprintf(w, `{"error":{"type":"fault_proxy","reason":"refused by the fault proxy"},"status":%d}`, f.Refuse)
+		return
+	}
 	if f.Rewrite != nil {
 		body = f.Rewrite(body)
 	}
@@ -225,7 +262,9 @@ func BulkTo(suffix string, also ...string) func(method, path string, body []byte
 		if method != http.MethodPost || !strings.HasSuffix(path, "/_bulk") {
 			return false
 		}
-		if suffix != "" && !bytes.Contains(body, []byte(suffix+`"`)) {
+		// Writes name an index's write alias (store.WriteAliasSuffix),
+		// reads the index itself.
+		if suffix != "" && !bytes.Contains(body, []byte(suffix+`"`)) && !bytes.Contains(body, []byte(suffix+store.WriteAliasSuffix+`"`)) {
 			return false
 		}
 		for _, s := range also {

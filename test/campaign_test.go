@@ -1,0 +1,87 @@
+package test
+
+// The fault campaign (test/campaign) in the suite: a few fixed seeds,
+// about a minute each. ESFS_CAMPAIGN_SEED picks one seed,
+// ESFS_CAMPAIGN_DURATION the time per seed, ESFS_CAMPAIGN_MOUNTS the
+// number of mounts, ESFS_CAMPAIGN_FAULTS=0 turns the faults off,
+// ESFS_CAMPAIGN_EXCLUDE (comma-separated) names finding classes of known
+// open bugs; test/campaign.sh runs it on fresh seeds for as long as
+// asked.
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/esfs/esfs/test/campaign"
+)
+
+// campaignSeeds are the suite's seeds: each finding's seed joins them
+// once it is fixed.
+var campaignSeeds = []int64{1, 2, 3}
+
+// campaignExcluded: finding classes of known open bugs, excluded in the
+// suite while the bug is open (see test/campaign_findings_test.go).
+var campaignExcluded = []string{
+	"truncate-partial", // TestFindingTruncateFailedHalfway
+	"stuck-lock",       // TestFindingMkdirAnswerLost
+}
+
+func TestCampaign(t *testing.T) {
+	seeds := campaignSeeds
+	if s := os.Getenv("ESFS_CAMPAIGN_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("ESFS_CAMPAIGN_SEED: %v", err)
+		}
+		seeds = []int64{n}
+	}
+	d := 45 * time.Second
+	if s := os.Getenv("ESFS_CAMPAIGN_DURATION"); s != "" {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			t.Fatalf("ESFS_CAMPAIGN_DURATION: %v", err)
+		}
+	}
+	exclude := map[string]bool{}
+	for _, c := range campaignExcluded {
+		exclude[c] = true
+	}
+	if s := os.Getenv("ESFS_CAMPAIGN_EXCLUDE"); s != "" {
+		for _, c := range strings.Split(s, ",") {
+			exclude[c] = true
+		}
+	}
+	cfg := campaign.Config{Duration: d, Faults: os.Getenv("ESFS_CAMPAIGN_FAULTS") != "0", Exclude: exclude,
+		Mounts: envInt(t, "ESFS_CAMPAIGN_MOUNTS", 3)}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			cfg := cfg
+			cfg.Seed = seed
+			res := campaign.Run(t, cfg)
+			t.Logf("CAMPAIGN seed %d: %s", seed, campaign.Totals(res))
+			t.Logf("CAMPAIGN-TOTALS %s", campaign.TotalsLine(res))
+			if res.Excluded != nil {
+				t.Logf("CAMPAIGN seed %d ended by a finding of an excluded class, %s: %s", seed, res.Excluded.Class, res.Excluded.Text)
+			}
+			for _, f := range res.Findings {
+				t.Errorf("CAMPAIGN FINDING %s (seed %d): %s\nreplay: %s", f.Class, seed, f.Text, campaign.Replay(cfg))
+			}
+		})
+	}
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return n
+}
