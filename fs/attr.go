@@ -100,6 +100,18 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		n.f.fillAttr(a, &out.Attr)
 		return 0
 	}
+	if of := n.f.openState(n.ino()); of != nil {
+		// The size an open file shows is its own (fillAttr): up to the
+		// store first if a lock grant left that to be done.
+		octx, cancel := n.f.ctxOf(ctx)
+		of.mu.Lock()
+		err := of.owed(octx)
+		of.mu.Unlock()
+		cancel()
+		if err != nil {
+			return n.f.toErrno("getattr", err)
+		}
+	}
 	if n.f.delegs != nil {
 		return n.getattrDelegated(ctx, out)
 	}

@@ -35,6 +35,9 @@ type openFile struct {
 	wend     int64
 	spans    map[int64][]span
 	sizeSure bool
+	// stale: a lock was granted through the file and it could not be
+	// brought up to the store then; its next use does it (owed).
+	stale bool
 	// clean holds a few recently read chunks for sequential reads.
 	clean    map[int64][]byte
 	cleanLRU []int64

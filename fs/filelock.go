@@ -22,9 +22,11 @@ import (
 // close of an open file) ends the flocks and OFD locks taken through it.
 //
 // Locks order data as they do on NFS: an unlock first flushes what the
-// owner's handle wrote, and a lock drops what this mount cached of the
-// file's data, in the daemon and in the kernel, so the holder reads what
-// the previous holder wrote on any mount.
+// owner's handle wrote, and a lock brings the open file up to the store
+// (openFile.refresh: what this mount cached of the file's data goes, in
+// the daemon and in the kernel, and buffered writes are rebased on what
+// is stored), so the holder reads what the previous holder wrote on any
+// mount, and its own buffered writes land on top of it.
 
 // lockOwners are the owners that took locks through one open file.
 type lockOwners struct {
@@ -175,26 +177,32 @@ func (n *node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 		lo.add(lockKey{owner, req.Flock})
 	}
 	if !req.Unlock && h != nil {
-		n.revalidate(ctx, h)
+		n.refresh(ctx, h)
 	}
 	return 0
 }
 
-// revalidate drops what this mount cached of the file's data once a lock
-// is granted: another mount's holder may have written it.
-func (n *node) revalidate(ctx context.Context, h *handle) {
+// refresh brings the open file up to the store once a lock is granted
+// through it (openFile.refresh): another mount's holder may have changed
+// it. If the store cannot be read now, the lock is held all the same and
+// the call succeeds: the file's next read, write, stat, seek or flush
+// reads it first, and fails (EIO) while it cannot. Giving the lock back
+// instead could not restore what the owner held before (the request may
+// have converted or merged a lock it had), and its release could fail
+// too.
+func (n *node) refresh(ctx context.Context, h *handle) {
 	of := h.of
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	a, err := n.f.freshInode(ctx, of.ino)
 	of.mu.Lock()
-	if err == nil && !of.changed && len(of.dirty) == 0 {
-		of.attr, of.size = a, a.Size
-	}
-	of.clean, of.cleanLRU = map[int64][]byte{}, nil
-	of.cgen++
+	err := of.refresh(ctx)
 	of.mu.Unlock()
-	// Pages and attributes in the kernel.
+	if err != nil {
+		n.f.log.Warn("a file lock was granted, but the file could not be read again; its next use does it", "ino", of.ino, "err", err)
+	}
+	// Pages and attributes in the kernel, outside of.mu: the kernel may
+	// make the invalidation wait for a read of the file, which waits for
+	// of.mu.
 	_ = n.NotifyContent(0, 0)
 }
 

@@ -182,6 +182,9 @@ func (of *openFile) dropDirty() {
 // another mount may have grown or truncated the file meanwhile (see
 // rebase.go). Caller holds of.mu.
 func (of *openFile) flush(ctx context.Context) error {
+	if err := of.owed(ctx); err != nil {
+		return err // nothing was sent: the chunks stay buffered
+	}
 	of.sizeSure = false // another mount may change the file from now on
 	if of.sticky != nil {
 		err := of.sticky

@@ -34,6 +34,9 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 	if whence != seekData && whence != seekHole {
 		return 0, syscall.EINVAL
 	}
+	if err := of.owed(ctx); err != nil {
+		return 0, of.f.toErrno("lseek", err)
+	}
 	if off >= uint64(of.size) {
 		return 0, syscall.ENXIO
 	}
@@ -88,8 +91,12 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn ui
 		}
 	}
 	src.mu.Lock()
+	err := src.owed(ctx)
 	size := src.size
 	src.mu.Unlock()
+	if err != nil {
+		return 0, f.toErrno("copy_file_range", err)
+	}
 	from := int64(offIn)
 	if from >= size || length == 0 {
 		return 0, 0
@@ -103,8 +110,12 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn ui
 		to = store.MaxFileSize - shift
 	}
 	dst.of.mu.Lock()
+	err = dst.of.owed(ctx)
 	past := int64(offOut) >= dst.of.size
 	dst.of.mu.Unlock()
+	if err != nil {
+		return 0, f.toErrno("copy_file_range", err)
+	}
 	if !past {
 		return 0, syscall.EOPNOTSUPP
 	}

@@ -152,6 +152,9 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	defer cancel()
 	of.mu.Lock()
 	defer of.mu.Unlock()
+	if err := of.owed(ctx); err != nil {
+		return nil, of.f.toErrno("read", err)
+	}
 	if off >= of.size || len(dest) == 0 {
 		return fuse.ReadResultData(nil), 0
 	}

@@ -27,7 +27,8 @@ import (
 // finds it changed), and when a chunk write is refused (another writer
 // took a newer generation since); and an O_APPEND write asks the store for
 // the file's size once per flush (revalidate), so that it appends at the
-// end another mount's completed append or truncate left.
+// end another mount's completed append or truncate left. A lock granted
+// through the file brings it up to the store the same way (refresh).
 //
 // The size a flush writes is the larger of the stored size and the end of
 // what this open file wrote since its last flush (flush): a flush never
@@ -150,16 +151,87 @@ func (of *openFile) revalidate(ctx context.Context) error {
 		return err
 	}
 	of.f.cache.PutInode(cur, gen)
-	prev := of.attr
-	of.attr = cur // a fresher base for the flush's compare-and-set too
-	if changedSince(prev, cur, 0) {
-		if err := of.rebase(ctx); err != nil {
-			return err
-		}
+	if err := of.rebaseOn(ctx, cur); err != nil {
+		return err
 	}
 	if _, dirty := of.dirty[c]; !dirty && c*of.f.st.ChunkSize() < cur.Size {
 		of.remember(c, tail)
 	}
+	return nil
+}
+
+// rebaseOn takes cur, the inode as stored now, for the file's base (the
+// flush's compare-and-set starts from it too) and, if another mount
+// changed the file since this one last knew it, rebases the buffered
+// chunks on it. attr.Size is known from then until the next flush. On
+// failure the base stays as it was, so that a retry rebases again.
+// Caller holds of.mu.
+func (of *openFile) rebaseOn(ctx context.Context, cur store.Inode) error {
+	prev := of.attr
+	of.attr = cur
+	if changedSince(prev, cur, 0) {
+		if err := of.rebase(ctx); err != nil {
+			of.attr = prev
+			return err
+		}
+	}
 	of.sizeSure = true
 	return nil
+}
+
+// refresh brings the open file up to the store as it is now, when a lock
+// is granted through it: the lock's previous holder, on any mount, may
+// have changed the file before it let the lock go, and from the grant on
+// this mount must show what that holder left (lock-to-unlock, as
+// docs/consistency.md says). It reads the inode again; if the file
+// changed since this mount last knew it, the buffered chunks are rebased
+// (the bytes this file did not write read again: its own writes stay,
+// and land on top at the flush) and the size is the stored one, or the
+// end of this file's own writes if further. Cached chunks go in any
+// case.
+//
+// Every flush of the file holds of.mu across its requests, as this does:
+// a flush through another descriptor has landed before this reads, or
+// waits until it has, so a stored size read while it is in flight can
+// never be taken for the file's.
+//
+// If the store cannot be read, the file is left stale: the next read,
+// write, stat, seek or flush through any of its descriptors calls refresh
+// first (owed), and fails while it cannot. Caller holds of.mu.
+func (of *openFile) refresh(ctx context.Context) error {
+	of.stale = true
+	if of.f.wb.pending(of.ino) {
+		// Made in memory here: no other mount has seen it.
+		of.stale = false
+		return nil
+	}
+	gen := of.f.cache.Gen()
+	cur, err := of.f.st.GetInode(ctx, of.ino)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// Removed by another mount: nothing newer to read. What is
+		// buffered stays readable through its descriptors, as in an
+		// unlinked file.
+		of.stale = false
+		return nil
+	case err != nil:
+		return err
+	}
+	of.f.cache.PutInode(cur, gen)
+	if err := of.rebaseOn(ctx, cur); err != nil {
+		return err
+	}
+	of.clean, of.cleanLRU = map[int64][]byte{}, nil
+	of.cgen++
+	of.stale = false
+	return nil
+}
+
+// owed makes the refresh a lock grant could not make (see refresh).
+// Caller holds of.mu.
+func (of *openFile) owed(ctx context.Context) error {
+	if !of.stale {
+		return nil
+	}
+	return of.refresh(ctx)
 }

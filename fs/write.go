@@ -24,6 +24,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if of.f.closed.Load() {
 		return 0, syscall.EIO // checked under of.mu: Close's flush takes it after
 	}
+	if err := of.owed(ctx); err != nil {
+		return 0, of.f.toErrno("write", err)
+	}
 	if h.append {
 		// At the end as stored now, which another mount may have
 		// moved (see rebase.go).
@@ -127,6 +130,9 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 	if of != nil {
 		of.mu.Lock()
 		defer of.mu.Unlock()
+		if err := of.owed(ctx); err != nil {
+			return err
+		}
 		if err := of.writeChunks(ctx); err != nil {
 			return err
 		}
