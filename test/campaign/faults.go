@@ -392,17 +392,22 @@ func (r *Runner) waitDeclaredDead(id string) bool {
 func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 	n := len(sl.atRisk)
 	var withPending []*FD
+	pending := map[*FD][]pwrite{}
 	for _, fd := range r.fdsOf(sl.idx) {
 		if len(fd.Pending) > 0 {
 			withPending = append(withPending, fd)
+			pending[fd] = fd.Pending
+			// The candidates below land them or not: while they are
+			// pending, the file's bytes would not be compared at all.
+			fd.Pending = nil
 		}
 	}
 	combos := [][]int{nil}
 	for _, fd := range withPending {
 		var next [][]int
 		for _, c := range combos {
-			for j := len(fd.Pending); j >= 0; j-- {
-				if len(combos) > 16 && j != 0 && j != len(fd.Pending) {
+			for j := len(pending[fd]); j >= 0; j-- {
+				if len(combos) > 16 && j != 0 && j != len(pending[fd]) {
 					continue // too many: all or nothing
 				}
 				next = append(next, append(append([]int{}, c...), j))
@@ -417,7 +422,7 @@ func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 			var flushes []*Op
 			for i, fd := range withPending {
 				if j := combo[i]; j > 0 && st.Inodes[fd.Ino] != nil {
-					f := &Op{N: -1, Mount: sl.idx, Kind: "flush", Ino: fd.Ino, Writes: fd.Pending[:j]}
+					f := &Op{N: -1, Mount: sl.idx, Kind: "flush", Ino: fd.Ino, Writes: pending[fd][:j]}
 					st.Apply(f)
 					flushes = append(flushes, f)
 				}
@@ -447,7 +452,7 @@ func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 			r.hist = kept
 			r.st = st
 			for i, fd := range withPending {
-				fd.mustEIO = combo[i] < len(fd.Pending)
+				fd.mustEIO = combo[i] < len(pending[fd])
 			}
 			for _, fd := range r.fdsOf(sl.idx) {
 				fd.Pending = nil

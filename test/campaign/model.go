@@ -407,7 +407,14 @@ func (s *State) Apply(op *Op) int {
 		}
 		op.Ino = id
 		return 0
-	// Through a descriptor: the inode is op.Ino.
+	// Through a descriptor: the inode is op.Ino (which a replay without
+	// the call that made it does not have).
+	case "ftruncate", "fchmod", "fsetxattr", "flush", "zero":
+		if s.Inodes[op.Ino] == nil {
+			return int(unix.EBADF)
+		}
+	}
+	switch op.Kind {
 	case "pwrite":
 		// Written at close or fsync (Runner.flush): until then only the
 		// descriptor sees it.
