@@ -146,7 +146,7 @@ func (c *Coordinator) renewSession(ctx context.Context) {
 	c.mu.Lock()
 	c.sess = sess
 	c.obs = NewObserver(c.b, sess.ID(), c.cfg.Grace, c.cfg.Log)
-	c.Locks.obs = c.obs
+	c.Locks.obs.Store(c.obs)
 	c.mu.Unlock()
 	c.log.Warn("started a new session after the old one was declared dead", "old", old.ID(), "new", sess.ID())
 }

@@ -159,7 +159,7 @@ func (fl *FileLocks) Get(ctx context.Context, ino uint64, lk FileLock) (FileLock
 		if !holderConflicts(h, lk, sess.ID()) {
 			continue
 		}
-		if dead, err := fl.c.obs.Dead(ctx, h.Session); err == nil && dead {
+		if dead, err := fl.c.Dead(ctx, h.Session); err == nil && dead {
 			continue
 		}
 		return FileLock{Owner: h.Owner, Start: h.Start, End: h.End, Write: h.Mode == store.FileWrite, Pid: h.Pid, Flock: h.Flock, Session: h.Session}, true, nil

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/esfs/esfs/store"
@@ -65,8 +66,10 @@ const recallBackoff = 16 * time.Millisecond
 
 // Manager takes and releases locks for one mount.
 type Manager struct {
-	b       Backend
-	obs     *Observer
+	b Backend
+	// obs judges other sessions; replaced when this mount starts a new
+	// session, while calls read it, hence atomic.
+	obs     atomic.Pointer[Observer]
 	log     *slog.Logger
 	metrics *Metrics
 	// Timeout bounds how long Acquire waits for conflicting holders.
@@ -84,7 +87,9 @@ func NewManager(b Backend, obs *Observer, timeout time.Duration, log *slog.Logge
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Manager{b: b, obs: obs, log: log, Timeout: timeout, metrics: NewMetrics(nil)}
+	m := &Manager{b: b, log: log, Timeout: timeout, metrics: NewMetrics(nil)}
+	m.obs.Store(obs)
+	return m
 }
 
 // dedupe merges requests for the same document, keeping the stronger mode,
@@ -391,7 +396,7 @@ func (m *Manager) plan(ctx context.Context, sess *Session, op string, r Request,
 		if w.Op == op && w.Session == sess.ID() {
 			continue
 		}
-		if dead, err := m.obs.Dead(ctx, w.Session); err != nil {
+		if dead, err := m.obs.Load().Dead(ctx, w.Session); err != nil {
 			return doc, "", nil, err
 		} else if dead {
 			continue
@@ -422,14 +427,14 @@ func displayPath(r Request) string {
 // an entry is never freed on its own, only once its operation is settled,
 // so that nobody works on paths a half-done operation still covers.
 func (m *Manager) HolderGone(ctx context.Context, h store.Holder) (bool, error) {
-	dead, err := m.obs.Dead(ctx, h.Session)
+	dead, err := m.obs.Load().Dead(ctx, h.Session)
 	if err != nil {
 		return false, err
 	}
 	if !dead {
 		// A live mount's entry of an operation it has finished (its
 		// release failed): a leftover, by its own published word.
-		return m.obs.Finished(ctx, h.Session, h.Op)
+		return m.obs.Load().Finished(ctx, h.Session, h.Op)
 	}
 	if h.Batch != "" {
 		// A write delegation's last batch is settled before its entry
@@ -469,14 +474,14 @@ func (m *Manager) opGone(ctx context.Context, op, session string) (bool, error) 
 		if rec.State == store.OpAborted && rec.SrcIno != 0 {
 			// An aborted rename still being undone by someone: only the
 			// record's owner releases its locks.
-			if ownerDead, err := m.obs.Dead(ctx, rec.Owner); err != nil || !ownerDead {
+			if ownerDead, err := m.obs.Load().Dead(ctx, rec.Owner); err != nil || !ownerDead {
 				return false, err
 			}
 			return false, m.recover(ctx, rec)
 		}
 		return true, nil
 	}
-	ownerDead, err := m.obs.Dead(ctx, rec.Owner)
+	ownerDead, err := m.obs.Load().Dead(ctx, rec.Owner)
 	if err != nil || !ownerDead {
 		return false, err // a live mount took it over: wait for it
 	}
