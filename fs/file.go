@@ -35,6 +35,11 @@ type openFile struct {
 	wend     int64
 	spans    map[int64][]span
 	sizeSure bool
+	// cutOwed: a truncate cut the store's bytes past cutSize and could not
+	// write that size; the next flush does, before this file's writes
+	// since, which may have grown it again (wend).
+	cutOwed bool
+	cutSize int64
 	// stale: a lock was granted through the file and it could not be
 	// brought up to the store then; its next use does it (owed).
 	stale bool

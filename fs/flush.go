@@ -200,7 +200,12 @@ func (of *openFile) flush(ctx context.Context) error {
 	}
 	locking.CrashPoint("flush-after-chunks")
 	wend, mtime, created, killPriv := of.wend, of.mtime, of.newChunks, of.killPriv
+	cutOwed, cutSize := of.cutOwed, of.cutSize
 	a, err := of.f.updateInodeFrom(ctx, of.ino, &of.attr, func(a *store.Inode) error {
+		if cutOwed && a.Size > cutSize {
+			a.Size = cutSize
+			a.Chunks = -1 // the cut's deletions were never counted
+		}
 		a.Size = max(a.Size, wend)
 		if a.Chunks >= 0 {
 			a.Chunks += created
@@ -236,7 +241,7 @@ func (of *openFile) flush(ctx context.Context) error {
 		of.cgen++
 	}
 	of.attr, of.size, of.wend = a, a.Size, 0
-	of.changed, of.killPriv = false, false
+	of.changed, of.killPriv, of.cutOwed = false, false, false
 	of.newChunks = 0
 	return nil
 }

@@ -2,8 +2,10 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/esfs/esfs/store"
 )
@@ -186,23 +188,71 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 		created = of.newChunks
 	}
 	t := now()
-	a, err := f.updateInodeFrom(ctx, ino, base, func(a *store.Inode) error {
+	resize := func(a *store.Inode) error {
 		a.Size, a.Mtime, a.Ctime = size, t, t
 		if a.Chunks >= 0 {
 			a.Chunks = max(a.Chunks+created-deleted, 0)
 		}
 		return nil
-	})
+	}
+	a, err := f.updateInodeFrom(ctx, ino, base, resize)
+	if errors.Is(err, store.ErrUnavailable) && size < old {
+		a, err = f.resizeAfterCut(ctx, ino, size, t, resize, err)
+	}
 	if err != nil {
+		if of != nil && size < old && errors.Is(err, store.ErrUnavailable) {
+			// The bytes past size are cut: the file is the truncated
+			// one, and its size is owed like a write's, landing at the
+			// next flush (whose failure close and fsync report).
+			of.size, of.changed, of.mtime = size, true, t
+			of.cutOwed, of.cutSize = true, size
+			of.wend = min(of.wend, size)
+			of.extent = min(of.extent, size)
+		}
 		return err
 	}
 	if of != nil {
-		of.attr, of.size, of.changed = a, size, false
+		of.attr, of.size, of.changed, of.cutOwed = a, size, false, false
 		of.wend, of.spans = 0, nil // everything is stored, and sized
 		of.extent = min(of.extent, size)
 		of.newChunks, of.seekFresh = 0, false
 	}
 	return nil
+}
+
+// resizeTries bounds how often a truncate tries to write the size that
+// follows its cut when the cluster does not answer.
+const resizeTries = 5
+
+// resizeAfterCut writes a truncate's new size after its write met first,
+// an unknown outcome (refused with 429 or 5xx, or its answer lost), with
+// the chunks past size already cut: the size must follow them, or every
+// mount reads the old size with zeros past the new one, neither the file
+// before the truncate nor after it. A fresh read tells whether the first
+// write landed (its mtime, stamped to the nanosecond, is this truncate's);
+// resize is not idempotent (it counts chunks), so it is applied again
+// only to an inode the first write did not reach.
+func (f *FS) resizeAfterCut(ctx context.Context, ino uint64, size, mtime int64, resize func(*store.Inode) error, first error) (store.Inode, error) {
+	err := first
+	for attempt := 0; attempt < resizeTries && ctx.Err() == nil; attempt++ {
+		store.Backoff(ctx, attempt+6, time.Second)
+		cur, rerr := f.freshInode(ctx, ino)
+		if rerr != nil {
+			if !errors.Is(rerr, store.ErrUnavailable) {
+				return store.Inode{}, rerr
+			}
+			continue
+		}
+		if cur.Size == size && cur.Mtime == mtime {
+			f.delegs.updateAttr(ino, cur)
+			return cur, nil
+		}
+		var a store.Inode
+		if a, err = f.updateInodeFrom(ctx, ino, &cur, resize); !errors.Is(err, store.ErrUnavailable) {
+			return a, err
+		}
+	}
+	return store.Inode{}, err
 }
 
 // cut removes what the store holds of ino past size, in a file that was

@@ -7,10 +7,14 @@ package test
 // runs in the suite, and the seed that found it joins campaignSeeds.
 
 import (
+	"bufio"
 	"bytes"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,30 +29,35 @@ func openFinding(t *testing.T) {
 }
 
 // ftruncateScript opens argv[1], truncates it to argv[2] bytes and prints
-// the errno (0 for success).
+// the errno (0 for success); then it waits for a line on stdin, closes the
+// file and prints close's errno.
 const ftruncateScript = `
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDWR)
 try:
     os.ftruncate(fd, int(sys.argv[2]))
-    print(0)
+    print(0, flush=True)
 except OSError as e:
-    print(e.errno)
+    print(e.errno, flush=True)
+sys.stdin.readline()
 try:
     os.close(fd)
-except OSError:
-    pass
+    print(0, flush=True)
+except OSError as e:
+    print(e.errno, flush=True)
 `
 
 // TestFindingTruncateFailedHalfway (campaign seed 2, class
-// truncate-partial): a truncate whose write of the inode with its new
-// size fails (refused once with 503) answers EIO, but it has cut the
+// truncate-partial; fixed): a truncate whose write of the inode with its
+// new size failed (refused once with 503) answered EIO, having cut the
 // file's bytes past the new size already (fs/write.go: truncate cuts the
-// chunks, then writes the inode): every mount then reads the old size
-// with zeros past the new one, neither the file before the call nor
-// after it. A process that does not try again has lost those bytes.
+// chunks, then writes the inode): every mount then read the old size with
+// zeros past the new one, neither the file before the call nor after it.
+// Now the size follows the cut: it is written again within the call when
+// its outcome is unknown, and when the cluster refuses it for longer, the
+// call answers EIO and the size is owed to the file's next flush (close,
+// fsync), which lands it.
 func TestFindingTruncateFailedHalfway(t *testing.T) {
-	openFinding(t)
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, f.URL)
 	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout=5s")
@@ -57,42 +66,95 @@ func TestFindingTruncateFailedHalfway(t *testing.T) {
 	for i := range data {
 		data[i] |= 1 // no zero byte: a zero read back was cut
 	}
-	if err := os.WriteFile(a.Path("f"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	a.Sync(t)
-	if got := mounttest.MustReadFile(t, b.Path("f")); !bytes.Equal(got, data) {
-		t.Fatalf("B reads %d bytes, not the %d A wrote", len(got), len(data))
-	}
-	// The write of the inode with its new size is refused, once.
-	fault := fp.Add(&mounttest.Fault{Refuse: 503, Match: func(method, path string, body []byte) bool {
+	sizeWrite := func(path string, body []byte) bool {
 		return strings.Contains(path, "-inodes-W/") && bytes.Contains(body, []byte(`"size":20000,`))
-	}})
-	out, err := exec.Command("python3", "-c", ftruncateScript, a.Path("f"), "20000").CombinedOutput()
-	if err != nil {
-		t.Fatalf("ftruncate: %v\n%s", err, out)
 	}
-	select {
-	case <-fault.Fired():
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the fault never acted (ftruncate answered %s)", out)
-	}
-	errno := strings.TrimSpace(string(out))
-	got := mounttest.MustReadFile(t, b.Path("f"))
-	t.Logf("ftruncate answered errno %s; B reads %d bytes", errno, len(got))
-	switch {
-	case bytes.Equal(got, data):
-		t.Logf("the truncate did not happen")
-	case bytes.Equal(got, data[:20000]):
-		t.Logf("the truncate happened")
-	default:
-		zeros := 0
-		for _, c := range got {
-			if c == 0 {
-				zeros++
-			}
+	var refusing atomic.Bool
+	fp.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if refusing.Load() && sizeWrite(r.URL.Path, body) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return true
 		}
-		t.Errorf("after an ftruncate to 20000 that answered errno %s, B reads %d bytes, %d of them zeros: neither the file before the call nor after it", errno, len(got), zeros)
+		return false
+	})
+	for _, tc := range []struct {
+		name string
+		// fault is the size write's fault; nil: refused for as long as
+		// ftruncate tries.
+		fault      *mounttest.Fault
+		truncErrno string
+	}{
+		{"refused once", &mounttest.Fault{Refuse: 503}, "0"},
+		{"answer lost", &mounttest.Fault{Reset: true}, "0"},
+		{"held past the timeout", &mounttest.Fault{Delay: 7 * time.Second}, "0"},
+		{"refused throughout", nil, "5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "f-" + strings.ReplaceAll(tc.name, " ", "-")
+			if err := os.WriteFile(a.Path(name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			a.Sync(t)
+			if got := mounttest.MustReadFile(t, b.Path(name)); !bytes.Equal(got, data) {
+				t.Fatalf("B reads %d bytes, not the %d A wrote", len(got), len(data))
+			}
+			if tc.fault != nil {
+				tc.fault.Match = func(_, path string, body []byte) bool { return sizeWrite(path, body) }
+				fp.Add(tc.fault)
+			} else {
+				refusing.Store(true)
+			}
+			cmd := exec.Command("python3", "-c", ftruncateScript, a.Path(name), "20000")
+			in, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			outp, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			out := bufio.NewReader(outp)
+			line := func() string {
+				l, err := out.ReadString('\n')
+				if err != nil {
+					t.Fatalf("the script ended early: %v", err)
+				}
+				return strings.TrimSpace(l)
+			}
+			truncErrno := line()
+			if tc.fault != nil {
+				tc.fault.WaitFired(t)
+			}
+			refusing.Store(false)
+			if truncErrno != tc.truncErrno {
+				t.Errorf("ftruncate answered errno %s, want %s", truncErrno, tc.truncErrno)
+			}
+			if _, err := io.WriteString(in, "\n"); err != nil {
+				t.Fatal(err)
+			}
+			closeErrno := line()
+			if err := cmd.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if closeErrno != "0" {
+				t.Errorf("close answered errno %s: the size the truncate owed did not land", closeErrno)
+			}
+			for _, m := range []*mounttest.Mount{a, b} {
+				got := mounttest.MustReadFile(t, m.Path(name))
+				switch {
+				case bytes.Equal(got, data[:20000]):
+				case bytes.Equal(got, data):
+					t.Errorf("%s reads the file as before the truncate (ftruncate %s, close %s)", m.Path(name), truncErrno, closeErrno)
+				default:
+					zeros := bytes.Count(got, []byte{0})
+					t.Errorf("after an ftruncate to 20000 (errno %s, close %s), %s reads %d bytes, %d of them zeros: neither the file before the call nor after it", truncErrno, closeErrno, m.Path(name), len(got), zeros)
+				}
+			}
+		})
 	}
 }
 
