@@ -480,8 +480,9 @@ func TestWriteDelegationsRenameAndUnlinkInMemory(t *testing.T) {
 	if n := foreground() - before; n > 0 {
 		// A rename over "saved" whose last version the daemon still
 		// has open (the kernel's release comes after close returns)
-		// keeps it to its last close, through the journal: seen once
-		// under load, one request. The ordinary path for every rename
+		// keeps it to its last close, through the journal. Seen once
+		// with the suite's shards beside: one request, of a kind not
+		// logged then (it is now). The ordinary path for every rename
 		// would cost hundreds.
 		logRequests(t, metrics, counts)
 		if n > 6 {
