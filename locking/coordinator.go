@@ -65,6 +65,7 @@ type Coordinator struct {
 	FileLocks *FileLocks
 	answering chan struct{} // closed when answering recalls has returned
 	mending   chan struct{} // closed when mending file lock documents has returned
+	owing     chan struct{} // closed when removing owed lock entries has returned
 
 	stop chan struct{}
 	done chan struct{}
@@ -109,6 +110,8 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 	c.mending = make(chan struct{})
 	go c.run()
 	go c.FileLocks.mend(c.stop, c.mending)
+	c.owing = make(chan struct{})
+	go c.Locks.mendReleases(c.stop, c.owing, cfg.Lease)
 	go c.every(sharePoll, c.tending, c.shares.tend)
 	go c.every(recallPoll, c.answering, c.Delegations.answer)
 	return c, nil
@@ -407,6 +410,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	<-c.tending
 	<-c.answering
 	<-c.mending
+	<-c.owing
 	c.shares.closeAll()
 	c.Delegations.closeAll(ctx)
 	c.FileLocks.ReleaseAll(ctx)

@@ -276,7 +276,7 @@ func (ds *Delegations) Upgrade(ctx context.Context, d *Delegation, move func(w *
 	case !moved:
 		// Recalled while we asked (what d covered may have changed), or
 		// refused: the new entry goes at once.
-		if rerr := ds.c.Locks.Release(ctx, w.held); rerr != nil {
+		if rerr := ds.c.Locks.releaseOrOwe(ctx, w.sess, w.held); rerr != nil {
 			ds.c.log.Debug("giving back an upgrade not used", "dir", d.Ino, "err", rerr)
 		}
 		return nil, nil
@@ -345,7 +345,8 @@ func (ds *Delegations) give(ctx context.Context, d *Delegation) {
 func (ds *Delegations) release(ctx context.Context, d *Delegation) {
 	d.revoke()
 	ctx = context.WithoutCancel(ctx)
-	if err := ds.c.Locks.Release(ctx, d.held); err != nil {
+	if err := ds.c.Locks.releaseOrOwe(ctx, d.sess, d.held); err != nil {
+		// Tried again until it lands: other mounts wait for the entry.
 		ds.c.log.Debug("giving back a delegation", "dir", d.Ino, "err", err)
 	}
 	ds.mu.Lock()
@@ -491,7 +492,7 @@ func (ds *Delegations) Born(ino uint64, path string, mode store.LockMode) (store
 			go func() {
 				ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), ds.c.cfg.Lease)
 				defer cancel()
-				if err := ds.c.Locks.Release(ctx, d.held); err != nil {
+				if err := ds.c.Locks.releaseOrOwe(ctx, sess, d.held); err != nil {
 					ds.c.log.Debug("giving back the delegation of a directory not made", "dir", ino, "err", err)
 				}
 			}()

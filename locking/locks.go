@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +81,10 @@ type Manager struct {
 	// known: the lock documents as this mount last wrote them, which a
 	// first attempt sends its writes against without reading them.
 	known knownDocs
+	// owed: entries whose removal failed, for the mender (locks_owed.go).
+	owedMu   sync.Mutex
+	owed     map[owedKey]*owedRelease
+	owedKick chan struct{}
 }
 
 // NewManager returns a lock manager.
@@ -87,7 +92,8 @@ func NewManager(b Backend, obs *Observer, timeout time.Duration, log *slog.Logge
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Manager{b: b, log: log, Timeout: timeout, metrics: NewMetrics(nil)}
+	m := &Manager{b: b, log: log, Timeout: timeout, metrics: NewMetrics(nil),
+		owed: map[owedKey]*owedRelease{}, owedKick: make(chan struct{}, 1)}
 	m.obs.Store(obs)
 	return m
 }
@@ -290,8 +296,9 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 		ok, err := m.retryItems(ctx, sess, op, reqs, granted, lost, w.ticket)
 		if err != nil || !ok {
 			held := &Held{Op: op, Session: sess.ID(), docs: granted, reqs: reqs}
-			if _, rerr := m.release(ctx, held, true, nil); rerr != nil {
-				m.log.Warn("releasing a partial grant", "op", op, "err", rerr)
+			if _, rerr := m.release(ctx, held, true, nil); rerr != nil || err != nil {
+				// Items whose outcome is unknown may have landed too.
+				m.owe(sess, op, reqs)
 			}
 			if err != nil {
 				return nil, "", err

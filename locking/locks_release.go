@@ -119,7 +119,8 @@ func (m *Manager) releaseUnknown(sess *Session, op string, reqs []Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), sess.Lease())
 	defer cancel()
 	if err := m.ReleaseOp(ctx, sess.ID(), op, reqs); err != nil {
-		m.log.Warn("could not clean up after an uncertain lock request; the entries expire with the session", "op", op, "err", err)
+		m.log.Debug("could not clean up after an uncertain lock request yet; retried until it lands", "op", op, "err", err)
+		m.owe(sess, op, reqs)
 	}
 }
 
