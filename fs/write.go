@@ -169,9 +169,20 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 	// generation is then refused, and its writer rewrites it after the
 	// truncate, as the later write it is.
 	var deleted int64
-	for attempt := 0; size < old; attempt++ {
+	uncounted := false // a cut whose outcome is unknown deleted we know not how many
+	for attempt, unknown := 0, 0; size < old; attempt++ {
 		refused, n, err := f.cut(ctx, ino, size, old, w, base)
 		deleted += n
+		if errors.Is(err, store.ErrUnavailable) && unknown < resizeTries && ctx.Err() == nil {
+			// It may have landed, in part: the bytes past size are then
+			// gone, and the size must follow them. Cut again (what
+			// landed is found gone) until the cut is known made.
+			unknown++
+			uncounted = true
+			store.Backoff(ctx, unknown+6, time.Second)
+			attempt--
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -190,7 +201,10 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 	t := now()
 	resize := func(a *store.Inode) error {
 		a.Size, a.Mtime, a.Ctime = size, t, t
-		if a.Chunks >= 0 {
+		switch {
+		case uncounted:
+			a.Chunks = -1
+		case a.Chunks >= 0:
 			a.Chunks = max(a.Chunks+created-deleted, 0)
 		}
 		return nil

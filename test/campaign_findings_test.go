@@ -62,7 +62,9 @@ func TestFindingTruncateFailedHalfway(t *testing.T) {
 	fp := mounttest.NewFaultProxy(t, f.URL)
 	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout=5s")
 	b := f.Mount(t)
-	data := mounttest.RandomBytes(26, 60000)
+	// Past the first 1 MiB chunk: the cut deletes chunks as well as
+	// writing the first one shorter.
+	data := mounttest.RandomBytes(26, 2<<20+60000)
 	for i := range data {
 		data[i] |= 1 // no zero byte: a zero read back was cut
 	}
@@ -88,6 +90,9 @@ func TestFindingTruncateFailedHalfway(t *testing.T) {
 		{"answer lost", &mounttest.Fault{Reset: true}, "0"},
 		{"held past the timeout", &mounttest.Fault{Delay: 7 * time.Second}, "0"},
 		{"refused throughout", nil, "5"},
+		// The cut's deletion lands, its answer lost (campaign seed
+		// 130822589): the size must follow all the same.
+		{"deletion answer lost", &mounttest.Fault{Reset: true}, "0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "f-" + strings.ReplaceAll(tc.name, " ", "-")
@@ -98,7 +103,10 @@ func TestFindingTruncateFailedHalfway(t *testing.T) {
 			if got := mounttest.MustReadFile(t, b.Path(name)); !bytes.Equal(got, data) {
 				t.Fatalf("B reads %d bytes, not the %d A wrote", len(got), len(data))
 			}
-			if tc.fault != nil {
+			if tc.fault != nil && strings.HasPrefix(tc.name, "deletion") {
+				tc.fault.Match = mounttest.BulkTo("-data", `"delete"`)
+				fp.Add(tc.fault)
+			} else if tc.fault != nil {
 				tc.fault.Match = func(_, path string, body []byte) bool { return sizeWrite(path, body) }
 				fp.Add(tc.fault)
 			} else {
