@@ -40,6 +40,9 @@ type openFile struct {
 	// since, which may have grown it again (wend).
 	cutOwed bool
 	cutSize int64
+	// writeSess is the session under which the buffered writes and
+	// changes were made (see staleWrites); "" when there are none.
+	writeSess string
 	// stale: a lock was granted through the file and it could not be
 	// brought up to the store then; its next use does it (owed).
 	stale bool

@@ -67,6 +67,9 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 		of.spans = nil
 		return nil // a pending file's chunks go with its batch
 	}
+	if err := of.staleWrites(); err != nil {
+		return err
+	}
 	if err := of.landFirst(ctx); err != nil {
 		return err
 	}
@@ -166,6 +169,41 @@ func (of *openFile) landFirst(ctx context.Context) error {
 	return nil
 }
 
+// staleWrites drops what the file buffered under a session of this mount
+// that was declared dead before it was sent (the mount was frozen, or cut
+// off, past its lease, and then woke): what survives a dead mount is what
+// it sent before its death, never more (docs/consistency.md), so sending
+// it under the new session would land writes after the death that other
+// mounts have already judged lost. Every open file description of the
+// file is told EIO, once, at its next fsync or close (errseq.go), and the
+// call that finds them, a write included, fails with EIO too. Caller
+// holds of.mu.
+func (of *openFile) staleWrites() error {
+	if len(of.dirty) == 0 && !of.changed {
+		of.writeSess = ""
+		return nil
+	}
+	if of.writeSess == "" || of.writeSess == of.f.co.Session().ID() {
+		return nil
+	}
+	err := fmt.Errorf("inode %d: writes buffered under session %s, declared dead before they were sent, are lost: %w", of.ino, of.writeSess, locking.ErrLeaseLost)
+	of.dropDirty()
+	of.changed, of.wend, of.cutOwed, of.killPriv = false, 0, false, false
+	of.size, of.extent = of.attr.Size, min(of.extent, of.attr.Size)
+	of.writeSess = ""
+	of.f.errs.fail(of.ino, err)
+	of.sticky = err
+	return err
+}
+
+// dirtied records the session under which a write or change is buffered.
+// Caller holds of.mu.
+func (of *openFile) dirtied() {
+	if of.writeSess == "" {
+		of.writeSess = of.f.co.Session().ID()
+	}
+}
+
 // dropDirty forgets the buffered chunks (see writeChunks); reads then go
 // to the store. Caller holds of.mu.
 func (of *openFile) dropDirty() {
@@ -186,6 +224,9 @@ func (of *openFile) flush(ctx context.Context) error {
 		return err // nothing was sent: the chunks stay buffered
 	}
 	of.sizeSure = false // another mount may change the file from now on
+	if !of.f.wb.pending(of.ino) {
+		_ = of.staleWrites() // reported through sticky, just below
+	}
 	if of.sticky != nil {
 		err := of.sticky
 		of.sticky = nil

@@ -159,6 +159,7 @@ func (of *openFile) extendTo(end int64) {
 	if end > of.size {
 		of.size, of.mtime, of.changed = end, now(), true
 		of.cgen++
+		of.dirtied()
 	}
 	of.wend = max(of.wend, end)
 }

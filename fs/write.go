@@ -29,6 +29,11 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	if err := of.owed(ctx); err != nil {
 		return 0, of.f.toErrno("write", err)
 	}
+	if !of.f.wb.pending(of.ino) {
+		if err := of.staleWrites(); err != nil {
+			return 0, of.f.toErrno("write", err)
+		}
+	}
 	if h.append {
 		// At the end as stored now, which another mount may have
 		// moved (see rebase.go).
@@ -96,6 +101,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	of.cgen++ // read-ahead in flight may hold the old bytes
 	of.mtime = now()
 	of.changed = true
+	of.dirtied()
 	of.killPriv = of.killPriv || uid != 0
 	if of.dirtyLen > of.f.opts.DirtyLimit {
 		// Send the data but not the inode: the size becomes visible at
@@ -220,6 +226,7 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 			// next flush (whose failure close and fsync report).
 			of.size, of.changed, of.mtime = size, true, t
 			of.cutOwed, of.cutSize = true, size
+			of.dirtied()
 			of.wend = min(of.wend, size)
 			of.extent = min(of.extent, size)
 		}

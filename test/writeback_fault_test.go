@@ -413,3 +413,54 @@ func TestWriteBackLostBatchReportedToEveryDescriptor(t *testing.T) {
 		}
 	}
 }
+
+// TestWritesBufferedBeforeDeathAreLost (campaign seed 720786204, class
+// lost-unreported): a process writes to a stored file through mount A
+// (buffered until close) and A is frozen past its lease; another mount
+// declares it dead. Woken, A starts a new session, and the write, made
+// under the dead one, must not land under the new one: other mounts have
+// judged it lost at A's death (what survives a dead mount is what it sent
+// before). Before, the close sent it and returned 0; now the close fails
+// with EIO and the file stays as it was.
+func TestWritesBufferedBeforeDeathAreLost(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := mounttest.MountUncached(t, f, nil, "--lease=1s")
+	b := mounttest.MountUncached(t, f, nil, "--lease=1s")
+	if err := os.WriteFile(a.Path("f"), []byte("synced"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := fsyncPath(a.Path("f")); err != nil {
+		t.Fatal(err)
+	}
+	p := startHolder(t)
+	p.must("open f %s", a.Path("f"))
+	p.must("write f LOST")
+	sess := mounttest.Session(t, f, a)
+	a.Signal(syscall.SIGSTOP)
+	t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
+	mounttest.WaitFor(t, "A declared dead", time.Minute, func() bool {
+		_, _ = os.Stat(b.Path("f"))
+		for _, s := range mounttest.Sessions(t, f) {
+			if s.ID == sess.ID {
+				return s.Dead
+			}
+		}
+		return true // removed: dead and collected
+	})
+	if got := mounttest.MustReadFile(t, b.Path("f")); string(got) != "synced" {
+		t.Fatalf("B reads %q while A is frozen; want what A fsynced", got)
+	}
+	a.Signal(syscall.SIGCONT)
+	mounttest.WaitFor(t, "A's new session", time.Minute, func() bool {
+		return strings.Contains(a.Log(), "started a new session")
+	})
+	if got := p.do("close f"); got != eio {
+		t.Errorf("close of a file whose write was buffered under A's dead session: %s, want %s", got, eio)
+	}
+	time.Sleep(2 * time.Second) // a late write would land by now
+	for _, m := range []*mounttest.Mount{a, b} {
+		if got := mounttest.MustReadFile(t, m.Path("f")); string(got) != "synced" {
+			t.Errorf("%s reads %q after A woke; want what A fsynced before its death", m.Path("f"), got)
+		}
+	}
+}

@@ -58,6 +58,18 @@ func MountLocking(t testing.TB, f *FS, strategy string, cached bool, extra ...st
 	return f.Mount(t, append(args, extra...)...)
 }
 
+// Sessions lists f's session documents, live and dead.
+func Sessions(t testing.TB, f *FS) []store.SessionDoc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	all, err := f.Store.ListSessions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all
+}
+
 // Session returns the live session document of mount m.
 func Session(t testing.TB, f *FS, m *Mount) store.SessionDoc {
 	t.Helper()
