@@ -28,7 +28,9 @@ const campaignTime = 140 * time.Second
 
 // campaignExcluded: finding classes of known open bugs, excluded in the
 // suite while the bug is open (see test/campaign_findings_test.go).
-var campaignExcluded = []string{}
+var campaignExcluded = []string{
+	"dir-nlink", // open: a directory's link count one short (issue 26's note)
+}
 
 func TestCampaign(t *testing.T) {
 	seeds := campaignSeeds

@@ -120,6 +120,9 @@ func (r *Runner) check(sl *slot, op *Op) {
 	if diff == "" {
 		return
 	}
+	if class == "attr" && in != nil && in.Kind == Dir && onlyNlink.MatchString(diff) {
+		class = "dir-nlink"
+	}
 	r.finding(class, "%s: %s", op, diff)
 	if class == "data" && op.Kind == "read" && len(r.res.Findings) > 0 {
 		// Say which bytes differ, and whose they look like.

@@ -61,7 +61,13 @@ func (r *Runner) finish() {
 				more = "; " + explain()
 			}
 			r.mu.Lock()
-			r.finding("final-tree", "m%d at the end: %s%s", sl.idx, d, more)
+			class := "final-tree"
+			if m := nlinkAt.FindStringSubmatch(d); m != nil {
+				if in := r.st.Get(m[1]); in != nil && in.Kind == Dir {
+					class = "dir-nlink"
+				}
+			}
+			r.finding(class, "m%d at the end: %s%s", sl.idx, d, more)
 			r.mu.Unlock()
 		}
 		trees = append(trees, obs[0])
