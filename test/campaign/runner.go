@@ -96,8 +96,9 @@ var Classes = []string{
 	"stuck-lock",      // a call failed with EAGAIN after waiting the whole --lock-timeout: a lock held that long (the lease is seconds)
 	// Known shapes of open bugs, told apart so that they can be excluded
 	// alone; the run goes on after them when they are.
-	"truncate-partial", // a truncate that failed with EIO left the bytes past its size cut and the size unchanged
-	"dir-nlink",        // a directory's link count off, all else right (seeds 30904437, 956352814)
+	"truncate-partial",   // a truncate that failed with EIO left the bytes past its size cut and the size unchanged
+	"dir-nlink",          // a directory's link count off, all else right (seeds 30904437, 956352814)
+	"unlinked-elsewhere", // ENOENT through a descriptor of a file another mount unlinked (seeds 224009209, 146534115)
 }
 
 // onlyNlink: a stat's difference from the model that is its link count
@@ -686,8 +687,22 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 	case unknownErrno(op.Errno) && r.cfg.Faults && op.isCheck():
 		return false // a look that failed tells nothing
 	}
-	r.finding("errno", "%s: answered %s%s, Linux answers %s", op, errname(op.Errno), failedCall(op), errname(want))
+	r.finding(r.errnoClass(op), "%s: answered %s%s, Linux answers %s", op, errname(op.Errno), failedCall(op), errname(want))
 	return false
+}
+
+// errnoClass is the class of an errno finding of op: a call through a
+// descriptor of a file that has no name left anywhere, answered ENOENT or
+// ESTALE, is a known shape (an unlink on another mount deletes the inode
+// of a file this one still has open: esfs keeps an unlinked file until its
+// last close on the mount that unlinked it only); others are "errno".
+func (r *Runner) errnoClass(op *Op) string {
+	if op.throughFD() && (op.Errno == int(unix.ENOENT) || op.Errno == int(unix.ESTALE)) {
+		if in := r.st.Inodes[op.Ino]; in != nil && in.Kind != Dir && in.Links == 0 {
+			return "unlinked-elsewhere"
+		}
+	}
+	return "errno"
 }
 
 func failedCall(op *Op) string {
@@ -791,7 +806,7 @@ func (r *Runner) answerFD(sl *slot, op *Op, fp *Footprint, want int) bool {
 		}
 	}
 	if !unknownErrno(op.Errno) || (!r.cfg.Faults && !fd.mayEIO) {
-		r.finding("errno", "%s: answered %s%s, Linux answers %s", op, errname(op.Errno), failedCall(op), errname(want))
+		r.finding(r.errnoClass(op), "%s: answered %s%s, Linux answers %s", op, errname(op.Errno), failedCall(op), errname(want))
 		return false
 	}
 	// The write-back failed: what the descriptor had buffered may or may
