@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -302,5 +303,55 @@ func TestFileLockLostAnswers(t *testing.T) {
 	}
 	if a.Exited() || b.Exited() {
 		t.Error("a mount exited")
+	}
+}
+
+// TestUnlockWhenItsFlushFails (campaign seed 215993735, class
+// lock-outlived): an unlock first lands what its owner wrote, so that the
+// next holder reads it; when that flush failed (the cluster refused the
+// data's write), the unlock answered EIO and kept the lock, held for as
+// long as the file stayed open: every other mount's request was refused.
+// Now the lock is released all the same, the unlock succeeds (Linux's
+// does not fail), and the lost write is reported where a write-back error
+// is: at the descriptor's next fsync or close.
+func TestUnlockWhenItsFlushFails(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
+	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout=5s")
+	b := f.Mount(t)
+	for _, k := range lockKinds {
+		t.Run(k.name, func(t *testing.T) {
+			name := "f-" + k.name
+			if err := os.WriteFile(a.Path(name), []byte("before\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fd := openFd(t, a.Path(name), unix.O_RDWR)
+			if err := k.lock(fd); err != nil {
+				t.Fatal(err)
+			}
+			pwrite(t, fd, "AFTER\n", 0)
+			fault := fp.Add(&mounttest.Fault{Refuse: 503, Match: mounttest.BulkTo("-data")})
+			if err := k.unlock(fd); err != nil {
+				t.Errorf("unlock whose flush failed: %v, want success", err)
+			}
+			fault.WaitFired(t)
+			bfd := openFd(t, b.Path(name), unix.O_RDWR)
+			defer unix.Close(bfd)
+			var err error
+			if k.name == "flock" {
+				err = unix.Flock(bfd, unix.LOCK_EX|unix.LOCK_NB)
+			} else {
+				err = unix.FcntlFlock(uintptr(bfd), unix.F_SETLK, &unix.Flock_t{Type: unix.F_WRLCK})
+			}
+			if err != nil {
+				t.Errorf("B's %s after A's unlock: %v, want the lock", k.name, err)
+			}
+			if err := unix.Close(fd); err != unix.EIO {
+				t.Errorf("close of A's descriptor whose write was lost: %v, want EIO", err)
+			}
+			if got := mounttest.MustReadFile(t, b.Path(name)); string(got) != "before\n" {
+				t.Errorf("B reads %q; want the file as before the lost write", got)
+			}
+		})
 	}
 }
