@@ -33,9 +33,10 @@ type parentLinks struct {
 	ino     uint64
 	delta   int
 	t       int64
-	counted bool        // the bulk item is a compare-and-set of the count
-	after   store.Inode // the directory as that item writes it
-	gen     uint64      // cache generation when the item was made
+	counted bool          // the bulk item is a compare-and-set of the count
+	after   store.Inode   // the directory as that item writes it
+	base    store.Version // the version that item is conditioned on
+	gen     uint64        // cache generation when the item was made
 	// self: the directory's delegation, following the write (writingSelf).
 	self *dirState
 }
@@ -55,6 +56,7 @@ func (f *FS) dirLinksOp(ctx context.Context, ino uint64, delta int, t int64) (st
 		}
 		if dir.DirLinksCounted() && dir.Ver.Known() {
 			pl.after, _ = store.WithDirLinks(dir, delta, t)
+			pl.base = dir.Ver
 			op := store.PutInode(pl.after, dir.Ver)
 			if err := op.Err(); err != nil {
 				return store.BulkOp{}, pl, err
@@ -109,6 +111,8 @@ func (f *FS) settleDirLinks(ctx context.Context, pl parentLinks, res store.BulkR
 		f.cache.PutInode(pl.after, pl.gen)
 	case applied && errors.Is(res.Err, store.ErrConflict):
 		f.addDirLinks(ctx, pl.ino, pl.delta, pl.t)
+	case applied && errors.Is(res.Err, store.ErrUnavailable):
+		f.settleUnknownDirLinks(ctx, pl)
 	case applied:
 		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", pl.ino, "err", res.Err)
 	case res.Err == nil:
@@ -131,6 +135,29 @@ func (f *FS) addDirLinks(ctx context.Context, ino uint64, delta int, t int64) {
 	}
 	if err == nil {
 		f.cache.PutInode(n, gen)
+	}
+}
+
+// settleUnknownDirLinks settles a count whose compare-and-set had an
+// unknown outcome (refused, its answer lost, held) for an entry change
+// that took effect (a create settled by remakeNew): the directory read
+// now tells. Still at the version the item was conditioned on, it did not
+// land, and the count is added now (a late copy of the item then meets a
+// changed version and is refused); with this change's times and count,
+// it landed. Changed by someone else meanwhile, it cannot be told: esfs
+// fsck --repair counts it.
+func (f *FS) settleUnknownDirLinks(ctx context.Context, pl parentLinks) {
+	cur, err := f.st.GetInode(ctx, pl.ino)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", pl.ino, "err", err)
+	case cur.Ver == pl.base:
+		f.addDirLinks(ctx, pl.ino, pl.delta, pl.t)
+	case cur.Mtime == pl.t && cur.Nlink == pl.after.Nlink:
+		f.cache.PutInode(cur, pl.gen)
+	default:
+		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", pl.ino, "err", "changed by another mount before its count's outcome was known")
 	}
 }
 

@@ -77,3 +77,45 @@ func TestCreateAnswerLost(t *testing.T) {
 	}
 	mounttest.FsckClean(t, f)
 }
+
+// TestMkdirAnswerLostKeepsParentLinks: a mkdir's bulk carries the parent's
+// link count (a compare-and-set) with the new directory's documents. When
+// its outcome is unknown, the mkdir is made again within the call
+// (TestCreateAnswerLost), and the count must be settled as well: added if
+// the first try's never landed, not twice if it did (campaign seeds
+// 30904437 and 956352814: a directory's link count one short after a
+// refused bulk).
+func TestMkdirAnswerLostKeepsParentLinks(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, testenv.URL(t))
+	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--delegations=false")
+	b := mounttest.MountUncached(t, f, nil)
+	if err := os.Mkdir(a.Path("p"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	faults := map[string]*mounttest.Fault{
+		"refused": {Refuse: 503},
+		"reset":   {Reset: true},
+		"held":    {Delay: mounttest.LateDelay, Reset: true},
+	}
+	made := 0
+	for _, name := range []string{"refused", "reset", "held"} {
+		fault := faults[name]
+		fault.Match = mounttest.BulkTo("", `"name":"`+name+`"`)
+		fp.Add(fault)
+		err := os.Mkdir(a.Path("p", name), 0o755)
+		fault.WaitFired(t)
+		if err != nil {
+			t.Errorf("%s: mkdir: %v, want success (made again within the call)", name, err)
+			continue
+		}
+		made++ // WaitFired: a held first try has landed (or been refused) by now
+		for _, m := range []*mounttest.Mount{a, b} {
+			var st unix.Stat_t
+			if err := unix.Stat(m.Path("p"), &st); err != nil || st.Nlink != uint64(2+made) {
+				t.Errorf("%s: %s has %d links (%v), want %d", name, m.Path("p"), st.Nlink, err, 2+made)
+			}
+		}
+	}
+	mounttest.FsckClean(t, f)
+}
