@@ -579,7 +579,9 @@ func (ds *Delegations) RecallWriter(ctx context.Context, ino uint64, path string
 	if err != nil {
 		return err
 	}
-	return ds.c.Locks.Release(ctx, held)
+	// A lease op's entry: never judged finished by others, so owed if
+	// its release fails.
+	return ds.c.Locks.releaseOrOwe(ctx, sess, held)
 }
 
 // recallWritersAtOnce bounds the recalls RecallWriters has in flight:

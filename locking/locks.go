@@ -296,9 +296,16 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 		ok, err := m.retryItems(ctx, sess, op, reqs, granted, lost, w.ticket)
 		if err != nil || !ok {
 			held := &Held{Op: op, Session: sess.ID(), docs: granted, reqs: reqs}
-			if _, rerr := m.release(ctx, held, true, nil); rerr != nil || err != nil {
-				// Items whose outcome is unknown may have landed too.
+			_, rerr := m.release(ctx, held, true, nil)
+			switch {
+			case err != nil || (w.once && rerr != nil):
+				// The operation ends here: what it may have left (items
+				// whose outcome is unknown, a release that failed) is
+				// owed. Not while Acquire tries again under the same op,
+				// whose next grant the mender would take away.
 				m.owe(sess, op, reqs)
+			case rerr != nil:
+				m.log.Warn("releasing a partial grant", "op", op, "err", rerr)
 			}
 			if err != nil {
 				return nil, "", err
