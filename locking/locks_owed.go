@@ -57,13 +57,6 @@ func (m *Manager) releaseOrOwe(ctx context.Context, sess *Session, h *Held) erro
 	return err
 }
 
-// Owed reports how many operations' entries are owed (for tests).
-func (m *Manager) Owed() int {
-	m.owedMu.Lock()
-	defer m.owedMu.Unlock()
-	return len(m.owed)
-}
-
 // mendReleases runs until stop is closed: it removes the entries owed, at
 // once when one is added, and with backoff (up to a third of the lease)
 // while the cluster refuses.
