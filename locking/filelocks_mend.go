@@ -183,23 +183,29 @@ func (fl *FileLocks) view(ino uint64, doc store.LockDoc, me string) (store.LockD
 }
 
 // mend runs until stop is closed: it brings the documents marked dirty
-// back to this mount's word, at once when one is marked, and with backoff
-// (up to a third of the lease) while the cluster refuses.
+// back to this mount's word (see mendLoop).
 func (fl *FileLocks) mend(stop <-chan struct{}, done chan<- struct{}) {
+	mendLoop(stop, done, fl.kick, fl.c.cfg.Lease, fl.mendAll)
+}
+
+// mendLoop runs until stop is closed: it calls try at once when kick
+// fires, and with backoff (up to a third of the lease) while try reports
+// work left, each call bounded by the lease.
+func mendLoop(stop <-chan struct{}, done chan<- struct{}, kick <-chan struct{}, lease time.Duration, try func(context.Context) bool) {
 	defer close(done)
 	for round := 0; ; {
 		var retry <-chan time.Time
 		if round > 0 {
-			retry = time.After(min(5*time.Millisecond<<min(round, 10), fl.c.cfg.Lease/3))
+			retry = time.After(min(5*time.Millisecond<<min(round, 10), lease/3))
 		}
 		select {
 		case <-stop:
 			return
-		case <-fl.kick:
+		case <-kick:
 		case <-retry:
 		}
-		ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), fl.c.cfg.Lease)
-		if fl.mendAll(ctx) {
+		ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), lease)
+		if try(ctx) {
 			round = 0
 		} else {
 			round++

@@ -12,8 +12,6 @@ package locking
 import (
 	"context"
 	"time"
-
-	"github.com/esfs/esfs/store"
 )
 
 type owedKey struct{ session, op string }
@@ -57,30 +55,10 @@ func (m *Manager) releaseOrOwe(ctx context.Context, sess *Session, h *Held) erro
 	return err
 }
 
-// mendReleases runs until stop is closed: it removes the entries owed, at
-// once when one is added, and with backoff (up to a third of the lease)
-// while the cluster refuses.
+// mendReleases runs until stop is closed: it removes the entries owed
+// (see mendLoop).
 func (m *Manager) mendReleases(stop <-chan struct{}, done chan<- struct{}, lease time.Duration) {
-	defer close(done)
-	for round := 0; ; {
-		var retry <-chan time.Time
-		if round > 0 {
-			retry = time.After(min(5*time.Millisecond<<min(round, 10), lease/3))
-		}
-		select {
-		case <-stop:
-			return
-		case <-m.owedKick:
-		case <-retry:
-		}
-		ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), lease)
-		if m.releaseOwed(ctx) {
-			round = 0
-		} else {
-			round++
-		}
-		cancel()
-	}
+	mendLoop(stop, done, m.owedKick, lease, m.releaseOwed)
 }
 
 // releaseOwed tries every owed release once; it reports whether none is

@@ -73,12 +73,7 @@ func Sessions(t testing.TB, f *FS) []store.SessionDoc {
 // Session returns the live session document of mount m.
 func Session(t testing.TB, f *FS, m *Mount) store.SessionDoc {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	all, err := f.Store.ListSessions(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	all := Sessions(t, f)
 	for _, s := range all {
 		if s.Pid == m.Pid() && !s.Dead {
 			return s
