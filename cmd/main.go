@@ -4,6 +4,7 @@ package cmd
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -68,6 +69,9 @@ func Main(args []string) error {
 		EnableBashCompletion: true, // the completion scripts' --generate-bash-completion
 		ExitErrHandler:       func(*cli.Context, error) {},
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			if errors.Is(err, flag.ErrHelp) {
+				return cli.ShowAppHelp(c) // esfs --help, as esfs help: status 0
+			}
 			return usageError{fmt.Errorf("%w (see esfs help)", flagUsageError(c.App.Flags, err))}
 		},
 		Action: func(c *cli.Context) error {

@@ -70,6 +70,7 @@ func TestCLIHelp(t *testing.T) {
 	}{
 		{[]string{"help"}, []string{"COMMANDS:", "mount", "search", "completion", "man"}},
 		{nil, []string{"COMMANDS:", "mount"}},
+		{[]string{"--help"}, []string{"COMMANDS:", "mount"}},
 		{[]string{"help", "mount"}, []string{"esfs mount", "--attr-timeout", "--read-only", "-o value"}},
 		{[]string{"mount", "--help"}, []string{"esfs mount", "--attr-timeout"}},
 		{[]string{"help", "completion"}, []string{"source <(esfs completion bash)"}},
