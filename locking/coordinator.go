@@ -53,6 +53,10 @@ type Coordinator struct {
 	View *View
 
 	mu   sync.Mutex // protects sess and obs
+	// renewing is held while a new session is started, so that the
+	// sweeper and operations that meet the lost one start one between
+	// them.
+	renewing sync.Mutex
 	sess *Session
 	obs  *Observer
 
@@ -126,14 +130,35 @@ func (c *Coordinator) Session() *Session {
 	return c.sess
 }
 
+// live returns the session under which a new operation runs: the current
+// one, or, when that one was declared dead, a new one started at once, so
+// that an operation that begins after the mount learned of its death (a
+// mount woken from a freeze) works rather than fail in the moments before
+// the sweeper gets round to it. If no new session can be started, the lost
+// one is returned and the operation fails with it.
+func (c *Coordinator) live(ctx context.Context) *Session {
+	sess := c.Session()
+	select {
+	case <-sess.Lost():
+	default:
+		return sess
+	}
+	rctx, cancel := context.WithTimeout(store.Upkeep(context.WithoutCancel(ctx)), c.cfg.Lease)
+	defer cancel()
+	c.renewSession(rctx)
+	return c.Session()
+}
+
 func (c *Coordinator) renewSession(ctx context.Context) {
+	c.renewing.Lock()
+	defer c.renewing.Unlock()
 	c.mu.Lock()
 	old := c.sess
 	c.mu.Unlock()
 	select {
 	case <-old.Lost():
 	default:
-		return
+		return // started by someone else meanwhile
 	}
 	sess, err := StartSession(ctx, c.b, c.cfg.sessionConfig())
 	if errors.Is(err, store.ErrNoIndex) {
@@ -166,7 +191,7 @@ type Txn struct {
 
 // Begin takes the locks of one operation.
 func (c *Coordinator) Begin(ctx context.Context, reqs []Request) (*Txn, error) {
-	sess := c.Session()
+	sess := c.live(ctx)
 	op, n := sess.BeginOp()
 	held, err := c.Locks.Acquire(ctx, sess, op, reqs)
 	if err != nil {

@@ -291,7 +291,7 @@ func (ds *Delegations) Upgrade(ctx context.Context, d *Delegation, move func(w *
 }
 
 func (ds *Delegations) grant(ctx context.Context, ino uint64, path string, mode store.LockMode) (*Delegation, error) {
-	sess := ds.c.Session()
+	sess := ds.c.live(ctx)
 	op := sess.LeaseOp()
 	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: mode}
 	held, err := ds.c.Locks.TryAcquire(ctx, sess, op, []Request{req})
@@ -572,7 +572,7 @@ func (ds *Delegations) Landed(d *Delegation, res store.BulkResult) {
 // is released at once: it conflicts with write delegations only, so it
 // never waits for changes or readers.
 func (ds *Delegations) RecallWriter(ctx context.Context, ino uint64, path string) error {
-	sess := ds.c.Session()
+	sess := ds.c.live(ctx)
 	op := sess.LeaseOp()
 	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: store.Flushed}
 	held, err := ds.c.Locks.Acquire(ctx, sess, op, []Request{req})

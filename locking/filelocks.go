@@ -232,6 +232,7 @@ func (fl *FileLocks) set(ctx context.Context, ino uint64, path string, lk FileLo
 	if lk.Start < 0 || lk.End < lk.Start {
 		return fmt.Errorf("lock range %d-%d: %w", lk.Start, lk.End, store.ErrInvalid)
 	}
+	fl.c.live(ctx) // a new session if the mount learned the old one's death
 	sess, op := fl.lease()
 	r := &fileRequest{fl: fl, ino: ino, path: path, lk: lk, k: ownerKey{lk.Owner, lk.Flock}, sess: sess, me: sess.ID(), op: op, wait: wait}
 	fl.begin(ino, r.k)

@@ -311,7 +311,7 @@ func (s *Session) settle(ctx context.Context) error {
 // loseLocked marks the session lost for good and says why.
 func (s *Session) loseLocked(why string) error {
 	s.lost = fmt.Errorf("session %s lost: %s: %w", s.id, why, ErrLeaseLost)
-	s.cfg.Log.Error("session lost: "+why+"; writes fail until remount", "session", s.id)
+	s.cfg.Log.Error("session lost: "+why+"; what was under it fails (EIO), new calls run under a new session", "session", s.id)
 	close(s.lostCh)
 	return s.lost
 }

@@ -383,3 +383,40 @@ func TestObserverVerdictLostAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestWokenMountBeginsUnderNewSession: a mount frozen past its lease and
+// declared dead learns it when it wakes; an operation it begins after that
+// runs under a new session at once, whether or not the sweeper (off here)
+// has started one yet: only what ran under the dead session fails. (In
+// CI an open on a woken mount failed with EIO in the second between its
+// learning of its death and the sweeper's next round.)
+func TestWokenMountBeginsUnderNewSession(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := ctxT(t)
+	a := coordinatorWait(t, st, "tree", time.Second, 20*time.Second)
+	old := a.Session()
+	old.Freeze()
+	obs := locking.NewObserver(st, "observer", 500*time.Millisecond, nil)
+	waitUntil(t, "the frozen session declared dead", time.Minute, func() bool {
+		dead, err := obs.Dead(ctx, old.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dead
+	})
+	old.Thaw()
+	waitUntil(t, "the woken session learning of its death", time.Minute, func() bool { return lost(old) })
+	txn, err := a.Begin(ctx, []locking.Request{locking.Change(7, "/d")})
+	if err != nil {
+		t.Fatalf("an operation begun after the mount learned of its death: %v", err)
+	}
+	if txn.Sess == old || txn.Sess.Check() != nil {
+		t.Errorf("the operation runs under session %s (the dead one is %s)", txn.Sess.ID(), old.ID())
+	}
+	if err := txn.End(ctx); err != nil {
+		t.Errorf("ending it: %v", err)
+	}
+	if a.Session() != txn.Sess {
+		t.Errorf("the mount's session is %s, not the one its operation started", a.Session().ID())
+	}
+}

@@ -91,7 +91,7 @@ func shareKey(reqs []Request) string {
 // Operations under it must check the session before and after writing:
 // nothing releases per operation, so a lost lease is seen there.
 func (c *Coordinator) Share(ctx context.Context, reqs []Request) (*Share, error) {
-	sess := c.Session()
+	sess := c.live(ctx)
 	if err := sess.Check(); err != nil {
 		return nil, err
 	}
