@@ -377,6 +377,13 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 				diffs = append(diffs, fmt.Sprintf("candidate %d (%d operations): %s", i, len(c), d))
 			}
 		}
+		if chosen < 0 && obs != nil && len(cands) > 1 && (op.Kind == "close" || op.Kind == "fdfsync" || op.Kind == "pwrite") {
+			if mixed := r.mixedFlush(obsSlot, op, cands, obs, paths); mixed != nil {
+				r.logf("  #%d settled: in part (a flush that failed may land chunk by chunk), seen from %v", op.N, slotName(obsSlot))
+				r.apply(sl, mixed, false)
+				return
+			}
+		}
 		if chosen < 0 {
 			if obs != nil {
 				r.finding("unknown-outcome", "%s: answered %s; seen from m%d, neither before nor after it: %s",
@@ -409,6 +416,94 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 			r.apply(sl, o, false)
 		}
 	}()
+}
+
+// mixedFlush recognizes what a descriptor's flush that failed (EIO at
+// close, fsync or a write) may leave besides all or nothing: it writes
+// chunk by chunk (1 MiB), and a chunk whose write failed is dropped while
+// others, and the size, land; Linux's write-back leaves pages the same
+// way. The bytes a look from obsSlot reads must each be the file's before
+// the flush, or after it, or zero where a pending write was to go (the
+// size landed, the chunk not); the size one or the other; and everything
+// else as the candidates say. It returns the model operation that sets
+// those bytes, nil if they are not such a mix (r.mu held; unlocked while
+// reading).
+func (r *Runner) mixedFlush(obsSlot *slot, op *Op, cands [][]*Op, obs [][]wire.Entry, paths []string) *Op {
+	last := cands[len(cands)-1]
+	if len(last) == 0 {
+		return nil
+	}
+	ino := last[0].Ino // the flush's: the descriptor is gone after a close
+	in := r.st.Inodes[ino]
+	if in == nil || in.Kind != File || in.DataUnknown || in.Unsure {
+		return nil
+	}
+	after := r.st.Copy()
+	var written []pwrite
+	for _, o := range last {
+		after.Apply(o)
+		written = append(written, o.Writes...)
+	}
+	// A name to read the file by, as the model has it.
+	name := ""
+	for _, p := range paths {
+		for _, e := range modelTree(after, p, nil) {
+			if e.in != nil && e.in.ID == ino {
+				name = e.path
+				break
+			}
+		}
+	}
+	if name == "" {
+		return nil
+	}
+	before, want := in.Data, after.Inodes[ino].Data
+	r.mu.Unlock()
+	resp, err := obsSlot.w.do(&wire.Req{Op: "read", Path: name, Full: true}, opLimit)
+	r.mu.Lock()
+	if err != nil || resp.Errno != 0 {
+		return nil
+	}
+	got := resp.Data
+	if !isMix(before, want, got, written) {
+		return nil
+	}
+	mixed := &Op{N: op.N, Mount: op.Mount, Kind: "bytes", Ino: ino, Data: got}
+	st := r.st.Copy()
+	st.Apply(mixed)
+	if r.diffTree(st, obs, paths) != "" {
+		return nil
+	}
+	return mixed
+}
+
+// isMix: got is the size of before or of after, and each of its bytes is
+// before's or after's at its offset (zero past their ends), or zero within
+// one of the writes that made after.
+func isMix(before, after, got []byte, written []pwrite) bool {
+	if len(got) != len(before) && len(got) != len(after) {
+		return false
+	}
+	at := func(b []byte, i int) byte {
+		if i < len(b) {
+			return b[i]
+		}
+		return 0
+	}
+	covered := func(i int) bool {
+		for _, w := range written {
+			if int64(i) >= w.Off && int64(i) < w.Off+w.Len {
+				return true
+			}
+		}
+		return false
+	}
+	for i, c := range got {
+		if c != at(before, i) && c != at(after, i) && !(c == 0 && covered(i)) {
+			return false
+		}
+	}
+	return true
 }
 
 // partialTruncate recognizes a truncate that failed halfway: the bytes

@@ -409,7 +409,7 @@ func (s *State) Apply(op *Op) int {
 		return 0
 	// Through a descriptor: the inode is op.Ino (which a replay without
 	// the call that made it does not have).
-	case "ftruncate", "fchmod", "fsetxattr", "flush", "zero":
+	case "ftruncate", "fchmod", "fsetxattr", "flush", "zero", "bytes":
 		if s.Inodes[op.Ino] == nil {
 			return int(unix.EBADF)
 		}
@@ -434,6 +434,12 @@ func (s *State) Apply(op *Op) int {
 	case "zero":
 		// Not a call: bytes a failed call cut (see partialTruncate).
 		s.Inodes[op.Ino].write(op.Off, make([]byte, op.Len))
+		return 0
+	case "bytes":
+		// Not a call: what a failed flush left, in part (see mixedFlush).
+		in := s.Inodes[op.Ino]
+		in.Data = append([]byte(nil), op.Data...)
+		in.MtimeKnown = false
 		return 0
 	case "fdfsync", "fstat", "pread", "close", "flock", "fcntl", "getlk":
 		return 0

@@ -56,3 +56,31 @@ func total(m map[string]int) int {
 	}
 	return n
 }
+
+// TestIsMix: what a failed flush may leave (mixedFlush) is, byte by byte,
+// the file before it, after it, or zeros where its writes were to go;
+// anything else (another write's bytes, zeros outside its writes, a size
+// neither) is not.
+func TestIsMix(t *testing.T) {
+	before := []byte("aaaaaaaa")
+	writes := []pwrite{{Off: 2, Len: 2}, {Off: 8, Len: 4}}
+	after := []byte("aaBBaaaaCCCC")
+	for _, c := range []struct {
+		got  string
+		want bool
+	}{
+		{"aaaaaaaa", true},                 // nothing landed
+		{"aaBBaaaaCCCC", true},             // all of it
+		{"aaBBaaaa", true},                 // the first chunk, not the size
+		{"aaaaaaaaCCCC", true},             // the second chunk and the size
+		{"aaaaaaaa\x00\x00\x00\x00", true}, // the size only
+		{"aa\x00\x00aaaa", true},           // a dropped chunk's bytes as zeros
+		{"a\x00BBaaaa", false},             // zeros outside the writes
+		{"aaXXaaaa", false},                // bytes nobody wrote
+		{"aaBBaaaaCC", false},              // a size neither before nor after
+	} {
+		if got := isMix(before, after, []byte(c.got), writes); got != c.want {
+			t.Errorf("isMix(%q) = %v, want %v", c.got, got, c.want)
+		}
+	}
+}

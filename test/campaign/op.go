@@ -33,6 +33,8 @@ type Op struct {
 	// Writes are the descriptor's pending writes a flush (a close or an
 	// fsync through it) lands.
 	Writes []pwrite
+	// Data is the file's bytes a "bytes" operation sets (see mixedFlush).
+	Data []byte
 
 	// The answer.
 	Errno  int
