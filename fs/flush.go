@@ -99,9 +99,7 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 		}
 		written, err := of.f.st.WriteChunks(ctx, of.ino, of.dirty, st)
 		if err != nil {
-			of.dropDirty()
-			of.f.errs.fail(of.ino, err)
-			of.sticky = err
+			of.forget(err)
 			return err
 		}
 		of.newChunks += written.Created
@@ -124,9 +122,7 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 		if len(again) > 0 {
 			if attempt+1 >= conflictRetries {
 				err := fmt.Errorf("chunks of inode %d: newer writes kept winning: %w", of.ino, store.ErrConflict)
-				of.dropDirty()
-				of.f.errs.fail(of.ino, err)
-				of.sticky = err
+				of.forget(err)
 				return err
 			}
 			of.w.gen = 0 // take a newer generation
@@ -187,13 +183,26 @@ func (of *openFile) staleWrites() error {
 		return nil
 	}
 	err := fmt.Errorf("inode %d: writes buffered under session %s, declared dead before they were sent, are lost: %w", of.ino, of.writeSess, locking.ErrLeaseLost)
+	of.forget(err)
+	return err
+}
+
+// forget gives up what the file has buffered, and the size and times its
+// writes were to set, after a flush that lost them (err): every open file
+// description of the file is told, once, at its next fsync or close
+// (errseq.go), and from now on the file is what is stored, as Linux marks
+// pages clean after a failed write-back. Kept, the size would go on
+// showing through fstat whatever other mounts did to the file, and the
+// next flush would write it, the bytes it covers zeros, after the process
+// was told they were lost. Chunks it created stay counted (newChunks):
+// they are stored. Caller holds of.mu.
+func (of *openFile) forget(err error) {
 	of.dropDirty()
 	of.changed, of.wend, of.cutOwed, of.killPriv = false, 0, false, false
 	of.size, of.extent = of.attr.Size, min(of.extent, of.attr.Size)
 	of.writeSess = ""
 	of.f.errs.fail(of.ino, err)
 	of.sticky = err
-	return err
 }
 
 // dirtied records the session under which a write or change is buffered.
@@ -274,6 +283,10 @@ func (of *openFile) flush(ctx context.Context) error {
 		return nil // removed by another mount meanwhile: nothing to size
 	}
 	if err != nil {
+		// The size and times may or may not have landed: either way
+		// they are not this file's to write again later (forget).
+		of.forget(err)
+		of.sticky = nil // reported now
 		return err
 	}
 	if a.Size != of.size {

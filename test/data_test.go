@@ -11,7 +11,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -278,5 +280,60 @@ func TestDataLateChunkWriteNeverWins(t *testing.T) {
 	fenceSame(t, "y after a remount", mounttest.MustReadFile(t, c.Path("y")), fill('2'))
 	if got := mounttest.MustReadFile(t, c.Path("z")); len(got) != 2<<20 || !bytes.Equal(got[1<<20:], make([]byte, 1<<20)) {
 		t.Errorf("z after a remount: the cut part does not read as zeros")
+	}
+}
+
+// TestDataFailedFlushForgetsItsSize: a descriptor whose fsync failed
+// (every chunk bulk refused, 503) lost the writes it had buffered, and was
+// told so. Its file is then what is stored: an fstat through it shows what
+// another mount wrote since, not the size of the lost writes, and its
+// close does not write that size afterwards (which grew the other mount's
+// file with zeros). (Campaign seed 720786204: an fstat showed 562 bytes,
+// the size of a descriptor whose flush had failed, after another mount had
+// written 11657.)
+func TestDataFailedFlushForgetsItsSize(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout=5s")
+	b := mounttest.MountUncached(t, f, nil)
+	if err := os.WriteFile(b.Path("x"), bytes.Repeat([]byte{'0'}, 100), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.OpenFile(a.Path("x"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	if _, err := fh.WriteAt(bytes.Repeat([]byte{'A'}, 5000), 100); err != nil {
+		t.Fatal(err)
+	}
+	chunks := mounttest.BulkTo("-data")
+	var refusing atomic.Bool
+	refusing.Store(true)
+	fp.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if refusing.Load() && chunks(r.Method, r.URL.Path, body) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	if err := fh.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("fsync whose chunk writes were all refused: %v, want EIO", err)
+	}
+	refusing.Store(false)
+	want := bytes.Repeat([]byte{'B'}, 300)
+	if err := os.WriteFile(b.Path("x"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := fh.Stat(); err != nil || st.Size() != int64(len(want)) {
+		t.Errorf("fstat through the descriptor whose writes were lost, after another mount wrote %d bytes: %v, %v", len(want), st.Size(), err)
+	}
+	if err := fh.Close(); err != nil {
+		t.Errorf("close after the failed fsync reported the loss: %v, want 0 (reported once)", err)
+	}
+	for _, m := range []*mounttest.Mount{b, a} {
+		if got := mounttest.MustReadFile(t, m.Path("x")); !bytes.Equal(got, want) {
+			t.Errorf("x on %s after the close: %d bytes (%q...), want the other mount's %d", m.Dir, len(got), got[:min(len(got), 8)], len(want))
+		}
 	}
 }
