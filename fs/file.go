@@ -66,6 +66,10 @@ type openFile struct {
 	// newChunks counts the chunks this mount created in the store and has
 	// not yet added to the inode's count (store.Inode.Chunks).
 	newChunks int64
+	// sent are the chunks sent (landed, or outcome unknown) since the
+	// size was last written: those past the stored size are what a
+	// failed flush takes back (undoPastEnd).
+	sent map[int64]bool
 	// seekFresh: the data index was refreshed for SEEK_DATA/SEEK_HOLE
 	// since this mount last wrote chunks of the file.
 	seekFresh bool

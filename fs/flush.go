@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 
 	"github.com/esfs/esfs/locking"
@@ -97,8 +98,15 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 				return err // nothing was sent
 			}
 		}
+		if of.sent == nil {
+			of.sent = map[int64]bool{}
+		}
+		for c := range of.dirty {
+			of.sent[c] = true
+		}
 		written, err := of.f.st.WriteChunks(ctx, of.ino, of.dirty, st)
 		if err != nil {
+			of.undoPastEnd(ctx)
 			of.forget(err)
 			return err
 		}
@@ -200,7 +208,7 @@ func (of *openFile) forget(err error) {
 	of.dropDirty()
 	of.changed, of.wend, of.cutOwed, of.killPriv = false, 0, false, false
 	of.size, of.extent = of.attr.Size, min(of.extent, of.attr.Size)
-	of.writeSess = ""
+	of.writeSess, of.sent = "", nil
 	of.f.errs.fail(of.ino, err)
 	of.sticky = err
 }
@@ -284,7 +292,9 @@ func (of *openFile) flush(ctx context.Context) error {
 	}
 	if err != nil {
 		// The size and times may or may not have landed: either way
-		// they are not this file's to write again later (forget).
+		// they are not this file's to write again later (forget), and
+		// the chunks sent past the end are taken back.
+		of.undoPastEnd(ctx)
 		of.forget(err)
 		of.sticky = nil // reported now
 		return err
@@ -296,8 +306,77 @@ func (of *openFile) flush(ctx context.Context) error {
 	}
 	of.attr, of.size, of.wend = a, a.Size, 0
 	of.changed, of.killPriv, of.cutOwed = false, false, false
-	of.newChunks = 0
+	of.newChunks, of.sent = 0, nil
 	return nil
+}
+
+// undoPastEnd takes back the chunks this file sent past the stored end
+// since its size was last written, after a flush failed before its size
+// landed (or with its outcome unknown): such a chunk stays past the end of
+// file, where nobody reads it, until a growth of the file (a truncate up,
+// another write past the end, on any mount) exposes its bytes, which the
+// writer was told were lost (campaign seed 625586132). Each is deleted,
+// and the one the end falls in written again without what lies past it,
+// under this file's own generation at a higher count: a write by another
+// mount under a newer generation refuses the undo, one under an older
+// generation was refused by the chunk being undone, so only this file's
+// own bytes go. Without a generation to count on (none yet, or spent) it
+// does nothing: a new one would outrank others' writes. Best effort,
+// within one request timeout: a cluster that refuses this too leaves the
+// chunks (logged). Caller holds of.mu.
+func (of *openFile) undoPastEnd(ctx context.Context) {
+	end := max(of.attr.Size, 0)
+	cs := of.f.st.ChunkSize()
+	var straddle int64 = -1
+	var past []int64
+	for c := range of.sent {
+		switch {
+		case c*cs >= end:
+			past = append(past, c)
+		case (c+1)*cs > end && end%cs != 0:
+			straddle = c
+		}
+	}
+	of.sent = nil
+	if len(past) == 0 && straddle < 0 {
+		return
+	}
+	if of.w.gen == 0 || of.w.counter+2 >= 1<<store.DataCounterBits {
+		of.f.log.Warn("chunks sent past the end of a file whose flush failed are left there (no data generation to undo them under)", "ino", of.ino, "chunks", len(past))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), of.f.st.Timeout())
+	defer cancel()
+	fail := func(err error) {
+		of.f.log.Warn("could not take back the chunks a failed flush sent past the end of file", "ino", of.ino, "err", err)
+	}
+	if straddle >= 0 {
+		got, err := of.f.st.ReadChunks(ctx, of.ino, straddle, straddle)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if b, ok := got[straddle]; ok && int64(len(b)) > end-straddle*cs {
+			st, _ := of.w.stamp(ctx, of.f, &of.attr) // has a generation: no request
+			if _, err := of.f.st.WriteChunks(ctx, of.ino, map[int64][]byte{straddle: b[:end-straddle*cs]}, st); err != nil {
+				fail(err)
+				return
+			}
+		}
+	}
+	slices.Sort(past)
+	for i := 0; i < len(past); {
+		j := i
+		for j+1 < len(past) && past[j+1] == past[j]+1 {
+			j++
+		}
+		st, _ := of.w.stamp(ctx, of.f, &of.attr)
+		if _, err := of.f.st.TryDeleteChunks(ctx, of.ino, past[i], past[j], st.Version); err != nil {
+			fail(err)
+			return
+		}
+		i = j + 1
+	}
 }
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno {

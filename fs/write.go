@@ -236,7 +236,7 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 		of.attr, of.size, of.changed, of.cutOwed = a, size, false, false
 		of.wend, of.spans = 0, nil // everything is stored, and sized
 		of.extent = min(of.extent, size)
-		of.newChunks, of.seekFresh = 0, false
+		of.newChunks, of.seekFresh, of.sent = 0, false, nil
 	}
 	return nil
 }

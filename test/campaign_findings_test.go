@@ -200,3 +200,66 @@ func TestFindingMkdirAnswerLost(t *testing.T) {
 		t.Errorf("B's stat of the name took %s (%s); esfs locks:\n%s", res.Took.Round(time.Millisecond), strings.TrimSpace(res.Out), out)
 	}
 }
+
+// TestFindingChunksBeyondSizeExposedByGrowth (campaign seed 625586132,
+// reported as dead-prefix; fixed): a close whose chunk write landed but
+// whose write of the inode's new size was refused answered EIO, correctly,
+// and left the file at its old size, with the chunk stored past it.
+// Nothing removed such a chunk: a later truncate that grew the file
+// (another mount's, here) exposed its bytes, which the writer had been
+// told were lost, where the file must read zeros. Now the failed flush
+// takes back what it sent past the stored end (fs/flush.go undoPastEnd):
+// a chunk wholly past it is deleted, the one the end falls in is written
+// again without its bytes past the end.
+func TestFindingChunksBeyondSizeExposedByGrowth(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout=5s")
+	b := f.Mount(t)
+	var refusing atomic.Bool
+	fp.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if refusing.Load() && strings.Contains(r.URL.Path, "-inodes-W/") && bytes.Contains(body, []byte(`"size":57,`)) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	for _, tc := range []struct{ name, before string }{
+		{"empty file", ""},
+		{"end inside the chunk", "0123456789"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := strings.ReplaceAll(tc.name, " ", "-")
+			if err := os.WriteFile(b.Path(name), []byte(tc.before), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fh, err := os.OpenFile(a.Path(name), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fh.Write(bytes.Repeat([]byte{'A'}, 57-len(tc.before))); err != nil {
+				t.Fatal(err)
+			}
+			refusing.Store(true)
+			err = fh.Close()
+			refusing.Store(false)
+			if err == nil {
+				t.Fatal("close whose size write was refused throughout: 0, want EIO")
+			}
+			if got := mounttest.MustReadFile(t, b.Path(name)); string(got) != tc.before {
+				t.Fatalf("after the failed close the other mount reads %q, want the old %q", got, tc.before)
+			}
+			const grown = 52733
+			if err := os.Truncate(b.Path(name), grown); err != nil {
+				t.Fatal(err)
+			}
+			want := append([]byte(tc.before), make([]byte, grown-len(tc.before))...)
+			for _, m := range []*mounttest.Mount{a, b} {
+				got := mounttest.MustReadFile(t, m.Path(name))
+				if !bytes.Equal(got, want) {
+					t.Errorf("%s on %s after a truncate up to %d: %d bytes, %d not zero past the old end (the lost write's)", name, m.Dir, grown, len(got), len(got)-len(tc.before)-bytes.Count(got[min(len(got), len(tc.before)):], []byte{0}))
+				}
+			}
+		})
+	}
+}
