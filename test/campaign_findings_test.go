@@ -9,10 +9,13 @@ package test
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -259,6 +262,70 @@ func TestFindingChunksBeyondSizeExposedByGrowth(t *testing.T) {
 				if !bytes.Equal(got, want) {
 					t.Errorf("%s on %s after a truncate up to %d: %d bytes, %d not zero past the old end (the lost write's)", name, m.Dir, grown, len(got), len(got)-len(tc.before)-bytes.Count(got[min(len(got), len(tc.before)):], []byte{0}))
 				}
+			}
+		})
+	}
+}
+
+// TestFindingRenamedEntryStaleInKernel (campaign seed 753176012, class
+// errno; open, not reproduced here): mount B renamed f to h; mount A then
+// renamed h over a file d B had made, and B's append to h, 46 ms after
+// A's rename returned, answered 0 where Linux answers ENOENT: B reached
+// the file through a name it should no longer have (B's kernel keeping
+// its entry for h, moved there by its own rename, which no recall
+// invalidated, is one suspect; a lost answer of B's lock request just
+// before is another). This is the same sequence without faults, which
+// passes: B's view follows A's rename at once.
+func TestFindingRenamedEntryStaleInKernel(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t)
+	b := f.Mount(t)
+	for i, tc := range []struct{ name, dir string }{
+		{"within the root", ""},
+		{"into another directory", "sub"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, dst := fmt.Sprintf("f%d", i), filepath.Join(tc.dir, fmt.Sprintf("h%d", i))
+			if tc.dir != "" {
+				if err := os.MkdirAll(a.Path(tc.dir), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// B reads the root first: its delegation on it has B's
+			// kernel keep what it learns there (f's entry) for long.
+			if _, err := os.ReadDir(b.Path()); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(b.Path(src), []byte("b"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(b.Path(src)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(b.Path(dst)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("stat %s before the rename: %v", dst, err)
+			}
+			if err := os.Rename(b.Path(src), b.Path(dst)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(b.Path(dst)); err != nil {
+				t.Fatal(err)
+			}
+			// B makes the name A renames over, as in the campaign.
+			over := fmt.Sprintf("d%d", i)
+			if err := os.WriteFile(b.Path(over), []byte("over"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(a.Path(dst), a.Path(over)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(b.Path(dst)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("stat %s on B after A renamed it away: %v, want ENOENT", dst, err)
+			}
+			fh, err := os.OpenFile(b.Path(dst), os.O_WRONLY|os.O_APPEND, 0)
+			if err == nil {
+				fh.Close()
+				t.Errorf("open %s for appending on B after A renamed it away: opened it, want ENOENT", dst)
 			}
 		})
 	}
