@@ -110,7 +110,7 @@ var (
 
 // recoverable: classes after which the model takes what was seen, so an
 // excluded one does not end the run.
-var recoverable = map[string]bool{"truncate-partial": true}
+var recoverable = map[string]bool{"truncate-partial": true, "unlinked-elsewhere": true}
 
 // lockTimeout is esfs's --lock-timeout (the default).
 const lockTimeout = 30 * time.Second
@@ -687,8 +687,32 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 	case unknownErrno(op.Errno) && r.cfg.Faults && op.isCheck():
 		return false // a look that failed tells nothing
 	}
-	r.finding(r.errnoClass(op), "%s: answered %s%s, Linux answers %s", op, errname(op.Errno), failedCall(op), errname(want))
+	r.errnoFinding(sl, op, want)
 	return false
+}
+
+// errnoFinding reports op's errno where Linux answers want. A call
+// through a descriptor of a file another mount unlinked (class
+// unlinked-elsewhere, a documented limit) leaves the model with a
+// descriptor whose file nobody else reaches: a close closes it, what it
+// had buffered is gone, and its bytes and attributes are no longer
+// compared, so that the run goes on when the class is excluded (r.mu
+// held).
+func (r *Runner) errnoFinding(sl *slot, op *Op, want int) {
+	class := r.errnoClass(op)
+	r.finding(class, "%s: answered %s%s, Linux answers %s", op, errname(op.Errno), failedCall(op), errname(want))
+	if class != "unlinked-elsewhere" || !r.cfg.Exclude[class] {
+		return
+	}
+	if in := r.st.Inodes[op.Ino]; in != nil {
+		in.Unsure, in.DataUnknown = true, true
+	}
+	if fd := r.fds[op.FD]; fd != nil {
+		fd.Pending, fd.mayEIO = nil, false
+		if op.Kind == "close" {
+			r.closed(sl, fd)
+		}
+	}
 }
 
 // errnoClass is the class of an errno finding of op: a call through a
@@ -806,7 +830,7 @@ func (r *Runner) answerFD(sl *slot, op *Op, fp *Footprint, want int) bool {
 		}
 	}
 	if !unknownErrno(op.Errno) || (!r.cfg.Faults && !fd.mayEIO) {
-		r.finding(r.errnoClass(op), "%s: answered %s%s, Linux answers %s", op, errname(op.Errno), failedCall(op), errname(want))
+		r.errnoFinding(sl, op, want)
 		return false
 	}
 	// The write-back failed: what the descriptor had buffered may or may
