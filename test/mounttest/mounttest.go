@@ -222,6 +222,7 @@ func (f *FS) mountAt(t testing.TB, dir string, env []string, extra ...string) *M
 		close(m.done)
 	}()
 	t.Cleanup(m.cleanup)
+	track(t, m)
 	// The kernel lists the mount while the daemon is still in go-fuse's
 	// NewServer; it is ready (signals handled, its log saying so) once it
 	// logs "mounted". A test that kills it earlier would find no such line.
@@ -556,7 +557,10 @@ func Sh(t testing.TB, dir, script string) string {
 	t.Helper()
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
+	out, err, hung := runWatched(t, cmd, ShLimit)
+	if hung {
+		t.Fatalf("%s\nstill running after %s: a hang (the mounts' goroutines are above)\n%s", script, ShLimit, tail(string(out), 40))
+	}
 	if err != nil {
 		t.Fatalf("%s\n%v\n%s", script, err, tail(string(out), 40))
 	}
