@@ -320,12 +320,27 @@ func (of *openFile) flush(ctx context.Context) error {
 // under this file's own generation at a higher count: a write by another
 // mount under a newer generation refuses the undo, one under an older
 // generation was refused by the chunk being undone, so only this file's
-// own bytes go. Without a generation to count on (none yet, or spent) it
-// does nothing: a new one would outrank others' writes. Best effort,
-// within one request timeout: a cluster that refuses this too leaves the
-// chunks (logged). Caller holds of.mu.
+// own bytes go; and only what lies past the end as stored now, read
+// first. Without a generation to count on (none yet, or spent) it does
+// nothing: a new one would outrank others' writes. Best effort, within
+// one request timeout: a cluster that refuses this too leaves the chunks
+// (logged). Caller holds of.mu.
 func (of *openFile) undoPastEnd(ctx context.Context) {
-	end := max(of.attr.Size, 0)
+	if len(of.sent) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), of.f.st.Timeout())
+	defer cancel()
+	// The end as stored now: the size write may have landed after all
+	// (nothing of it is then past the end), or another mount may have
+	// grown the file over these chunks (its bytes may be in them).
+	stored, err := of.f.st.GetInode(ctx, of.ino)
+	if err != nil {
+		of.f.log.Warn("could not take back the chunks a failed flush sent past the end of file", "ino", of.ino, "err", err)
+		of.sent = nil
+		return
+	}
+	end := max(stored.Size, of.attr.Size, 0)
 	cs := of.f.st.ChunkSize()
 	var straddle int64 = -1
 	var past []int64
@@ -345,8 +360,6 @@ func (of *openFile) undoPastEnd(ctx context.Context) {
 		of.f.log.Warn("chunks sent past the end of a file whose flush failed are left there (no data generation to undo them under)", "ino", of.ino, "chunks", len(past))
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), of.f.st.Timeout())
-	defer cancel()
 	fail := func(err error) {
 		of.f.log.Warn("could not take back the chunks a failed flush sent past the end of file", "ino", of.ino, "err", err)
 	}
