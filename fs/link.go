@@ -37,14 +37,18 @@ func (f *FS) linkLocked(ctx context.Context, parent dirRef, ino uint64, dir, pat
 	// (a leak fsck reclaims), never a path to an inode that thinks it has
 	// no links and may be deleted.
 	t := now()
-	a, err := f.updateInode(ctx, ino, func(a *store.Inode) error {
+	count := func(a *store.Inode) error {
 		if a.Nlink >= 65000 {
 			return syscall.EMLINK
 		}
 		*a = a.Linked(parent.ino())
 		a.Ctime = t
 		return nil
-	})
+	}
+	a, err := f.updateInode(ctx, ino, count)
+	if errors.Is(err, store.ErrUnavailable) {
+		a, err = f.settleLinkCount(ctx, ino, t, count, err)
+	}
 	if err != nil {
 		return store.Node{}, err
 	}
@@ -69,6 +73,35 @@ func (f *FS) linkLocked(ctx context.Context, parent dirRef, ino uint64, dir, pat
 	sn := store.Node{Dentry: d, Attr: a}
 	f.cache.PutNode(sn, f.cache.Gen())
 	return sn, nil
+}
+
+// settleLinkCount settles a link's count whose write met an unknown
+// outcome (first): a fresh read tells whether it landed (the inode's ctime
+// is this link's, t, to the nanosecond), and if it did not, the count is
+// written again, once, which also keeps the first write from landing
+// later (it is conditional on the version this one moves). Else a link
+// answered EIO having counted itself, its name never made: the inode's
+// count one too high on every mount (campaign seed 712164965).
+func (f *FS) settleLinkCount(ctx context.Context, ino uint64, t int64, count func(*store.Inode) error, first error) (store.Inode, error) {
+	cur, err := f.freshInode(ctx, ino)
+	if err != nil {
+		return store.Inode{}, first
+	}
+	if cur.Ctime == t {
+		return cur, nil
+	}
+	// The first may still land before this one reads: counted once.
+	errLanded := errors.New("the first write of the count landed")
+	a, err := f.updateInode(ctx, ino, func(a *store.Inode) error {
+		if a.Ctime == t {
+			return errLanded
+		}
+		return count(a)
+	})
+	if errors.Is(err, errLanded) {
+		return f.freshInode(ctx, ino)
+	}
+	return a, err
 }
 
 // touchDir sets a directory's mtime and ctime after a change of its

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -326,6 +327,52 @@ func TestFindingRenamedEntryStaleInKernel(t *testing.T) {
 			if err == nil {
 				fh.Close()
 				t.Errorf("open %s for appending on B after A renamed it away: opened it, want ENOENT", dst)
+			}
+		})
+	}
+}
+
+// TestFindingLinkCountAnswerLost (campaign seed 712164965, class
+// unknown-outcome; fixed): a link whose write of the inode's new link
+// count landed with its answer lost answered EIO without making the name:
+// the file's count stayed one too high on every mount, neither before the
+// call nor after it. Now the count's outcome is settled by a fresh read
+// (and written again if it did not land), and the link completes.
+func TestFindingLinkCountAnswerLost(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout=5s")
+	b := f.Mount(t)
+	for _, tc := range []struct {
+		name  string
+		fault *mounttest.Fault
+	}{
+		{"answer lost", &mounttest.Fault{Reset: true}},
+		{"refused", &mounttest.Fault{Refuse: 503}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, dst := "x-"+strings.ReplaceAll(tc.name, " ", "-"), "y-"+strings.ReplaceAll(tc.name, " ", "-")
+			if err := os.WriteFile(a.Path(src), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			a.Sync(t)
+			tc.fault.Match = func(_, path string, body []byte) bool {
+				return strings.Contains(path, "-inodes-W/") && bytes.Contains(body, []byte(`"nlink":2,`))
+			}
+			fp.Add(tc.fault)
+			if err := os.Link(a.Path(src), a.Path(dst)); err != nil {
+				t.Errorf("link whose count's write met a fault (%s): %v, want success", tc.name, err)
+			}
+			tc.fault.WaitFired(t)
+			for _, m := range []*mounttest.Mount{a, b} {
+				st, err := os.Stat(m.Path(src))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, derr := os.Stat(m.Path(dst))
+				if n := st.Sys().(*syscall.Stat_t).Nlink; n != 2 || derr != nil {
+					t.Errorf("on %s after the link: %s has %d links, %s: %v; want 2 links and both names", m.Dir, src, n, dst, derr)
+				}
 			}
 		})
 	}
