@@ -187,7 +187,7 @@ func (of *openFile) staleWrites() error {
 		of.writeSess = ""
 		return nil
 	}
-	if of.writeSess == "" || of.writeSess == of.f.co.Session().ID() {
+	if !of.deadWrites() {
 		return nil
 	}
 	err := fmt.Errorf("inode %d: writes buffered under session %s, declared dead before they were sent, are lost: %w", of.ino, of.writeSess, locking.ErrLeaseLost)
@@ -211,6 +211,26 @@ func (of *openFile) forget(err error) {
 	of.writeSess, of.sent = "", nil
 	of.f.errs.fail(of.ino, err)
 	of.sticky = err
+}
+
+// deadWrites: what the file buffered was written under a session of this
+// mount that has been declared dead since. Caller holds of.mu.
+func (of *openFile) deadWrites() bool {
+	if of.writeSess == "" {
+		return false
+	}
+	cur := of.f.co.Session()
+	return of.writeSess != cur.ID() || lost(cur)
+}
+
+// lost tells whether sess was declared dead.
+func lost(sess *locking.Session) bool {
+	select {
+	case <-sess.Lost():
+		return true
+	default:
+		return false
+	}
 }
 
 // dirtied records the session under which a write or change is buffered.
@@ -257,6 +277,17 @@ func (of *openFile) flush(ctx context.Context) error {
 		return nil
 	}
 	locking.CrashPoint("flush-after-chunks")
+	// Again before the size: the session the writes were made under may
+	// have been declared dead while the chunks were sent, and the size's
+	// change lock would be taken under the new one (campaign seed
+	// 589770822: a close on a woken mount landed writes made before its
+	// death, and returned 0).
+	if of.deadWrites() {
+		of.undoPastEnd(ctx) // sent after the death: taken back too
+		err := of.staleWrites()
+		of.sticky = nil // reported now
+		return err
+	}
 	wend, mtime, created, killPriv := of.wend, of.mtime, of.newChunks, of.killPriv
 	cutOwed, cutSize := of.cutOwed, of.cutSize
 	a, err := of.f.updateInodeFrom(ctx, of.ino, &of.attr, func(a *store.Inode) error {
