@@ -22,15 +22,16 @@ import (
 // campaignSeeds are the suite's seeds: each finding's seed joins them
 // once it is fixed. They share campaignTime, so that the suite's run stays
 // about 3 minutes however many there are.
-var campaignSeeds = []int64{1, 3, 130822589, 215993735, 720786204, 625586132, 712164965}
+var campaignSeeds = []int64{1, 3, 130822589, 215993735, 625586132, 712164965}
 
 // campaignOpenSeeds found, in the suite's own run, findings still open
 // (issue 26's notes: seed 2, an unknown outcome of a close after a freeze,
 // perhaps a flush landed in part, which the checker now accepts
-// (mixedFlush), not yet seen again): they run only with
-// ESFS_TEST_OPEN_FINDINGS=1, as the tests of open findings do, and join
-// campaignSeeds once fixed.
-var campaignOpenSeeds = []int64{2}
+// (mixedFlush), not yet seen again; seed 720786204, its fstat finding
+// fixed, then a final tree where one mount saw a file at "a" where the
+// model has a directory): they run only with ESFS_TEST_OPEN_FINDINGS=1,
+// as the tests of open findings do, and join campaignSeeds once fixed.
+var campaignOpenSeeds = []int64{2, 720786204}
 
 const campaignTime = 140 * time.Second
 
