@@ -377,7 +377,8 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 				diffs = append(diffs, fmt.Sprintf("candidate %d (%d operations): %s", i, len(c), d))
 			}
 		}
-		if chosen < 0 && obs != nil && len(cands) > 1 && (op.Kind == "close" || op.Kind == "fdfsync" || op.Kind == "pwrite") {
+		if chosen < 0 && obs != nil && len(cands) > 1 && (op.Kind == "close" || op.Kind == "fdfsync" || op.Kind == "pwrite" ||
+			((op.Kind == "write" || op.Kind == "append") && op.Failed != "open")) {
 			if mixed := r.mixedFlush(obsSlot, op, cands, obs, paths); mixed != nil {
 				r.logf("  #%d settled: in part (a flush that failed may land chunk by chunk), seen from %v", op.N, slotName(obsSlot))
 				r.apply(sl, mixed, false)
@@ -419,7 +420,7 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 }
 
 // mixedFlush recognizes what a descriptor's flush that failed (EIO at
-// close, fsync or a write) may leave besides all or nothing: it writes
+// close, fsync or a write; a write by path's close) may leave besides all or nothing: it writes
 // chunk by chunk (1 MiB), and a chunk whose write failed is dropped while
 // others, and the size, land; Linux's write-back leaves pages the same
 // way. The bytes a look from obsSlot reads must each be the file's before
@@ -430,6 +431,16 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 // reading).
 func (r *Runner) mixedFlush(obsSlot *slot, op *Op, cands [][]*Op, obs [][]wire.Entry, paths []string) *Op {
 	last := cands[len(cands)-1]
+	var written []pwrite
+	if op.Kind == "write" || op.Kind == "append" {
+		// A write by path is a flush at its close: the same shape, its
+		// one write the flush's.
+		off := op.Off
+		if in := r.st.Inodes[op.Ino]; in != nil && op.Kind == "append" {
+			off = int64(len(in.Data))
+		}
+		last, written = []*Op{op}, []pwrite{{off, op.Len, op.Seq}}
+	}
 	if len(last) == 0 {
 		return nil
 	}
@@ -439,7 +450,6 @@ func (r *Runner) mixedFlush(obsSlot *slot, op *Op, cands [][]*Op, obs [][]wire.E
 		return nil
 	}
 	after := r.st.Copy()
-	var written []pwrite
 	for _, o := range last {
 		after.Apply(o)
 		written = append(written, o.Writes...)
