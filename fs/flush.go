@@ -220,17 +220,7 @@ func (of *openFile) deadWrites() bool {
 		return false
 	}
 	cur := of.f.co.Session()
-	return of.writeSess != cur.ID() || lost(cur)
-}
-
-// lost tells whether sess was declared dead.
-func lost(sess *locking.Session) bool {
-	select {
-	case <-sess.Lost():
-		return true
-	default:
-		return false
-	}
+	return of.writeSess != cur.ID() || cur.Declared()
 }
 
 // dirtied records the session under which a write or change is buffered.
@@ -357,42 +347,48 @@ func (of *openFile) flush(ctx context.Context) error {
 // one request timeout: a cluster that refuses this too leaves the chunks
 // (logged). Caller holds of.mu.
 func (of *openFile) undoPastEnd(ctx context.Context) {
-	if len(of.sent) == 0 {
+	sent := of.sent
+	of.sent = nil
+	cs := of.f.st.ChunkSize()
+	// pastEnd returns the sent chunk the end falls in (-1: none) and
+	// those wholly past it.
+	pastEnd := func(end int64) (straddle int64, past []int64) {
+		straddle = -1
+		for c := range sent {
+			switch {
+			case c*cs >= end:
+				past = append(past, c)
+			case (c+1)*cs > end && end%cs != 0:
+				straddle = c
+			}
+		}
+		return straddle, past
+	}
+	// Nothing past the end this file knows: no request.
+	if straddle, past := pastEnd(max(of.attr.Size, 0)); straddle < 0 && len(past) == 0 {
+		return
+	}
+	if of.w.gen == 0 || of.w.counter+2 >= 1<<store.DataCounterBits {
+		of.f.log.Warn("chunks sent past the end of a file whose flush failed are left there (no data generation to undo them under)", "ino", of.ino)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), of.f.st.Timeout())
 	defer cancel()
+	fail := func(err error) {
+		of.f.log.Warn("could not take back the chunks a failed flush sent past the end of file", "ino", of.ino, "err", err)
+	}
 	// The end as stored now: the size write may have landed after all
 	// (nothing of it is then past the end), or another mount may have
 	// grown the file over these chunks (its bytes may be in them).
 	stored, err := of.f.st.GetInode(ctx, of.ino)
 	if err != nil {
-		of.f.log.Warn("could not take back the chunks a failed flush sent past the end of file", "ino", of.ino, "err", err)
-		of.sent = nil
+		fail(err)
 		return
 	}
 	end := max(stored.Size, of.attr.Size, 0)
-	cs := of.f.st.ChunkSize()
-	var straddle int64 = -1
-	var past []int64
-	for c := range of.sent {
-		switch {
-		case c*cs >= end:
-			past = append(past, c)
-		case (c+1)*cs > end && end%cs != 0:
-			straddle = c
-		}
-	}
-	of.sent = nil
+	straddle, past := pastEnd(end)
 	if len(past) == 0 && straddle < 0 {
 		return
-	}
-	if of.w.gen == 0 || of.w.counter+2 >= 1<<store.DataCounterBits {
-		of.f.log.Warn("chunks sent past the end of a file whose flush failed are left there (no data generation to undo them under)", "ino", of.ino, "chunks", len(past))
-		return
-	}
-	fail := func(err error) {
-		of.f.log.Warn("could not take back the chunks a failed flush sent past the end of file", "ino", of.ino, "err", err)
 	}
 	if straddle >= 0 {
 		got, err := of.f.st.ReadChunks(ctx, of.ino, straddle, straddle)

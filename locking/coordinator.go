@@ -53,12 +53,12 @@ type Coordinator struct {
 	View *View
 
 	mu   sync.Mutex // protects sess and obs
+	sess *Session
+	obs  *Observer
 	// renewing is held while a new session is started, so that the
 	// sweeper and operations that meet the lost one start one between
 	// them.
 	renewing sync.Mutex
-	sess *Session
-	obs  *Observer
 
 	shares  *shares
 	tending chan struct{} // closed when the shares' tending has returned
@@ -137,10 +137,7 @@ func (c *Coordinator) Session() *Session {
 // the sweeper gets round to it. If no new session can be started, the lost
 // one is returned and the operation fails with it.
 func (c *Coordinator) live(ctx context.Context) *Session {
-	sess := c.Session()
-	select {
-	case <-sess.Lost():
-	default:
+	if sess := c.Session(); !sess.Declared() {
 		return sess
 	}
 	rctx, cancel := context.WithTimeout(store.Upkeep(context.WithoutCancel(ctx)), c.cfg.Lease)
@@ -155,9 +152,7 @@ func (c *Coordinator) renewSession(ctx context.Context) {
 	c.mu.Lock()
 	old := c.sess
 	c.mu.Unlock()
-	select {
-	case <-old.Lost():
-	default:
+	if !old.Declared() {
 		return // started by someone else meanwhile
 	}
 	sess, err := StartSession(ctx, c.b, c.cfg.sessionConfig())

@@ -139,6 +139,16 @@ func (s *Session) Check() error {
 // Lost is closed when the session is declared dead.
 func (s *Session) Lost() <-chan struct{} { return s.lostCh }
 
+// Declared tells whether the session was declared dead (Lost is closed).
+func (s *Session) Declared() bool {
+	select {
+	case <-s.lostCh:
+		return true
+	default:
+		return false
+	}
+}
+
 // BeginOp numbers a new operation of this session and returns its id.
 func (s *Session) BeginOp() (id string, n int64) {
 	s.mu.Lock()

@@ -142,15 +142,6 @@ func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool)
 	}
 }
 
-func lost(s *locking.Session) bool {
-	select {
-	case <-s.Lost():
-		return true
-	default:
-		return false
-	}
-}
-
 func startSession(t *testing.T, b locking.Backend, lease time.Duration) *locking.Session {
 	t.Helper()
 	s, err := locking.StartSession(ctxT(t), b, locking.SessionConfig{Lease: lease, Mount: "(test)"})
@@ -182,9 +173,9 @@ func TestHeartbeatLostAnswers(t *testing.T) {
 	faults := []string{"land", "land", "land", "late", "later", "", "drop", "land"}
 	u.arm(faults...)
 	waitUntil(t, "the faulty heartbeats and three more", time.Minute, func() bool {
-		return u.get(func(u *unanswered) int { return u.writes }) >= len(faults)+3 || lost(s)
+		return u.get(func(u *unanswered) int { return u.writes }) >= len(faults)+3 || s.Declared()
 	})
-	if lost(s) {
+	if s.Declared() {
 		t.Fatalf("the session was lost to heartbeats whose answers were lost: %v", s.Check())
 	}
 	if n := u.get(func(u *unanswered) int { return u.deliveries }); n != 2 {
@@ -193,8 +184,8 @@ func TestHeartbeatLostAnswers(t *testing.T) {
 	if n := u.get(func(u *unanswered) int { return u.landed }); n != 1 {
 		t.Errorf("%d held heartbeats landed, want 1 (the one sent before the next heartbeat)", n)
 	}
-	waitUntil(t, "the lease renewed", time.Minute, func() bool { return s.Check() == nil || lost(s) })
-	if lost(s) {
+	waitUntil(t, "the lease renewed", time.Minute, func() bool { return s.Check() == nil || s.Declared() })
+	if s.Declared() {
 		t.Fatalf("the session was lost: %v", s.Check())
 	}
 	if d := sessionDoc(t, st, s.ID()); d.Dead || d.Counter < int64(len(faults)) {
@@ -226,9 +217,9 @@ func TestHeartbeatLeaseFromSending(t *testing.T) {
 	waitUntil(t, "the unanswered heartbeat settled", time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return acted && s.RenewedAt() != before || lost(s)
+		return acted && s.RenewedAt() != before || s.Declared()
 	})
-	if lost(s) {
+	if s.Declared() {
 		t.Fatalf("the session was lost: %v", s.Check())
 	}
 	u.mu.Lock()
@@ -258,17 +249,17 @@ func TestHeartbeatUnsettledFencesItself(t *testing.T) {
 	}
 	writes := u.get(func(u *unanswered) int { return u.writes })
 	waitUntil(t, "two more unanswered heartbeats", time.Minute, func() bool {
-		return u.get(func(u *unanswered) int { return u.writes }) >= writes+2 || lost(s)
+		return u.get(func(u *unanswered) int { return u.writes }) >= writes+2 || s.Declared()
 	})
-	if lost(s) {
+	if s.Declared() {
 		t.Fatalf("the session was lost to heartbeats it could not settle: %v", s.Check())
 	}
 	if s.Check() == nil {
 		t.Errorf("the lease was renewed by heartbeats whose outcome is unknown")
 	}
 	u.set(func(u *unanswered) { u.every, u.readsFail = "", false })
-	waitUntil(t, "the lease renewed", time.Minute, func() bool { return s.Check() == nil || lost(s) })
-	if lost(s) {
+	waitUntil(t, "the lease renewed", time.Minute, func() bool { return s.Check() == nil || s.Declared() })
+	if s.Declared() {
 		t.Fatalf("the session was lost: %v", s.Check())
 	}
 }
@@ -296,12 +287,12 @@ func TestHeartbeatVerdictStillEndsSession(t *testing.T) {
 				}
 				return dead
 			})
-			if lost(s) {
+			if s.Declared() {
 				t.Fatal("the session knew of its death before it could read it")
 			}
 			u.set(func(u *unanswered) { u.every, u.readsFail = "", false })
 			s.Thaw()
-			waitUntil(t, "the session lost", time.Minute, func() bool { return lost(s) })
+			waitUntil(t, "the session lost", time.Minute, func() bool { return s.Declared() })
 			if err := s.Check(); !errors.Is(err, locking.ErrLeaseLost) {
 				t.Errorf("Check after the verdict: %v, want ErrLeaseLost", err)
 			}
@@ -348,8 +339,8 @@ func TestSessionStartLostAnswer(t *testing.T) {
 	u.arm("land")
 	s := startSession(t, u, time.Second)
 	first := sessionDoc(t, st, s.ID()).Counter
-	waitUntil(t, "a heartbeat", time.Minute, func() bool { return sessionDoc(t, st, s.ID()).Counter > first || lost(s) })
-	if lost(s) {
+	waitUntil(t, "a heartbeat", time.Minute, func() bool { return sessionDoc(t, st, s.ID()).Counter > first || s.Declared() })
+	if s.Declared() {
 		t.Fatalf("the session was lost: %v", s.Check())
 	}
 }
@@ -405,7 +396,7 @@ func TestWokenMountBeginsUnderNewSession(t *testing.T) {
 		return dead
 	})
 	old.Thaw()
-	waitUntil(t, "the woken session learning of its death", time.Minute, func() bool { return lost(old) })
+	waitUntil(t, "the woken session learning of its death", time.Minute, func() bool { return old.Declared() })
 	txn, err := a.Begin(ctx, []locking.Request{locking.Change(7, "/d")})
 	if err != nil {
 		t.Fatalf("an operation begun after the mount learned of its death: %v", err)

@@ -419,10 +419,10 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 	}()
 }
 
-// mixedFlush recognizes what a descriptor's flush that failed (EIO at
-// close, fsync or a write; a write by path's close) may leave besides all or nothing: it writes
-// chunk by chunk (1 MiB), and a chunk whose write failed is dropped while
-// others, and the size, land; Linux's write-back leaves pages the same
+// mixedFlush recognizes what a flush that failed (EIO at a descriptor's
+// close, fsync or write, or at the close of a write by path) may leave
+// besides all or nothing: it writes chunk by chunk (1 MiB), and a chunk
+// whose write failed is dropped while others, and the size, land; Linux's write-back leaves pages the same
 // way. The bytes a look from obsSlot reads must each be the file's before
 // the flush, or after it, or zero where a pending write was to go (the
 // size landed, the chunk not); the size one or the other; and everything
@@ -458,9 +458,8 @@ func (r *Runner) mixedFlush(obsSlot *slot, op *Op, cands [][]*Op, obs [][]wire.E
 	name := ""
 	for _, p := range paths {
 		for _, e := range modelTree(after, p, nil) {
-			if e.in != nil && e.in.ID == ino {
+			if name == "" && e.in != nil && e.in.ID == ino {
 				name = e.path
-				break
 			}
 		}
 	}
