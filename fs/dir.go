@@ -381,6 +381,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	// newChild needs no deadline: it only registers the kernel's node.
 	child := d.n.newChild(ctx, store.Node{Dentry: e, Attr: a}, out)
 	d.n.tellAttrs(child, name, e.Ino, e.Type, out)
+	f.boundKept(out)
 	if out.EntryTimeout() == notKept || out.AttrTimeout() == notKept {
 		// The kernel would keep this answer for a jiffy (see notKept),
 		// and go-fuse fills the entry in its buffer past timedFS's

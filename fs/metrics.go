@@ -164,31 +164,63 @@ type timedFS struct {
 	// owners: the lock owner of each FLUSH under way, by its request's
 	// cancel channel (see flushOwner).
 	owners *sync.Map
+	// keptAtMost bounds every timeout the kernel is given (FS.keptAtMost).
+	keptAtMost func() (time.Duration, bool)
+}
+
+// boundEntry keeps the timeouts of out within keptAtMost.
+func (t timedFS) boundEntry(out *fuse.EntryOut) {
+	if t.keptAtMost == nil {
+		return
+	}
+	if most, ok := t.keptAtMost(); ok {
+		out.SetEntryTimeout(min(out.EntryTimeout(), most))
+		out.SetAttrTimeout(min(out.AttrTimeout(), most))
+	}
+}
+
+// boundAttr is boundEntry of an attribute answer (fuse.AttrOut,
+// fuse.StatxOut).
+func (t timedFS) boundAttr(out interface {
+	Timeout() time.Duration
+	SetTimeout(time.Duration)
+}) {
+	if t.keptAtMost == nil {
+		return
+	}
+	if most, ok := t.keptAtMost(); ok {
+		out.SetTimeout(min(out.Timeout(), most))
+	}
 }
 
 func (t timedFS) Lookup(c <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer t.m.since(opLookup, time.Now(), &st)
 	defer unkeptEntry(out)
+	defer t.boundEntry(out)
 	return t.RawFileSystem.Lookup(c, h, name, out)
 }
 func (t timedFS) GetAttr(c <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) (st fuse.Status) {
 	defer t.m.since(opGetAttr, time.Now(), &st)
 	defer unkeptAttr(out)
+	defer t.boundAttr(out)
 	return t.RawFileSystem.GetAttr(c, in, out)
 }
 func (t timedFS) SetAttr(c <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) (st fuse.Status) {
 	defer t.m.since(opSetAttr, time.Now(), &st)
 	defer unkeptAttr(out)
+	defer t.boundAttr(out)
 	return t.RawFileSystem.SetAttr(c, in, out)
 }
 func (t timedFS) Mknod(c <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer t.m.since(opMknod, time.Now(), &st)
 	defer unkeptEntry(out)
+	defer t.boundEntry(out)
 	return t.RawFileSystem.Mknod(c, in, name, out)
 }
 func (t timedFS) Mkdir(c <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer t.m.since(opMkdir, time.Now(), &st)
 	defer unkeptEntry(out)
+	defer t.boundEntry(out)
 	return t.RawFileSystem.Mkdir(c, in, name, out)
 }
 func (t timedFS) Unlink(c <-chan struct{}, h *fuse.InHeader, name string) (st fuse.Status) {
@@ -206,11 +238,13 @@ func (t timedFS) Rename(c <-chan struct{}, in *fuse.RenameIn, oldName, newName s
 func (t timedFS) Link(c <-chan struct{}, in *fuse.LinkIn, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer t.m.since(opLink, time.Now(), &st)
 	defer unkeptEntry(out)
+	defer t.boundEntry(out)
 	return t.RawFileSystem.Link(c, in, name, out)
 }
 func (t timedFS) Symlink(c <-chan struct{}, h *fuse.InHeader, target, name string, out *fuse.EntryOut) (st fuse.Status) {
 	defer t.m.since(opSymlink, time.Now(), &st)
 	defer unkeptEntry(out)
+	defer t.boundEntry(out)
 	return t.RawFileSystem.Symlink(c, h, target, name, out)
 }
 func (t timedFS) Access(c <-chan struct{}, in *fuse.AccessIn) (st fuse.Status) {
@@ -228,6 +262,7 @@ func (t timedFS) RemoveXAttr(c <-chan struct{}, h *fuse.InHeader, attr string) (
 func (t timedFS) Create(c <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) (st fuse.Status) {
 	defer t.m.since(opCreate, time.Now(), &st)
 	defer unkeptEntry(&out.EntryOut)
+	defer t.boundEntry(&out.EntryOut)
 	return t.RawFileSystem.Create(c, in, name, out)
 }
 func (t timedFS) Open(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) (st fuse.Status) {
@@ -288,6 +323,7 @@ func (t timedFS) StatFs(c <-chan struct{}, h *fuse.InHeader, out *fuse.StatfsOut
 }
 func (t timedFS) Statx(c <-chan struct{}, in *fuse.StatxIn, out *fuse.StatxOut) (st fuse.Status) {
 	defer t.m.since(opStatx, time.Now(), &st)
+	defer t.boundAttr(out)
 	return t.RawFileSystem.Statx(c, in, out)
 }
 func (t timedFS) Readlink(c <-chan struct{}, h *fuse.InHeader) (target []byte, st fuse.Status) {

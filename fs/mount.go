@@ -41,7 +41,7 @@ func Mount(mountpoint string, f *FS) (*Server, error) {
 	// flock and fcntl locks come to esfs (filelock.go), which holds them
 	// across mounts; without this the kernel keeps them to this mount.
 	opts.EnableLocks = true
-	var raw fuse.RawFileSystem = timedFS{RawFileSystem: gofs.NewNodeFS(root, opts), m: f.metrics, owners: &f.flushOwners}
+	var raw fuse.RawFileSystem = timedFS{RawFileSystem: gofs.NewNodeFS(root, opts), m: f.metrics, owners: &f.flushOwners, keptAtMost: f.keptAtMost}
 	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)

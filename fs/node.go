@@ -517,6 +517,41 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // into its buffer itself, carries no attributes instead (dir.go).
 const notKept = time.Nanosecond
 
+// keptAtMost bounds how long the kernel may keep an answer given under a
+// delegation (ok false: no bound, delegations are off and the timeouts
+// are the configured ones): no longer than this mount's lease runs
+// without a renewal. A mount frozen or cut off past its lease is declared
+// dead, and others then change what it had delegated without recalling
+// it: nothing invalidates what its kernel was told, which must have
+// expired by then (others wait a lease plus grace), and the daemon no
+// longer answers from the delegation either (Delegation.Revoked). The
+// kernel asks again once a lease (10 s by default), answered from memory.
+func (f *FS) keptAtMost() (time.Duration, bool) {
+	if f.delegs == nil {
+		return 0, false
+	}
+	return f.co.Session().LeaseLeft(), true
+}
+
+// boundKept bounds the timeouts of out, an answer go-fuse has not given
+// its defaults yet (0 stands for the mount's), by keptAtMost.
+func (f *FS) boundKept(out *fuse.EntryOut) {
+	most, ok := f.keptAtMost()
+	if !ok {
+		return
+	}
+	if most <= 0 {
+		uncached(out)
+		return
+	}
+	if t := out.EntryTimeout(); t != notKept && (t > most || t == 0 && f.opts.EntryTimeout > most) {
+		out.SetEntryTimeout(most)
+	}
+	if t := out.AttrTimeout(); t != notKept && (t > most || t == 0 && f.opts.AttrTimeout > most) {
+		out.SetAttrTimeout(most)
+	}
+}
+
 // uncached makes the kernel keep an answer (positive or negative) no
 // longer than it takes to use it.
 func uncached(out *fuse.EntryOut) {

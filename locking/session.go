@@ -136,6 +136,20 @@ func (s *Session) Check() error {
 	return nil
 }
 
+// LeaseLeft is how long the lease still runs without another renewal: 0
+// once it ran out or the session was declared dead. Others declare the
+// session dead no sooner than a lease plus grace after the renewal it ran
+// from, so whatever this mount holds or tells under it (its kernel's
+// cache under a delegation) is safe for this long.
+func (s *Session) LeaseLeft() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost != nil {
+		return 0
+	}
+	return max(0, s.renewedAt+s.cfg.Lease-bootNow())
+}
+
 // Lost is closed when the session is declared dead.
 func (s *Session) Lost() <-chan struct{} { return s.lostCh }
 

@@ -2,7 +2,7 @@
 # test/campaign.sh - the fault campaign (test/campaign) for as long as asked.
 #
 #   test/campaign.sh --duration D [--seed S] [--per-seed P] [--mounts N]
-#                    [--no-faults] [--exclude CLASS]...
+#                    [--no-faults] [--exclude CLASS]... [--debug]
 #
 # Without --seed it runs fresh seeds one after the other, each for P
 # (default 5m, less at the end) until D is used; a run that finds something
@@ -10,7 +10,9 @@
 # for D: the replay command every finding prints. --exclude CLASS (any
 # number of times) names a finding class of a known open bug, which then
 # ends its run without counting as a finding, so a long campaign goes on
-# finding others (classes: see Classes in test/campaign/runner.go). At the
+# finding others (classes: see Classes in test/campaign/runner.go).
+# --debug has the mounts log every FUSE request; a finding keeps the
+# mounts' logs next to its history either way. At the
 # end it prints the totals: operations by kind, faults by kind (freezes
 # and kills among them), findings by class, and each finding's seed.
 #
@@ -18,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration="" seed="" per_seed=5m mounts=3 faults=1 exclude=""
+duration="" seed="" per_seed=5m mounts=3 faults=1 exclude="" debug=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--duration) duration=$2; shift 2 ;;
@@ -26,8 +28,9 @@ while [ $# -gt 0 ]; do
 	--per-seed) per_seed=$2; shift 2 ;;
 	--mounts) mounts=$2; shift 2 ;;
 	--no-faults) faults=0; shift ;;
+	--debug) debug=1; shift ;;
 	--exclude) exclude="${exclude:+$exclude,}$2"; shift 2 ;;
-	-h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "campaign.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -71,7 +74,7 @@ while :; do
 	log=$work/seed-$s.log
 	status=0
 	(cd test && ESFS_CAMPAIGN_SEED=$s ESFS_CAMPAIGN_DURATION=${d}s ESFS_CAMPAIGN_MOUNTS=$mounts \
-		ESFS_CAMPAIGN_FAULTS=$faults ESFS_CAMPAIGN_EXCLUDE=$exclude \
+		ESFS_CAMPAIGN_FAULTS=$faults ESFS_CAMPAIGN_EXCLUDE=$exclude ESFS_CAMPAIGN_DEBUG=$debug \
 		"$bin" -test.run '^TestCampaign$' -test.v -test.count=1 -test.timeout 0 >"$log" 2>&1) || status=$?
 	runs=$((runs + 1))
 	grep -h 'CAMPAIGN-TOTALS' "$log" | sed 's/.*CAMPAIGN-TOTALS //' >>"$work/totals" || true

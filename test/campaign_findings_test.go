@@ -8,6 +8,7 @@ package test
 
 import (
 	"bufio"
+	"context"
 	"bytes"
 	"errors"
 	"fmt"
@@ -281,9 +282,13 @@ func TestFindingRenamedEntryStaleInKernel(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := f.Mount(t)
 	b := f.Mount(t)
-	for i, tc := range []struct{ name, dir string }{
-		{"within the root", ""},
-		{"into another directory", "sub"},
+	for i, tc := range []struct {
+		name, dir string
+		unseen    bool // B never looked at the target's name before the rename
+	}{
+		{"within the root", "", false},
+		{"into another directory", "sub", false},
+		{"into a directory B never looked in", "new", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src, dst := fmt.Sprintf("f%d", i), filepath.Join(tc.dir, fmt.Sprintf("h%d", i))
@@ -294,17 +299,23 @@ func TestFindingRenamedEntryStaleInKernel(t *testing.T) {
 			}
 			// B reads the root first: its delegation on it has B's
 			// kernel keep what it learns there (f's entry) for long.
-			if _, err := os.ReadDir(b.Path()); err != nil {
-				t.Fatal(err)
-			}
+			root := mounttest.Ino(t, b.Path())
+			mounttest.WaitFor(t, "B's read delegation on the root", 30*time.Second, func() bool {
+				if _, err := os.ReadDir(b.Path()); err != nil {
+					t.Fatal(err)
+				}
+				return readHeldBy(t, f, b, root)
+			})
 			if err := os.WriteFile(b.Path(src), []byte("b"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := os.Stat(b.Path(src)); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := os.Stat(b.Path(dst)); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("stat %s before the rename: %v", dst, err)
+			if !tc.unseen {
+				if _, err := os.Stat(b.Path(dst)); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("stat %s before the rename: %v", dst, err)
+				}
 			}
 			if err := os.Rename(b.Path(src), b.Path(dst)); err != nil {
 				t.Fatal(err)
@@ -375,5 +386,73 @@ func TestFindingLinkCountAnswerLost(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWokenMountForgetsWhatItsKernelWasTold: mount B, holding a read
+// delegation on a directory, told its kernel the directory's names and
+// their attributes to keep for long. Frozen past its lease, B is declared
+// dead and A changes the directory without B's recall. Woken, B must not
+// answer from what it told before: its kernel keeps nothing told under a
+// delegation past the delegation's lease.
+func TestWokenMountForgetsWhatItsKernelWasTold(t *testing.T) {
+	f := mounttest.NewFS(t)
+	lease := "--lease=" + mounttest.Lease.String()
+	a := f.Mount(t, lease)
+	b := f.Mount(t, lease)
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"gone", "grows"} {
+		if err := os.WriteFile(a.Path("d", n), []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := mounttest.Ino(t, b.Path("d"))
+	mounttest.WaitFor(t, "B's read delegation on d", 30*time.Second, func() bool {
+		if _, err := os.ReadDir(b.Path("d")); err != nil {
+			t.Fatal(err)
+		}
+		return readHeldBy(t, f, b, dir)
+	})
+	for _, n := range []string{"gone", "grows", "new"} {
+		_, _ = os.Stat(b.Path("d", n)) // told under the delegation
+	}
+	sess := mounttest.Session(t, f, b).ID
+	b.Signal(syscall.SIGSTOP)
+	stopped := true
+	defer func() {
+		if stopped {
+			b.Signal(syscall.SIGCONT)
+		}
+	}()
+	mounttest.WaitFor(t, "B declared dead", mounttest.RecoveredWithin+30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		d, err := f.Store.GetSession(ctx, sess)
+		return err == nil && d.Dead
+	})
+	if err := os.Remove(a.Path("d", "gone")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a.Path("d", "grows"), []byte("longer now"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a.Path("d", "new"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.Signal(syscall.SIGCONT)
+	stopped = false
+	if _, err := os.Stat(b.Path("d", "gone")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("woken B: stat of a name A removed while B was dead: %v, want ENOENT", err)
+	}
+	if fi, err := os.Stat(b.Path("d", "grows")); err != nil || fi.Size() != int64(len("longer now")) {
+		t.Errorf("woken B: stat of a file A rewrote while B was dead: %v, %v, want %d bytes", fi, err, len("longer now"))
+	}
+	if got, err := os.ReadFile(b.Path("d", "grows")); err != nil || string(got) != "longer now" {
+		t.Errorf("woken B: read of a file A rewrote while B was dead: %q, %v", got, err)
+	}
+	if got, err := os.ReadFile(b.Path("d", "new")); err != nil || string(got) != "new" {
+		t.Errorf("woken B: read of a file A made while B was dead: %q, %v", got, err)
 	}
 }

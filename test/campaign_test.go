@@ -5,7 +5,7 @@ package test
 // ESFS_CAMPAIGN_DURATION the time per seed, ESFS_CAMPAIGN_MOUNTS the
 // number of mounts, ESFS_CAMPAIGN_FAULTS=0 turns the faults off,
 // ESFS_CAMPAIGN_EXCLUDE (comma-separated) names finding classes of known
-// open bugs; test/campaign.sh runs it on fresh seeds for as long as
+// open bugs, ESFS_CAMPAIGN_DEBUG=1 has the mounts log every FUSE request; test/campaign.sh runs it on fresh seeds for as long as
 // asked.
 
 import (
@@ -71,7 +71,7 @@ func TestCampaign(t *testing.T) {
 		}
 	}
 	cfg := campaign.Config{Duration: d, Faults: os.Getenv("ESFS_CAMPAIGN_FAULTS") != "0", Exclude: exclude,
-		Mounts: envInt(t, "ESFS_CAMPAIGN_MOUNTS", 3)}
+		Mounts: envInt(t, "ESFS_CAMPAIGN_MOUNTS", 3), Debug: os.Getenv("ESFS_CAMPAIGN_DEBUG") == "1"}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			cfg := cfg

@@ -54,6 +54,9 @@ type Config struct {
 	Roots []string
 	// Lease and Timeout are the mounts' --lease and --es-timeout.
 	Lease, Timeout time.Duration
+	// Debug has the mounts log every FUSE request (--debug): a finding
+	// keeps their logs, which then say which request answered what.
+	Debug bool
 }
 
 // Finding is one check that failed.
@@ -323,7 +326,11 @@ func (r *Runner) setup() {
 
 // mount (re)mounts slot sl through its fault proxy and starts its worker.
 func (r *Runner) mount(sl *slot) {
-	m := r.fs.Mount(r.t, "--lease", r.cfg.Lease.String(), "--es-timeout", r.cfg.Timeout.String(), "--es-url", sl.proxy.URL)
+	args := []string{"--lease", r.cfg.Lease.String(), "--es-timeout", r.cfg.Timeout.String(), "--es-url", sl.proxy.URL}
+	if r.cfg.Debug {
+		args = append(args, "--debug")
+	}
+	m := r.fs.Mount(r.t, args...)
 	r.t.Cleanup(func() { m.Signal(unix.SIGCONT) }) // before the mount's own cleanup
 	sl.m, sl.root = m, m.Dir
 	sl.w = startWorker(r.t, m.Dir)
@@ -372,6 +379,9 @@ func (r *Runner) finding(class, format string, args ...any) {
 		}
 	} else {
 		f.Text += "\nhistory (last lines; the whole of it in " + r.res.History + "):\n" + r.Tail(60)
+		if logs := r.keepMountLogs(); logs != "" {
+			f.Text += "\nthe mounts' logs: " + logs
+		}
 		r.res.Findings = append(r.res.Findings, f)
 	}
 	r.stopped = true
@@ -379,6 +389,22 @@ func (r *Runner) finding(class, format string, args ...any) {
 }
 
 func (r *Runner) conflicts(fp *Footprint) bool { return r.conflictsBut(fp, 0) }
+
+// keepMountLogs copies each live mount's log next to the history (the
+// test's cleanup removes the originals), and returns where they went.
+func (r *Runner) keepMountLogs() string {
+	var kept []string
+	for _, sl := range r.slots {
+		if sl.m == nil {
+			continue
+		}
+		name := fmt.Sprintf("%s.m%d", strings.TrimSuffix(r.res.History, ".log"), sl.idx)
+		if err := os.WriteFile(name, []byte(sl.m.Log()), 0o644); err == nil {
+			kept = append(kept, name)
+		}
+	}
+	return strings.Join(kept, " ")
+}
 
 // conflictsBut is conflicts with the operation in flight ignore set aside.
 func (r *Runner) conflictsBut(fp *Footprint, ignore int64) bool {
