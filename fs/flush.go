@@ -98,6 +98,9 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 				return err // nothing was sent
 			}
 		}
+		if err := of.sendable(); err != nil {
+			return err
+		}
 		if of.sent == nil {
 			of.sent = map[int64]bool{}
 		}
@@ -211,6 +214,21 @@ func (of *openFile) forget(err error) {
 	of.writeSess, of.sent = "", nil
 	of.f.errs.fail(of.ino, err)
 	of.sticky = err
+}
+
+// sendable says whether the buffered chunks may be sent now, right before
+// they are: not if the session they were buffered under was declared dead
+// meanwhile (a flush that began on a woken mount before it learned of its
+// death, or whose stamp waited for a new session: campaign seed
+// 78857218, whose chunk landed under the new session after the close was
+// told EIO): they are lost (staleWrites); nor while its lease has run out
+// (frozen, cut off: others may declare it dead before the request lands),
+// when they stay buffered and the call fails. Caller holds of.mu.
+func (of *openFile) sendable() error {
+	if of.deadWrites() {
+		return of.staleWrites()
+	}
+	return of.f.co.Session().Check()
 }
 
 // deadWrites: what the file buffered was written under a session of this

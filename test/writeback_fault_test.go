@@ -421,46 +421,63 @@ func TestWriteBackLostBatchReportedToEveryDescriptor(t *testing.T) {
 // under the dead one, must not land under the new one: other mounts have
 // judged it lost at A's death (what survives a dead mount is what it sent
 // before). Before, the close sent it and returned 0; now the close fails
-// with EIO and the file stays as it was.
+// with EIO and the file stays as it was. Closed at once on waking (campaign
+// seed 78857218), the close began before A learned of its death, and its
+// chunk went out under the new session that the generation's allocation
+// started meanwhile, landed, and the close said EIO all the same.
 func TestWritesBufferedBeforeDeathAreLost(t *testing.T) {
 	f := mounttest.NewFS(t)
 	a := mounttest.MountUncached(t, f, nil, "--lease=1s")
 	b := mounttest.MountUncached(t, f, nil, "--lease=1s")
-	if err := os.WriteFile(a.Path("f"), []byte("synced"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := fsyncPath(a.Path("f")); err != nil {
-		t.Fatal(err)
-	}
-	p := startHolder(t)
-	p.must("open f %s", a.Path("f"))
-	p.must("write f LOST")
-	sess := mounttest.Session(t, f, a)
-	a.Signal(syscall.SIGSTOP)
-	t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
-	mounttest.WaitFor(t, "A declared dead", time.Minute, func() bool {
-		_, _ = os.Stat(b.Path("f"))
-		for _, s := range mounttest.Sessions(t, f) {
-			if s.ID == sess.ID {
-				return s.Dead
+	for _, tc := range []struct {
+		name        string
+		waitSession bool // close once A started its new session
+	}{
+		{"closed after A's new session", true},
+		{"closed at once on waking", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := strings.ReplaceAll(tc.name, " ", "-")
+			if err := os.WriteFile(a.Path(name), []byte("synced"), 0o644); err != nil {
+				t.Fatal(err)
 			}
-		}
-		return true // removed: dead and collected
-	})
-	if got := mounttest.MustReadFile(t, b.Path("f")); string(got) != "synced" {
-		t.Fatalf("B reads %q while A is frozen; want what A fsynced", got)
-	}
-	a.Signal(syscall.SIGCONT)
-	mounttest.WaitFor(t, "A's new session", time.Minute, func() bool {
-		return strings.Contains(a.Log(), "started a new session")
-	})
-	if got := p.do("close f"); got != eio {
-		t.Errorf("close of a file whose write was buffered under A's dead session: %s, want %s", got, eio)
-	}
-	time.Sleep(2 * time.Second) // a late write would land by now
-	for _, m := range []*mounttest.Mount{a, b} {
-		if got := mounttest.MustReadFile(t, m.Path("f")); string(got) != "synced" {
-			t.Errorf("%s reads %q after A woke; want what A fsynced before its death", m.Path("f"), got)
-		}
+			if err := fsyncPath(a.Path(name)); err != nil {
+				t.Fatal(err)
+			}
+			p := startHolder(t)
+			p.must("open f %s", a.Path(name))
+			p.must("write f LOST")
+			sess := mounttest.Session(t, f, a)
+			started := strings.Count(a.Log(), "started a new session")
+			a.Signal(syscall.SIGSTOP)
+			t.Cleanup(func() { a.Signal(syscall.SIGCONT) })
+			mounttest.WaitFor(t, "A declared dead", time.Minute, func() bool {
+				_, _ = os.Stat(b.Path(name))
+				for _, s := range mounttest.Sessions(t, f) {
+					if s.ID == sess.ID {
+						return s.Dead
+					}
+				}
+				return true // removed: dead and collected
+			})
+			if got := mounttest.MustReadFile(t, b.Path(name)); string(got) != "synced" {
+				t.Fatalf("B reads %q while A is frozen; want what A fsynced", got)
+			}
+			a.Signal(syscall.SIGCONT)
+			if tc.waitSession {
+				mounttest.WaitFor(t, "A's new session", time.Minute, func() bool {
+					return strings.Count(a.Log(), "started a new session") > started
+				})
+			}
+			if got := p.do("close f"); got != eio {
+				t.Errorf("close of a file whose write was buffered under A's dead session: %s, want %s", got, eio)
+			}
+			time.Sleep(2 * time.Second) // a late write would land by now
+			for _, m := range []*mounttest.Mount{a, b} {
+				if got := mounttest.MustReadFile(t, m.Path(name)); string(got) != "synced" {
+					t.Errorf("%s reads %q after A woke; want what A fsynced before its death", m.Path(name), got)
+				}
+			}
+		})
 	}
 }
