@@ -8,8 +8,8 @@ package test
 
 import (
 	"bufio"
-	"context"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
