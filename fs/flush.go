@@ -72,7 +72,7 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 		return err
 	}
 	if err := of.landFirst(ctx); err != nil {
-		return err
+		return of.giveUp(ctx, err)
 	}
 	cs := of.f.st.ChunkSize()
 	for attempt := 0; len(of.dirty) > 0; attempt++ {
@@ -89,17 +89,17 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 			return nil
 		}
 		if err != nil {
-			return err // nothing was sent: the chunks stay buffered
+			return of.giveUp(ctx, err) // nothing was sent
 		}
 		// Another mount changed the file since this one read what the
 		// chunks hold besides its writes (see rebase.go).
 		if of.w.gen != gen && (attempt > 0 || changedSince(prev, of.attr, 1)) {
 			if err := of.rebase(ctx); err != nil {
-				return err // nothing was sent
+				return of.giveUp(ctx, err) // nothing was sent
 			}
 		}
 		if err := of.sendable(); err != nil {
-			return err
+			return of.giveUp(ctx, err)
 		}
 		if of.sent == nil {
 			of.sent = map[int64]bool{}
@@ -162,7 +162,7 @@ func (of *openFile) landFirst(ctx context.Context) error {
 		return nil
 	}
 	if err := of.f.settle(ctx); err != nil {
-		return err // nothing was sent: the chunks stay buffered
+		return err // nothing was sent (writeChunks gives them up)
 	}
 	if err := of.f.errs.gone(of.ino); err != nil {
 		of.dropDirty()
@@ -223,12 +223,32 @@ func (of *openFile) forget(err error) {
 // 78857218, whose chunk landed under the new session after the close was
 // told EIO): they are lost (staleWrites); nor while its lease has run out
 // (frozen, cut off: others may declare it dead before the request lands),
-// when they stay buffered and the call fails. Caller holds of.mu.
+// when they are given up as well (giveUp). Caller holds of.mu.
 func (of *openFile) sendable() error {
 	if of.deadWrites() {
 		return of.staleWrites()
 	}
 	return of.f.co.Session().Check()
+}
+
+// giveUp is forget for a flush that failed before it sent anything (the
+// cluster did not answer, the lease ran out): what the file buffered is
+// given up all the same, as Linux marks pages clean after any failed
+// write-back, so that the EIO the call returns means what it says: kept,
+// the bytes would land at a later flush, after the process (and anyone
+// looking meanwhile) was told they were lost (campaign seed 205007824: an
+// fsync failed reading a lock document, and the close after it landed the
+// write). A flush interrupted by its caller (a signal) keeps them: nothing
+// went wrong with them. Caller holds of.mu.
+func (of *openFile) giveUp(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return err
+	}
+	if len(of.dirty) > 0 || of.changed {
+		of.undoPastEnd(ctx) // what earlier rounds sent past the end
+		of.forget(err)
+	}
+	return err
 }
 
 // deadWrites: what the file buffered was written under a session of this
@@ -266,7 +286,9 @@ func (of *openFile) dropDirty() {
 // rebase.go). Caller holds of.mu.
 func (of *openFile) flush(ctx context.Context) error {
 	if err := of.owed(ctx); err != nil {
-		return err // nothing was sent: the chunks stay buffered
+		err = of.giveUp(ctx, err) // nothing was sent
+		of.sticky = nil           // reported now
+		return err
 	}
 	of.sizeSure = false // another mount may change the file from now on
 	if !of.f.wb.pending(of.ino) {
