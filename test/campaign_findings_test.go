@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/esfs/esfs/test/mounttest"
+	"golang.org/x/sys/unix"
 )
 
 func openFinding(t *testing.T) {
@@ -454,5 +455,106 @@ func TestWokenMountForgetsWhatItsKernelWasTold(t *testing.T) {
 	}
 	if got, err := os.ReadFile(b.Path("d", "new")); err != nil || string(got) != "new" {
 		t.Errorf("woken B: read of a file A made while B was dead: %q, %v", got, err)
+	}
+}
+
+// TestFindingFailedFsyncGivesUpTheWrite (campaign seed 205007824, class
+// unknown-outcome; fixed): an fsync that failed before sending any chunk
+// (there a lock document read was reset; here the allocation of the
+// writer's data generation is refused, or its answer lost) answered EIO
+// and kept the write buffered: the close after it landed the write the
+// process had been told was lost. Now a flush that fails gives up what it
+// buffered whatever the stage, as Linux marks pages clean after a failed
+// write-back.
+func TestFindingFailedFsyncGivesUpTheWrite(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout=5s")
+	b := f.Mount(t)
+	for _, tc := range []struct {
+		name  string
+		fault mounttest.Fault
+	}{
+		{"refused", mounttest.Fault{Refuse: 503}},
+		{"answer lost", mounttest.Fault{Reset: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "g-" + strings.ReplaceAll(tc.name, " ", "-")
+			if err := os.WriteFile(b.Path(name), []byte("before"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := fsyncPath(b.Path(name)); err != nil {
+				t.Fatal(err)
+			}
+			p := startHolder(t)
+			p.must("open f %s", a.Path(name))
+			p.must("write f LOST")
+			fault := tc.fault
+			fault.Match = func(method, path string, _ []byte) bool {
+				return method == http.MethodPut && strings.Contains(path, "-inodes-W/_doc/")
+			}
+			fp.Add(&fault)
+			if got := p.do("fsync f"); got != eio {
+				t.Fatalf("fsync whose first request failed: %s, want %s", got, eio)
+			}
+			fault.WaitFired(t)
+			if got := p.do("close f"); got != "ok" {
+				t.Errorf("close after the failed fsync: %s, want ok (the error was reported)", got)
+			}
+			for _, m := range []*mounttest.Mount{a, b} {
+				if got := mounttest.MustReadFile(t, m.Path(name)); string(got) != "before" {
+					t.Errorf("%s reads %q after an fsync that failed; want %q, the write given up", m.Dir, got, "before")
+				}
+			}
+		})
+	}
+}
+
+// TestFindingRenameOfDirectoryMovedElsewhere (campaign seed 717600572,
+// class errno; fixed): mount B listed directory b/a/a, mount A moved it to
+// b/b/f, and B's rename of b/b/f failed with ESTALE. B's kernel still had
+// the directory's dentry at its old name, and a directory has one: the
+// rename's lookup of the new name must move that dentry, which the kernel
+// cannot do under the rename's own lock (ESTALE, retried once, the same).
+// Now a lookup that finds a directory the kernel knows elsewhere drops
+// the old name first.
+func TestFindingRenameOfDirectoryMovedElsewhere(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t)
+	b := f.Mount(t)
+	for _, tc := range []struct {
+		name, src, moved, dst string
+	}{
+		{"into another directory", "p1/old", "q1/new", "r1/renamed"},
+		{"within its directory", "p2/old", "p2/new", "p2/renamed"},
+		{"over an empty directory", "p3/old", "q3/new", "r3/empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, d := range []string{tc.src + "/sub", filepath.Dir(tc.moved), filepath.Dir(tc.dst)} {
+				if err := os.MkdirAll(a.Path(d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if strings.HasSuffix(tc.dst, "empty") {
+				if err := os.Mkdir(a.Path(tc.dst), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := os.ReadDir(b.Path(tc.src)); err != nil { // B's kernel learns it there
+				t.Fatal(err)
+			}
+			if err := os.Rename(a.Path(tc.src), a.Path(tc.moved)); err != nil {
+				t.Fatal(err)
+			}
+			// rename(2): os.Rename refuses to replace a directory.
+			if err := unix.Rename(b.Path(tc.moved), b.Path(tc.dst)); err != nil {
+				t.Fatalf("B's rename of a directory A moved: %v", err)
+			}
+			for _, m := range []*mounttest.Mount{a, b} {
+				if names := listing(m.Path(tc.dst)); strings.Join(names, " ") != "sub" {
+					t.Errorf("%s lists %q in %s, want its sub", m.Dir, names, tc.dst)
+				}
+			}
+		})
 	}
 }
