@@ -72,12 +72,15 @@ type Options struct {
 
 // FS is one mounted filesystem.
 type FS struct {
-	st      *store.Store
-	co      *locking.Coordinator
-	cache   *cache.Cache
-	opts    Options
-	log     *slog.Logger
-	metrics *Metrics
+	// dirNodes: the kernel node of each directory the kernel knows, by
+	// inode (see node.dropOldName).
+	dirNodes sync.Map
+	st       *store.Store
+	co       *locking.Coordinator
+	cache    *cache.Cache
+	opts     Options
+	log      *slog.Logger
+	metrics  *Metrics
 	// delegs is nil when delegations are off, wb when write delegations
 	// are.
 	delegs *delegs

@@ -30,6 +30,7 @@ type node struct {
 
 var (
 	_ = (gofs.NodeLookuper)((*node)(nil))
+	_ = (gofs.NodeOnForgetter)((*node)(nil))
 	_ = (gofs.NodeGetattrer)((*node)(nil))
 	_ = (gofs.NodeSetattrer)((*node)(nil))
 	_ = (gofs.NodeMkdirer)((*node)(nil))
@@ -101,7 +102,43 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 		cn.remember(sn.Attr)
 	}
 	n.f.fillAttr(sn.Attr, &out.Attr)
+	if sn.Type == store.TypeDir {
+		if known, ok := n.f.dirNodes.LoadOrStore(sn.Ino, child); ok {
+			n.dropOldName(known.(*gofs.Inode), sn.Name)
+		}
+	}
 	return child
+}
+
+// OnForget: the kernel forgot this node.
+func (n *node) OnForget() {
+	n.f.dirNodes.CompareAndDelete(n.StableAttr().Ino, n.EmbeddedInode())
+}
+
+// dropOldName: the kernel may know directory known (the node go-fuse
+// keeps for it; newChild's is a new one, which go-fuse drops for it) by
+// another name, the one it had before another mount moved it. A directory has one dentry,
+// which the kernel moves to the name being looked up; but not under a
+// rename's lock, which a rename holds while it looks up its source and
+// target: the lookup fails with ESTALE, and so does the rename, tried
+// again (campaign seed 717600572). So the old name is dropped first. The
+// kernel makes the invalidation wait for the old directory's lock: if a
+// request of this mount holds it (the lookup's own directory, say), the
+// reply does not wait long, and the invalidation goes in after it.
+func (n *node) dropOldName(known *gofs.Inode, name string) {
+	oldName, oldParent := known.Parent()
+	if oldParent == nil || oldParent == n.EmbeddedInode() && oldName == name || n.f.closed.Load() {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = oldParent.NotifyEntry(oldName) // ENOENT: the kernel had dropped it
+	}()
+	select {
+	case <-done:
+	case <-time.After(100 * time.Millisecond):
+	}
 }
 
 // replyCreated settles what the kernel may keep of the reply to a create
