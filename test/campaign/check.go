@@ -123,7 +123,13 @@ func (r *Runner) check(sl *slot, op *Op) {
 	if class == "attr" && in != nil && in.Kind == Dir && onlyNlink.MatchString(diff) {
 		class = "dir-nlink"
 	}
+	if r.throughUnlinked(op) {
+		// What another mount's unlink deleted, writes through this
+		// descriptor included (errnoClass).
+		class = "unlinked-elsewhere"
+	}
 	r.finding(class, "%s: %s", op, diff)
+	r.unlinkedElsewhere(sl, op, class)
 	if class == "data" && op.Kind == "read" && len(r.res.Findings) > 0 {
 		// Say which bytes differ, and whose they look like.
 		idx, want, seqs := len(r.res.Findings)-1, in.Data, r.writeSeqs(in.ID)

@@ -101,7 +101,7 @@ var Classes = []string{
 	// alone; the run goes on after them when they are.
 	"truncate-partial",   // a truncate that failed with EIO left the bytes past its size cut and the size unchanged
 	"dir-nlink",          // a directory's link count off, all else right (seeds 30904437, 956352814)
-	"unlinked-elsewhere", // ENOENT through a descriptor of a file another mount unlinked (seeds 224009209, 146534115)
+	"unlinked-elsewhere", // ENOENT, or bytes or attributes not the model's, through a descriptor of a file another mount unlinked (seeds 224009209, 146534115, 988806382)
 }
 
 // onlyNlink: a stat's difference from the model that is its link count
@@ -727,6 +727,13 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 func (r *Runner) errnoFinding(sl *slot, op *Op, want int) {
 	class := r.errnoClass(op)
 	r.finding(class, "%s: answered %s%s, Linux answers %s", op, errname(op.Errno), failedCall(op), errname(want))
+	r.unlinkedElsewhere(sl, op, class)
+}
+
+// unlinkedElsewhere, after a finding of class unlinked-elsewhere that is
+// excluded, gives up the model's knowledge of op's file and descriptor
+// (see errnoFinding; r.mu held).
+func (r *Runner) unlinkedElsewhere(sl *slot, op *Op, class string) {
 	if class != "unlinked-elsewhere" || !r.cfg.Exclude[class] {
 		return
 	}
@@ -747,12 +754,20 @@ func (r *Runner) errnoFinding(sl *slot, op *Op, want int) {
 // of a file this one still has open: esfs keeps an unlinked file until its
 // last close on the mount that unlinked it only); others are "errno".
 func (r *Runner) errnoClass(op *Op) string {
-	if op.throughFD() && (op.Errno == int(unix.ENOENT) || op.Errno == int(unix.ESTALE)) {
-		if in := r.st.Inodes[op.Ino]; in != nil && in.Kind != Dir && in.Links == 0 {
-			return "unlinked-elsewhere"
-		}
+	if (op.Errno == int(unix.ENOENT) || op.Errno == int(unix.ESTALE)) && r.throughUnlinked(op) {
+		return "unlinked-elsewhere"
 	}
 	return "errno"
+}
+
+// throughUnlinked: op goes through a descriptor of a file that has no name
+// left (see errnoClass).
+func (r *Runner) throughUnlinked(op *Op) bool {
+	if !op.throughFD() {
+		return false
+	}
+	in := r.st.Inodes[op.Ino]
+	return in != nil && in.Kind != Dir && in.Links == 0
 }
 
 func failedCall(op *Op) string {
