@@ -127,6 +127,7 @@ type slot struct {
 	root  string
 	w     *worker
 	m     *mounttest.Mount
+	past  []*mounttest.Mount // the slot's earlier mounts, killed
 	proxy *mounttest.FaultProxy
 	rnd   *rand.Rand
 	gen   int // the worker process's generation (fcntl owner)
@@ -332,6 +333,9 @@ func (r *Runner) mount(sl *slot) {
 	}
 	m := r.fs.Mount(r.t, args...)
 	r.t.Cleanup(func() { m.Signal(unix.SIGCONT) }) // before the mount's own cleanup
+	if sl.m != nil {
+		sl.past = append(sl.past, sl.m) // killed: its log tells what it left
+	}
 	sl.m, sl.root = m, m.Dir
 	sl.w = startWorker(r.t, m.Dir)
 	sl.lost = strings.Count(m.Log(), "session lost")
@@ -390,17 +394,24 @@ func (r *Runner) finding(class, format string, args ...any) {
 
 func (r *Runner) conflicts(fp *Footprint) bool { return r.conflictsBut(fp, 0) }
 
-// keepMountLogs copies each live mount's log next to the history (the
-// test's cleanup removes the originals), and returns where they went.
+// keepMountLogs copies each mount's log next to the history (the test's
+// cleanup removes the originals), those of killed ones too, and returns
+// where they went.
 func (r *Runner) keepMountLogs() string {
 	var kept []string
-	for _, sl := range r.slots {
-		if sl.m == nil {
-			continue
+	keep := func(m *mounttest.Mount, name string) {
+		if m == nil {
+			return
 		}
-		name := fmt.Sprintf("%s.m%d", strings.TrimSuffix(r.res.History, ".log"), sl.idx)
-		if err := os.WriteFile(name, []byte(sl.m.Log()), 0o644); err == nil {
+		name = strings.TrimSuffix(r.res.History, ".log") + name
+		if err := os.WriteFile(name, []byte(m.Log()), 0o644); err == nil {
 			kept = append(kept, name)
+		}
+	}
+	for _, sl := range r.slots {
+		keep(sl.m, fmt.Sprintf(".m%d", sl.idx))
+		for i, m := range sl.past {
+			keep(m, fmt.Sprintf(".m%d-killed%d", sl.idx, i+1))
 		}
 	}
 	return strings.Join(kept, " ")
