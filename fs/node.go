@@ -104,7 +104,11 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 	n.f.fillAttr(sn.Attr, &out.Attr)
 	if sn.Type == store.TypeDir {
 		if known, ok := n.f.dirNodes.LoadOrStore(sn.Ino, child); ok {
-			n.dropOldName(known.(*gofs.Inode), sn.Name)
+			if !n.dropOldName(known.(*gofs.Inode), sn.Name) {
+				// Not in go-fuse's tree (a node a concurrent lookup's
+				// won over): this one may be the one it keeps.
+				n.f.dirNodes.CompareAndSwap(sn.Ino, known, child)
+			}
 		}
 	}
 	return child
@@ -117,18 +121,22 @@ func (n *node) OnForget() {
 
 // dropOldName: the kernel may know directory known (the node go-fuse
 // keeps for it; newChild's is a new one, which go-fuse drops for it) by
-// another name, the one it had before another mount moved it. A directory has one dentry,
-// which the kernel moves to the name being looked up; but not under a
-// rename's lock, which a rename holds while it looks up its source and
-// target: the lookup fails with ESTALE, and so does the rename, tried
-// again (campaign seed 717600572). So the old name is dropped first. The
-// kernel makes the invalidation wait for the old directory's lock: if a
-// request of this mount holds it (the lookup's own directory, say), the
-// reply does not wait long, and the invalidation goes in after it.
-func (n *node) dropOldName(known *gofs.Inode, name string) {
+// another name, the one it had before another mount moved it. A
+// directory has one dentry, which the kernel moves to the name being
+// looked up; but not under a rename's lock, which a rename holds while it
+// looks up its source and target: the lookup fails with ESTALE, and so
+// does the rename, tried again (campaign seed 717600572). So the old name
+// is dropped first. The kernel makes the invalidation wait for the old
+// directory's lock: if a request of this mount holds it (the lookup's own
+// directory, say), the reply does not wait long, and the invalidation
+// goes in after it. inTree: known is in go-fuse's tree.
+func (n *node) dropOldName(known *gofs.Inode, name string) (inTree bool) {
 	oldName, oldParent := known.Parent()
-	if oldParent == nil || oldParent == n.EmbeddedInode() && oldName == name || n.f.closed.Load() {
-		return
+	if oldParent == nil {
+		return false
+	}
+	if oldParent == n.EmbeddedInode() && oldName == name || n.f.closed.Load() {
+		return true
 	}
 	done := make(chan struct{})
 	go func() {
@@ -139,6 +147,7 @@ func (n *node) dropOldName(known *gofs.Inode, name string) {
 	case <-done:
 	case <-time.After(100 * time.Millisecond):
 	}
+	return true
 }
 
 // replyCreated settles what the kernel may keep of the reply to a create
