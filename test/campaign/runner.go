@@ -628,7 +628,9 @@ func errname(e int) string {
 func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err error) bool {
 	r.res.Ops[op.Kind]++
 	switch {
-	case sl.killing && (err == errWorkerGone || err == nil && resp.Err == "" && unknownErrno(resp.Errno)):
+	case sl.killing && sl.dead && (err == errWorkerGone || err == nil && resp.Err == "" && unknownErrno(resp.Errno)):
+		// (dead: the kill happened; a kill given up, at the run's end
+		// say, left the call to answer as any (seed 86292771).)
 		r.logf("%s -> killed in flight", op)
 		if !op.isCheck() && !op.throughFD() && r.st.Copy().Apply(op) == 0 {
 			// Landed or not: its mount's death decides, as the last of
