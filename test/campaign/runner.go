@@ -724,10 +724,41 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 		r.settleLater(sl, op, fp, cands)
 		return true
 	case unknownErrno(op.Errno) && r.cfg.Faults && op.isCheck():
-		return false // a look that failed tells nothing
+		return r.flushFailedBehind(sl, op, fp) // a look that failed tells nothing of itself
 	}
 	r.errnoFinding(sl, op, want)
 	return false
+}
+
+// flushFailedBehind: a look by path whose close failed ran the flush of
+// everything its mount buffered for the file (esfs keeps one buffer per
+// file and mount): the pending writes of that mount's descriptors of the
+// file may have landed, in part, or not, as at a failed fsync through
+// them (since a flush that fails gives them up, seed 385528116), and each
+// descriptor may hear of it at its next fsync or close (errseq). Settled
+// as such an fsync is; keep: op stays in flight until then (r.mu held).
+func (r *Runner) flushFailedBehind(sl *slot, op *Op, fp *Footprint) (keep bool) {
+	if op.Failed != "close" || op.throughFD() {
+		return false
+	}
+	var pending []pwrite
+	var fds []*FD
+	for _, fd := range r.fdsOf(sl.idx) {
+		if fd.Ino == op.Ino {
+			pending = append(pending, fd.Pending...)
+			fds = append(fds, fd)
+		}
+	}
+	if len(pending) == 0 {
+		return false
+	}
+	for _, fd := range fds {
+		fd.Pending, fd.mayEIO = nil, true
+	}
+	flush := &Op{N: op.N, Mount: op.Mount, Kind: "flush", Ino: op.Ino, Writes: pending}
+	failed := &Op{N: op.N, Mount: op.Mount, Kind: "fdfsync", Ino: op.Ino, Errno: op.Errno, Failed: "close"}
+	r.settleLater(sl, failed, fp, [][]*Op{nil, {flush}})
+	return true
 }
 
 // errnoFinding reports op's errno where Linux answers want. A call
