@@ -381,7 +381,7 @@ func (ds *Delegations) answer(ctx context.Context) {
 		// reaching us): what was cached under it must go now.
 		ds.Give(ctx, d)
 	}
-	if !any {
+	if !any && !ds.c.Locks.strays.Load() {
 		return
 	}
 	now := bootNow()
@@ -398,13 +398,19 @@ func (ds *Delegations) answer(ctx context.Context) {
 	// wait for it, not for this mount's upkeep.
 	ctx = store.ForCall(ctx)
 	var give []*Delegation
+	var stray []string
 	ds.mu.Lock()
 	for id := range r.Wanted {
+		found := false
 		for ino, d := range ds.held {
 			if store.DelegLockID(ino) == id {
 				give = append(give, d)
 				ds.noteRecallLocked(ino, seen)
+				found = true
 			}
+		}
+		if !found && !ds.pendingLocked(id) {
+			stray = append(stray, id)
 		}
 	}
 	ds.mu.Unlock()
@@ -417,10 +423,59 @@ func (ds *Delegations) answer(ctx context.Context) {
 			ds.c.Locks.metrics.recallAnswered(time.Since(seen))
 		}()
 	}
+	for _, id := range stray {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ds.releaseStray(ctx, sess, id)
+		}()
+	}
 	wg.Wait()
 	// Recalls added since our read survive: the delete is conditional.
 	if _, err := ds.c.b.Write(ctx, store.ClearRecalls(r)); err != nil && !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrNotFound) {
 		ds.c.log.Debug("clearing recalls", "err", err)
+	}
+}
+
+// pendingLocked: a grant (or a birth) of the delegation of lock document
+// id is under way here. Caller holds ds.mu.
+func (ds *Delegations) pendingLocked(id string) bool {
+	for ino := range ds.pending {
+		if store.DelegLockID(ino) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseStray answers a recall of lock document id, on which this mount
+// holds no delegation and grants none: an entry of this session's there
+// under a delegation's lease op is one whose write this mount gave up on
+// (an answer lost, a request held past its deadline that landed after the
+// cleanup looked: campaign seed 278378662, a directory born with a create
+// whose answer was lost), which nothing else would ever release while the
+// session lives, holding every other mount's change of the directory to
+// its lock timeout. It goes now.
+func (ds *Delegations) releaseStray(ctx context.Context, sess *Session, id string) {
+	docs, err := ds.c.b.GetLocks(ctx, []string{id})
+	if err != nil || len(docs) == 0 || !docs[0].Found {
+		return
+	}
+	doc := docs[0]
+	ops := map[string]bool{}
+	for _, h := range doc.Holders {
+		if h.Session == sess.ID() && isLeaseOp(h.Op) {
+			ops[h.Op] = true
+		}
+	}
+	for _, w := range doc.Waiters {
+		if w.Session == sess.ID() && isLeaseOp(w.Op) {
+			ops[w.Op] = true
+		}
+	}
+	for op := range ops {
+		ds.c.log.Warn("releasing a delegation entry this mount never knew it held (its write's answer was lost)", "dir", doc.Path, "op", op)
+		ds.c.Locks.releaseUnknown(sess, op, []Request{{ID: id, Path: doc.Path}})
 	}
 }
 
@@ -469,7 +524,21 @@ func (ds *Delegations) Born(ino uint64, path string, mode store.LockMode) (store
 	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: mode}
 	doc := store.LockDoc{ID: req.ID, Path: path, Holders: []store.Holder{{Session: sess.ID(), Op: op, Mode: req.Mode, Since: time.Now().UnixNano()}}}
 	write := store.WriteLock(store.LockWrite{Doc: doc})
+	// Under way until the result is known: a recall meanwhile must not
+	// take the entry for a stray one (releaseStray).
+	done := make(chan struct{})
+	ds.mu.Lock()
+	ds.pending[ino] = done
+	ds.mu.Unlock()
 	return write, func(res store.BulkResult, made bool) *Delegation {
+		defer func() {
+			ds.mu.Lock()
+			if ds.pending[ino] == done {
+				delete(ds.pending, ino)
+			}
+			ds.mu.Unlock()
+			close(done)
+		}()
 		if res.Err != nil {
 			// The document may have landed all the same (an answer
 			// lost): an entry under a lease op, which lives as long as

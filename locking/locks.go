@@ -70,7 +70,12 @@ type Manager struct {
 	b Backend
 	// obs judges other sessions; replaced when this mount starts a new
 	// session, while calls read it, hence atomic.
-	obs     atomic.Pointer[Observer]
+	obs atomic.Pointer[Observer]
+	// strays: a delegation's entry was written with its outcome unknown
+	// and cleaned up once; should the write land after that, only a
+	// recall tells (Delegations.releaseStray), so recalls are read from
+	// then on even while no delegation is held.
+	strays  atomic.Bool
 	log     *slog.Logger
 	metrics *Metrics
 	// Timeout bounds how long Acquire waits for conflicting holders.

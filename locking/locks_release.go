@@ -116,6 +116,9 @@ func (m *Manager) release(ctx context.Context, h *Held, partial bool, pre []stor
 
 // releaseUnknown cleans up after a grant bulk whose outcome is unknown.
 func (m *Manager) releaseUnknown(sess *Session, op string, reqs []Request) {
+	if isLeaseOp(op) {
+		m.strays.Store(true)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), sess.Lease())
 	defer cancel()
 	if err := m.ReleaseOp(ctx, sess.ID(), op, reqs); err != nil {

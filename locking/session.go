@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -186,6 +187,9 @@ func (s *Session) LeaseOp() string {
 	s.nextOp++
 	return fmt.Sprintf("%s-lease%d", s.id, n)
 }
+
+// isLeaseOp tells a lease's op id (LeaseOp) from an operation's (BeginOp).
+func isLeaseOp(op string) bool { return strings.Contains(op, "-lease") }
 
 // EndOp marks operation n finished, so that the next heartbeat publishes
 // that nothing below the oldest unfinished one is in flight.

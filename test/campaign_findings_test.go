@@ -558,3 +558,33 @@ func TestFindingRenameOfDirectoryMovedElsewhere(t *testing.T) {
 		})
 	}
 }
+
+// TestFindingBornDelegationLandsLate (campaign seed 278378662, class
+// stuck-lock; fixed): a mkdir's bulk, which also writes the new
+// directory's delegation to its maker, was held past the request timeout;
+// the mkdir was settled by making the directory again, and the entry the
+// first try was to write was looked for, not found, and given up. Then the
+// held bulk landed: the entry, under the maker's live session, which it
+// never knew it held, blocked every other mount's change of the directory
+// (EAGAIN after --lock-timeout, for as long as the maker lived). Now a
+// recall of a delegation a mount does not hold releases its entries there.
+func TestFindingBornDelegationLandsLate(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--write-delegations=false")
+	b := f.Mount(t, "--lock-timeout=20s")
+	late := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-locks", `"name":"born"`), Delay: mounttest.LateDelay, Reset: true})
+	if err := os.Mkdir(a.Path("born"), 0o755); err != nil {
+		t.Fatalf("mkdir whose answer was lost: %v, want it made again", err)
+	}
+	mounttest.WaitLanded(t, late)
+	start := time.Now()
+	if err := os.WriteFile(b.Path("born", "x"), []byte("x"), 0o644); err != nil {
+		t.Fatalf("B's create in a directory A made (after %s): %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	for _, m := range []*mounttest.Mount{a, b} {
+		if got := mounttest.MustReadFile(t, m.Path("born", "x")); string(got) != "x" {
+			t.Errorf("%s reads %q", m.Dir, got)
+		}
+	}
+}
