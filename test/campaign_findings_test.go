@@ -588,3 +588,44 @@ func TestFindingBornDelegationLandsLate(t *testing.T) {
 		}
 	}
 }
+
+// TestFindingLateChunkPastEndExposedByGrowth (campaign seed 221705407,
+// class data; fixed): a close's chunk write, past the end of the file
+// but in the chunk the end falls in, was held past the request timeout:
+// the close said EIO, and undoPastEnd looked at the chunk, found it as it
+// was (the write not landed yet) and left it. The write then landed; a
+// later growth of the file exposed its bytes, which the writer had been
+// told were lost. Now the undo writes the chunk again at a higher count
+// either way, which refuses the late write.
+func TestFindingLateChunkPastEndExposedByGrowth(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String())
+	b := f.Mount(t)
+	const before = "0123456789"
+	if err := os.WriteFile(b.Path("late"), []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.OpenFile(a.Path("late"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.Write(bytes.Repeat([]byte{'A'}, 47)); err != nil {
+		t.Fatal(err)
+	}
+	held := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-data"), Delay: mounttest.LateDelay, Reset: true})
+	if err := fh.Close(); err == nil {
+		t.Fatal("close whose chunk write was held past the timeout: 0, want EIO")
+	}
+	held.WaitFired(t)
+	const grown = 52733
+	if err := os.Truncate(b.Path("late"), grown); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]byte(before), make([]byte, grown-len(before))...)
+	for _, m := range []*mounttest.Mount{a, b} {
+		if got := mounttest.MustReadFile(t, m.Path("late")); !bytes.Equal(got, want) {
+			t.Errorf("%s after a truncate up to %d: %d bytes, %d not zero past the old end (the lost write's)", m.Dir, grown, len(got), len(got)-len(before)-bytes.Count(got[min(len(got), len(before)):], []byte{0}))
+		}
+	}
+}
