@@ -527,7 +527,7 @@ func daemonize(mp, index, logFile string) error {
 // another mount's change has, and stay short.
 const (
 	delegatedTimeout     = time.Hour
-	delegatedTimeoutText = "1s, and 1h for what a delegation covers"
+	delegatedTimeoutText = "1s, and 1h for what a delegation covers (at most the lease left)"
 )
 
 // kernelTimeout is the kernel cache timeout flag name asks for: the one

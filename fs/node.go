@@ -114,42 +114,6 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 	return child
 }
 
-// OnForget: the kernel forgot this node.
-func (n *node) OnForget() {
-	n.f.dirNodes.CompareAndDelete(n.StableAttr().Ino, n.EmbeddedInode())
-}
-
-// dropOldName: the kernel may know directory known (the node go-fuse
-// keeps for it; newChild's is a new one, which go-fuse drops for it) by
-// another name, the one it had before another mount moved it. A
-// directory has one dentry, which the kernel moves to the name being
-// looked up; but not under a rename's lock, which a rename holds while it
-// looks up its source and target: the lookup fails with ESTALE, and so
-// does the rename, tried again (campaign seed 717600572). So the old name
-// is dropped first. The kernel makes the invalidation wait for the old
-// directory's lock: if a request of this mount holds it (the lookup's own
-// directory, say), the reply does not wait long, and the invalidation
-// goes in after it. inTree: known is in go-fuse's tree.
-func (n *node) dropOldName(known *gofs.Inode, name string) (inTree bool) {
-	oldName, oldParent := known.Parent()
-	if oldParent == nil {
-		return false
-	}
-	if oldParent == n.EmbeddedInode() && oldName == name || n.f.closed.Load() {
-		return true
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = oldParent.NotifyEntry(oldName) // ENOENT: the kernel had dropped it
-	}()
-	select {
-	case <-done:
-	case <-time.After(100 * time.Millisecond):
-	}
-	return true
-}
-
 // replyCreated settles what the kernel may keep of the reply to a create
 // of name here (child, made from sn), with delegations: the entry is told
 // under this directory's delegation (and invalidated on recall), or not
@@ -551,73 +515,4 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	}
 	*out = f.statfsLast
 	return 0
-}
-
-// notKept is the timeout of an answer the kernel must not keep. It is
-// not 0, which go-fuse replaces with the mount's default timeout (an hour
-// under delegations), and it is not what the kernel is told either: the
-// kernel rounds any timeout up to a whole jiffy (1-4 ms), long enough for
-// a stat right after another mount's change to be answered from before
-// it. timedFS turns it into 0 once go-fuse is done with the answer
-// (unkeptEntry, unkeptAttr); a READDIRPLUS entry, which go-fuse writes
-// into its buffer itself, carries no attributes instead (dir.go).
-const notKept = time.Nanosecond
-
-// keptAtMost bounds how long the kernel may keep an answer given under a
-// delegation (ok false: no bound, delegations are off and the timeouts
-// are the configured ones): no longer than this mount's lease runs
-// without a renewal. A mount frozen or cut off past its lease is declared
-// dead, and others then change what it had delegated without recalling
-// it: nothing invalidates what its kernel was told, which must have
-// expired by then (others wait a lease plus grace), and the daemon no
-// longer answers from the delegation either (Delegation.Revoked). The
-// kernel asks again once a lease (10 s by default), answered from memory.
-func (f *FS) keptAtMost() (time.Duration, bool) {
-	if f.delegs == nil {
-		return 0, false
-	}
-	return f.co.Session().LeaseLeft(), true
-}
-
-// boundKept bounds the timeouts of out, an answer go-fuse has not given
-// its defaults yet (0 stands for the mount's), by keptAtMost.
-func (f *FS) boundKept(out *fuse.EntryOut) {
-	most, ok := f.keptAtMost()
-	if !ok {
-		return
-	}
-	if most <= 0 {
-		uncached(out)
-		return
-	}
-	if t := out.EntryTimeout(); t != notKept && (t > most || t == 0 && f.opts.EntryTimeout > most) {
-		out.SetEntryTimeout(most)
-	}
-	if t := out.AttrTimeout(); t != notKept && (t > most || t == 0 && f.opts.AttrTimeout > most) {
-		out.SetAttrTimeout(most)
-	}
-}
-
-// uncached makes the kernel keep an answer (positive or negative) no
-// longer than it takes to use it.
-func uncached(out *fuse.EntryOut) {
-	out.SetEntryTimeout(notKept)
-	out.SetAttrTimeout(notKept)
-}
-
-// unkeptEntry makes the timeouts of out that say notKept 0.
-func unkeptEntry(out *fuse.EntryOut) {
-	if out.EntryTimeout() == notKept {
-		out.SetEntryTimeout(0)
-	}
-	if out.AttrTimeout() == notKept {
-		out.SetAttrTimeout(0)
-	}
-}
-
-// unkeptAttr is unkeptEntry of an attribute answer.
-func unkeptAttr(out *fuse.AttrOut) {
-	if out.Timeout() == notKept {
-		out.SetTimeout(0)
-	}
 }
