@@ -248,12 +248,17 @@ func (f *FS) dropLinkOrRetry(ctx context.Context, ino, dir uint64) {
 	}()
 }
 
-// keepUnlinked reports whether an inode whose last link is gone must
+// keepUnlinked decides whether an inode whose last link is gone must
 // outlive it because this mount has it open, and marks it for deletion at
-// the last close.
-func (f *FS) keepUnlinked(a store.Inode) bool {
+// the last close: it returns this mount's session, the inode's keeper
+// (store.Inode.Keeper), or "" to let it go.
+func (f *FS) keepUnlinked(a store.Inode) string {
 	of := f.openState(a.Ino)
-	return of != nil && of.markUnlinked(a)
+	a.Keeper = f.co.Session().ID()
+	if of == nil || !of.markUnlinked(a) {
+		return ""
+	}
+	return a.Keeper
 }
 
 // deleteInode removes an inode with no links left, and its data.

@@ -335,6 +335,9 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 	if err := c.collectStrays(ctx); err != nil {
 		return err
 	}
+	if err := c.collectKept(ctx, obs); err != nil {
+		return err
+	}
 	locks, err := c.b.SearchLocks(ctx)
 	if err != nil {
 		return err
@@ -378,6 +381,34 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 		}
 	}
 	return nil
+}
+
+// collectKept deletes the files dead mounts kept without links
+// (store.Inode.Keeper): each was open on its mount when its last link went,
+// and would have been deleted at its last close there, which will never
+// come. A keeper judged dead that is still running has lost its session
+// and, with it, what it held open.
+func (c *Coordinator) collectKept(ctx context.Context, obs *Observer) error {
+	sc := c.b.ScanKept()
+	for {
+		page, _, err := sc.Next(ctx)
+		if err != nil || page == nil {
+			return err
+		}
+		for _, n := range page {
+			if n.Nlink > 0 && n.Type != store.TypeDir {
+				continue // linked again since (Linked clears the keeper): not ours to judge
+			}
+			if dead, err := obs.Dead(ctx, n.Keeper); err != nil || !dead {
+				continue
+			}
+			if _, err := RemoveUnlinked(ctx, c.b, n); err != nil {
+				c.log.Debug("deleting a file a dead mount kept open without links", "ino", n.Ino, "keeper", n.Keeper, "err", err)
+				continue
+			}
+			c.log.Info("deleted a file a dead mount kept open without links", "ino", n.Ino, "keeper", n.Keeper)
+		}
+	}
 }
 
 // collectStrays resolves path documents that carry the intent of a

@@ -142,12 +142,13 @@ type InodeBackend interface {
 // dir having gone (an unlink, or a rename that replaced it; dir 0: not
 // known, see store.Inode.Unlinked), with a compare-and-set of its count, and deletes the inode and its data once no link is left (a
 // directory has one name only). keep, if not nil, is asked first about an
-// inode left without links: true means it must outlive them, because the
-// caller's mount has the file open and deletes it at the last close
-// (DeleteUnlinked). DropLink returns the inode as it left it, or the zero
+// inode left without links: a session means it must outlive them, because
+// the caller's mount, in that session, has the file open and deletes it at
+// the last close (DeleteUnlinked); the inode is written with that session
+// as its Keeper. "" lets it go. DropLink returns the inode as it left it, or the zero
 // Inode once it is gone. An inode already gone is no error: someone else
 // dropped its last link.
-func DropLink(ctx context.Context, b InodeBackend, ino, dir uint64, keep func(store.Inode) bool) (store.Inode, error) {
+func DropLink(ctx context.Context, b InodeBackend, ino, dir uint64, keep func(store.Inode) string) (store.Inode, error) {
 	return DropLinkFrom(ctx, b, store.Inode{Ino: ino}, dir, keep)
 }
 
@@ -157,7 +158,7 @@ func DropLink(ctx context.Context, b InodeBackend, ino, dir uint64, keep func(st
 // failed write when someone did). known with an unknown version is read
 // first. An inode that goes with this link is deleted at the version read,
 // in one write: no intermediate count of zero, since nobody keeps it.
-func DropLinkFrom(ctx context.Context, b InodeBackend, known store.Inode, dir uint64, keep func(store.Inode) bool) (store.Inode, error) {
+func DropLinkFrom(ctx context.Context, b InodeBackend, known store.Inode, dir uint64, keep func(store.Inode) string) (store.Inode, error) {
 	t := time.Now().UnixNano()
 	a := known
 	for attempt := 0; ; attempt++ {
@@ -175,7 +176,11 @@ func DropLinkFrom(ctx context.Context, b InodeBackend, known store.Inode, dir ui
 		a = a.Unlinked(dir)
 		a.Ctime = t
 		goes := a.Nlink == 0 || a.Type == store.TypeDir
-		if goes && (keep == nil || !keep(a)) {
+		if goes && keep != nil {
+			a.Keeper = keep(a)
+			goes = a.Keeper == ""
+		}
+		if goes {
 			_, err := b.Write(ctx, store.DeleteInode(a.Ino, read.Ver))
 			switch {
 			case errors.Is(err, store.ErrConflict) && attempt < 50:

@@ -64,6 +64,9 @@ type Backend interface {
 	// finished batch drops, read together.
 	InodeBackend
 	GetInodes(ctx context.Context, inos []uint64) ([]store.InodeResult, error)
+	// Files kept without links by the mounts that have them open, whose
+	// keepers the sweeper outlives.
+	ScanKept() *store.InodeScanner
 }
 
 var _ Backend = (*store.Store)(nil)

@@ -26,12 +26,13 @@ type inodeDoc struct {
 	Dgen    uint64            `json:"dgen,omitempty"`
 	Chunks  *int64            `json:"chunks,omitempty"`
 	Parents []uint64          `json:"parents,omitempty"`
+	Keeper  string            `json:"keeper,omitempty"`
 }
 
 func encodeInode(n Inode) inodeDoc {
 	d := inodeDoc{Ino: n.Ino, Type: n.Type.String(), Mode: n.Mode, Uid: n.Uid, Gid: n.Gid,
 		Size: n.Size, Nlink: n.Nlink, Rdev: n.Rdev, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Btime: n.Btime,
-		Target: encodeText(n.Target), Dgen: n.Dgen}
+		Target: encodeText(n.Target), Dgen: n.Dgen, Keeper: n.Keeper}
 	if n.Type != TypeDir {
 		d.Parents = n.Parents
 	}
@@ -53,7 +54,7 @@ func decodeInode(src []byte, v Version) (Inode, error) {
 		return Inode{}, fmt.Errorf("inode document: %w: %v", ErrCorrupt, err)
 	}
 	n := Inode{Ino: d.Ino, Mode: d.Mode, Uid: d.Uid, Gid: d.Gid, Size: d.Size, Nlink: d.Nlink, Rdev: d.Rdev,
-		Atime: d.Atime, Mtime: d.Mtime, Ctime: d.Ctime, Btime: d.Btime, Dgen: d.Dgen, Chunks: -1, Parents: d.Parents, Ver: v}
+		Atime: d.Atime, Mtime: d.Mtime, Ctime: d.Ctime, Btime: d.Btime, Dgen: d.Dgen, Chunks: -1, Parents: d.Parents, Keeper: d.Keeper, Ver: v}
 	if d.Chunks != nil && *d.Chunks >= 0 {
 		n.Chunks = *d.Chunks
 	}
@@ -176,12 +177,21 @@ func SetCtime(ino uint64, ctime int64) BulkOp {
 // (for fsck). Near-realtime: refresh the inode index first via RefreshAll.
 type InodeScanner struct {
 	s     *Store
+	query map[string]any
 	after []any
 	done  bool
 }
 
 // ScanInodes starts a scan of all inodes.
-func (s *Store) ScanInodes() *InodeScanner { return &InodeScanner{s: s} }
+func (s *Store) ScanInodes() *InodeScanner {
+	return &InodeScanner{s: s, query: map[string]any{"match_all": map[string]any{}}}
+}
+
+// ScanKept starts a scan of the inodes kept without links by the mounts
+// that have them open (Inode.Keeper), for the sweeper.
+func (s *Store) ScanKept() *InodeScanner {
+	return &InodeScanner{s: s, query: map[string]any{"exists": map[string]any{"field": "keeper"}}}
+}
 
 // Next returns the next page of inodes, or nil at the end; undecodable
 // documents come back as errors in bad.
@@ -189,7 +199,7 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 	if sc.done {
 		return nil, nil, nil
 	}
-	req := map[string]any{"size": DefaultPageSize, "query": map[string]any{"match_all": map[string]any{}},
+	req := map[string]any{"size": DefaultPageSize, "query": sc.query,
 		"sort": []any{map[string]any{"ino": "asc"}}, "seq_no_primary_term": true, "track_total_hits": false}
 	if sc.after != nil {
 		req["search_after"] = sc.after

@@ -70,6 +70,7 @@ func (s *Store) mappings(chunkSize int64) map[string]map[string]field {
 			"dgen":    long(),
 			"chunks":  long(),
 			"parents": long(),
+			"keeper":  kw(),
 		},
 		s.idx.Data: {
 			"ino":   long(),

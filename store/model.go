@@ -140,7 +140,15 @@ type Inode struct {
 	// holds the file's name there, so the recall of HeldBy reaches every
 	// mount that caches them.
 	Parents []uint64
-	Ver     Version // of the inode document
+	// Keeper is the session of the mount that keeps a file whose last
+	// link is gone because it has it open there (it deletes the inode at
+	// its last close); "" for every inode with links. It is written with
+	// the last link's drop, so that a keeper that dies first leaves
+	// something that names it: the sweeper of any mount, and fsck
+	// --repair, delete the inode once that session is dead, and leave it
+	// alone while it lives.
+	Keeper string
+	Ver    Version // of the inode document
 }
 
 // HeldBy returns the directory whose read delegations may hold n's
@@ -161,6 +169,7 @@ func (n Inode) HeldBy() uint64 {
 // Linked is n with one more link, made in directory dir.
 func (n Inode) Linked(dir uint64) Inode {
 	n.Nlink++
+	n.Keeper = ""
 	if n.Type != TypeDir {
 		n.Parents = append(n.Parents[:len(n.Parents):len(n.Parents)], dir)
 	}

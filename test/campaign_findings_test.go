@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 	"golang.org/x/sys/unix"
 )
@@ -627,5 +628,61 @@ func TestFindingLateChunkPastEndExposedByGrowth(t *testing.T) {
 		if got := mounttest.MustReadFile(t, m.Path("late")); !bytes.Equal(got, want) {
 			t.Errorf("%s after a truncate up to %d: %d bytes, %d not zero past the old end (the lost write's)", m.Dir, grown, len(got), len(got)-len(before)-bytes.Count(got[min(len(got), len(before)):], []byte{0}))
 		}
+	}
+}
+
+// TestFindingUnlinkedOpenFileOfDeadMount (campaign seeds 189815862 and
+// 235985813, class fsck; fixed): a mount unlinked a file it had open (the
+// inode outlives its last link, Nlink 0, until the last close there) and
+// was killed -9 before that close. Nothing recorded which mount kept the
+// inode, so it stayed behind, unreachable, until an `esfs fsck --repair`,
+// which for the same reason also deleted such an inode under a live mount
+// still reading it. Now the write that drops the last link records the
+// keeping session in the inode (store.Inode.Keeper): fsck leaves a live
+// keeper's inode alone, and once the keeper is dead the sweeper of any
+// mount deletes the inode with its data (fsck --repair too).
+func TestFindingUnlinkedOpenFileOfDeadMount(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t, "--lease", "2s")
+	f.Mount(t, "--lease", "2s") // a live mount, whose sweeper collects what A left
+	want := bytes.Repeat([]byte("kept open\n"), 20000)
+	if err := os.WriteFile(a.Path("kept"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.Sync(t)
+	// O_DIRECT: reads go to the mount, past the kernel's page cache.
+	fh, err := os.OpenFile(a.Path("kept"), os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(fh.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(a.Path("kept")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if n, err := f.Store.GetInode(ctx, st.Ino); err != nil || n.Nlink != 0 {
+		t.Fatalf("the unlinked file's inode while A has it open: %+v, %v; want it kept with no link", n, err)
+	}
+
+	out, err := f.Run("fsck", "--repair", "--no-wait")
+	if strings.Contains(out, "unreachable inode") {
+		t.Errorf("esfs fsck --repair took the unlinked file A has open for damage (%v):\n%s", err, out)
+	}
+	if got, err := io.ReadAll(io.NewSectionReader(fh, 0, int64(len(want))+1)); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("reading the unlinked file through A's descriptor after fsck --repair: %d bytes (want %d), %d of them zeros, %v", len(got), len(want), bytes.Count(got, []byte{0}), err)
+	}
+
+	a.Kill()
+	mounttest.WaitFor(t, "the dead mount's unlinked file deleted by the live mount's sweeper", time.Minute, func() bool {
+		_, err := f.Store.GetInode(ctx, st.Ino)
+		return errors.Is(err, store.ErrNotFound)
+	})
+	if out, err := f.Run("fsck", "--no-wait"); err != nil {
+		t.Errorf("esfs fsck after the dead mount's unlinked file went (%v):\n%s", err, out)
 	}
 }

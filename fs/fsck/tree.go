@@ -203,13 +203,23 @@ func (c *checker) changeDir(ctx context.Context, ino uint64, path string, o stor
 }
 
 // unreachable reports the inodes no path names (but the root's), and
-// deletes them with their data when repairing.
+// deletes them with their data when repairing. A file a live mount keeps
+// open without links (store.Inode.Keeper) is in use, not unreachable; one
+// whose keeper is dead is that mount's leftover (the sweepers of live
+// mounts delete it too).
 func (c *checker) unreachable(ctx context.Context) error {
 	for ino, n := range c.inodes {
 		if _, ok := c.links[ino]; ok || ino == store.RootIno {
 			continue
 		}
 		p := Problem{Kind: "unreachable inode", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("%s of %d bytes, no path names it", n.Type, n.Size)}
+		if n.Keeper != "" && n.Nlink == 0 {
+			if !c.dead(ctx, n.Keeper) {
+				c.rep.InFlight = append(c.rep.InFlight, fmt.Sprintf("inode %d: %s of %d bytes without links, open on live mount %s (deleted at its last close there)", ino, n.Type, n.Size, n.Keeper))
+				continue
+			}
+			p.Kind, p.Detail = "leftover unlinked file", fmt.Sprintf("%s of %d bytes, kept open without links by dead mount %s", n.Type, n.Size, n.Keeper)
+		}
 		if c.repair {
 			kept, err := locking.RemoveUnlinked(ctx, c.fb, n)
 			p.Repaired = err == nil && !kept

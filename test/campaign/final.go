@@ -108,7 +108,7 @@ func diffEntries(a, b []wire.Entry) string {
 }
 
 // fsck: esfs fsck clean, after --repair of what dead mounts left (data
-// chunks no inode covers).
+// chunks no inode covers, files they kept open without links).
 func (r *Runner) fsck() {
 	var out string
 	var err error
@@ -139,7 +139,7 @@ func onlyLeftovers(out string) bool {
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimSpace(l)
 		switch {
-		case strings.HasPrefix(l, "leftover data:"), strings.HasPrefix(l, "in flight"):
+		case strings.HasPrefix(l, "leftover data:"), strings.HasPrefix(l, "leftover unlinked file:"), strings.HasPrefix(l, "in flight"):
 			found = true
 		case strings.Contains(l, ": ") && !strings.HasPrefix(l, "checked"):
 			return false
