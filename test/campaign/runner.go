@@ -667,6 +667,9 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 	}
 	if op.Kind == "flock" || op.Kind == "fcntl" || op.Kind == "getlk" {
 		r.answerLock(sl, op)
+		if op.Lock == "un" && op.Kind != "getlk" {
+			return r.flushBehind(sl, op, fp, "unlock")
+		}
 		return false
 	}
 	c := r.st.Copy()
@@ -724,23 +727,29 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 		r.settleLater(sl, op, fp, cands)
 		return true
 	case unknownErrno(op.Errno) && r.cfg.Faults && op.isCheck():
-		return r.flushFailedBehind(sl, op, fp) // a look that failed tells nothing of itself
+		if op.Failed != "close" || op.throughFD() {
+			return false // a look that failed tells nothing of itself
+		}
+		return r.flushBehind(sl, op, fp, "close")
 	}
 	r.errnoFinding(sl, op, want)
 	return false
 }
 
-// flushFailedBehind: a look by path whose close failed ran the flush of
-// everything its mount buffered for the file (esfs keeps one buffer per
-// file and mount): the pending writes of that mount's descriptors of the
-// file may have landed, in part, or not, as at a failed fsync through
-// them (since a flush that fails gives them up, seed 385528116), and each
-// descriptor may hear of it at its next fsync or close (errseq). Settled
-// as such an fsync is; keep: op stays in flight until then (r.mu held).
-func (r *Runner) flushFailedBehind(sl *slot, op *Op, fp *Footprint) (keep bool) {
-	if op.Failed != "close" || op.throughFD() {
-		return false
-	}
+// flushBehind: op ran the flush of everything its mount buffered for
+// its file (esfs keeps one buffer per file and mount), and whether that
+// flush failed is not known: the pending writes of that mount's
+// descriptors of the file may have landed, in part, or not, as at a
+// failed fsync through them (a flush that fails gives them up), and each
+// descriptor may hear of it at its next fsync or close (errseq); writes
+// made after op are a flush of their own. Two calls do so: a look by path
+// whose close failed (seed 385528116), and an unlock, which flushes so
+// that the next holder reads what the owner wrote, and answers 0 even
+// when that flush fails (seed 189815862: the unlock's flush was refused,
+// a later write through the descriptor landed at its close, which said
+// EIO for the first). Settled as such an fsync is; keep: op stays in
+// flight until then (r.mu held).
+func (r *Runner) flushBehind(sl *slot, op *Op, fp *Footprint, at string) (keep bool) {
 	var pending []pwrite
 	var fds []*FD
 	for _, fd := range r.fdsOf(sl.idx) {
@@ -756,7 +765,7 @@ func (r *Runner) flushFailedBehind(sl *slot, op *Op, fp *Footprint) (keep bool) 
 		fd.Pending, fd.mayEIO = nil, true
 	}
 	flush := &Op{N: op.N, Mount: op.Mount, Kind: "flush", Ino: op.Ino, Writes: pending}
-	failed := &Op{N: op.N, Mount: op.Mount, Kind: "fdfsync", Ino: op.Ino, Errno: op.Errno, Failed: "close"}
+	failed := &Op{N: op.N, Mount: op.Mount, Kind: "fdfsync", Ino: op.Ino, Errno: op.Errno, Failed: at}
 	r.settleLater(sl, failed, fp, [][]*Op{nil, {flush}})
 	return true
 }
