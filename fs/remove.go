@@ -94,29 +94,7 @@ func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, 
 				return 0, syscall.ENOTEMPTY
 			}
 		}
-		opPath := store.DeleteDentry(path, d.Ver)
-		if err := opPath.Err(); err != nil {
-			return 0, err
-		}
-		subdirs := 0
-		if d.Type == store.TypeDir {
-			subdirs = -1
-		}
-		// The directory's times, and its count for a subdirectory, ride
-		// with the delete.
-		opParent, pl, err := f.dirLinksOp(ctx, parent.ino(), subdirs, now())
-		if err != nil {
-			return 0, err
-		}
-		f.cache.InvalidatePath(path)
-		f.noteWrite()
-		res, err := f.st.Bulk(ctx, []store.BulkOp{opPath, opParent})
-		if err != nil {
-			f.settleDirLinks(ctx, pl, store.BulkResult{Err: err}, false)
-			return 0, err
-		}
-		f.settleDirLinks(ctx, pl, res[1], res[0].Err == nil)
-		err = res[0].Err
+		err = f.deleteEntry(ctx, parent.ino(), path, d)
 		if errors.Is(err, store.ErrConflict) && attempt < 10 {
 			continue // changed between our read and delete: look again
 		}
@@ -127,6 +105,60 @@ func (f *FS) removeLocked(ctx context.Context, parent dirRef, dir, path string, 
 			return 0, err
 		}
 		return d.Ino, nil
+	}
+}
+
+// deleteEntry deletes d, the name at path in directory dir as read under
+// the caller's locks, with the directory's times (and count, for a
+// subdirectory) riding in the same bulk. A delete whose outcome is
+// unknown (its answer lost, refused, held past the timeout) is settled
+// here by reading the name again, which nobody else changes while the
+// caller holds its lock: gone, the delete landed, and the caller goes on
+// to drop the inode's link (answering EIO instead left the inode with a
+// link no name holds, unreachable: campaign seed 189815862); still there
+// at the version read, it did not land (yet), and is sent again at that
+// version, so that a late copy of the first finds nothing left to delete.
+// After a few unknown outcomes in a row the error is returned (EIO): the
+// name may still go later, leaving an inode fsck --repair removes.
+func (f *FS) deleteEntry(ctx context.Context, dir uint64, path string, d store.Dentry) error {
+	opPath := store.DeleteDentry(path, d.Ver)
+	if err := opPath.Err(); err != nil {
+		return err
+	}
+	subdirs := 0
+	if d.Type == store.TypeDir {
+		subdirs = -1
+	}
+	for try := 0; ; try++ {
+		opParent, pl, err := f.dirLinksOp(ctx, dir, subdirs, now())
+		if err != nil {
+			return err
+		}
+		f.cache.InvalidatePath(path)
+		f.noteWrite()
+		res, err := f.st.Bulk(ctx, []store.BulkOp{opPath, opParent})
+		parentRes := store.BulkResult{Err: err}
+		if err == nil {
+			err, parentRes = res[0].Err, res[1]
+		}
+		// A second try that finds the name changed or gone may have been
+		// beaten by the first, landing late: the name tells too.
+		unknown := errors.Is(err, store.ErrUnavailable) ||
+			try > 0 && (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound))
+		if unknown && try < 3 {
+			cur, gerr := f.st.GetDentry(ctx, path)
+			switch {
+			case errors.Is(gerr, store.ErrNotFound):
+				f.log.Info("a removal whose answer was lost had landed", "path", path, "err", err)
+				f.settleDirLinks(ctx, pl, parentRes, true)
+				return nil
+			case gerr == nil && cur.Ver == d.Ver:
+				f.settleDirLinks(ctx, pl, parentRes, false)
+				continue
+			}
+		}
+		f.settleDirLinks(ctx, pl, parentRes, err == nil)
+		return err
 	}
 }
 

@@ -686,3 +686,57 @@ func TestFindingUnlinkedOpenFileOfDeadMount(t *testing.T) {
 		t.Errorf("esfs fsck after the dead mount's unlinked file went (%v):\n%s", err, out)
 	}
 }
+
+// TestFindingUnlinkAnswerLost (campaign seed 189815862, class fsck;
+// fixed): an unlink on the synchronous path whose bulk (the name's delete
+// and the directory's times) landed with its answer lost answered EIO and
+// never dropped the inode's link: the name was gone on every mount, and
+// the inode stayed behind with one link, unreachable, until fsck
+// --repair. Now the delete's outcome is settled under the name's lock by
+// reading the name again: gone, the unlink goes on and succeeds; still
+// there, it is deleted again (a held first copy then finds nothing).
+func TestFindingUnlinkAnswerLost(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--write-delegations=false")
+	b := f.Mount(t)
+	for _, tc := range []struct {
+		name  string
+		fault mounttest.Fault
+	}{
+		{"answer-lost", mounttest.Fault{Reset: true}},
+		{"held", mounttest.Fault{Delay: mounttest.LateDelay, Reset: true}},
+		{"refused", mounttest.Fault{Refuse: 503}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "gone-" + tc.name
+			if err := os.WriteFile(a.Path(name), []byte(tc.name), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(a.Path(name), &st); err != nil {
+				t.Fatal(err)
+			}
+			fault := tc.fault
+			fault.Match = mounttest.BulkTo("", `"delete"`, `"_id":"`+store.DocID("/"+name)+`"`)
+			fp.Add(&fault)
+			if err := os.Remove(a.Path(name)); err != nil {
+				t.Errorf("unlink whose delete met a fault (%s): %v, want success", tc.name, err)
+			}
+			fault.WaitFired(t)
+			for _, m := range []*mounttest.Mount{a, b} {
+				if _, err := os.Stat(m.Path(name)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s after the unlink: %v, want ENOENT", m.Path(name), err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if n, err := f.Store.GetInode(ctx, st.Ino); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("the unlinked file's inode after the unlink: %+v, %v; want it gone with its last link", n, err)
+			}
+		})
+	}
+	if out, err := f.Run("fsck", "--no-wait"); err != nil {
+		t.Errorf("esfs fsck after the unlinks (%v):\n%s", err, out)
+	}
+}
