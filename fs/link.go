@@ -55,13 +55,20 @@ func (f *FS) linkLocked(ctx context.Context, parent dirRef, ino uint64, dir, pat
 	d := store.Dentry{Path: path, Ino: a.Ino, Type: a.Type}
 	f.cache.InvalidatePath(path)
 	f.noteWrite()
-	v, err := f.st.Write(ctx, store.CreateDentry(d))
+	v, err := f.createLinkName(ctx, d)
 	if errors.Is(err, store.ErrExists) {
 		if cleared, cerr := f.clearGarbage(ctx, path); cerr == nil && cleared {
-			v, err = f.st.Write(ctx, store.CreateDentry(d))
+			v, err = f.createLinkName(ctx, d)
 		}
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		// The name may still be made by a try held on its way: the count
+		// stays, one too high if it never is (a leak fsck --repair
+		// counts), never one too low for a name that is there.
+		f.log.Warn("a link's name may still land; its inode keeps the count", "path", path, "ino", a.Ino, "err", err)
+		return store.Node{}, err
+	case err != nil:
 		if _, uerr := f.updateInode(ctx, a.Ino, func(a *store.Inode) error { *a = a.Unlinked(parent.ino()); return nil }); uerr != nil {
 			f.log.Warn("could not undo a link count", "ino", a.Ino, "err", uerr)
 		}
@@ -73,6 +80,27 @@ func (f *FS) linkLocked(ctx context.Context, parent dirRef, ino uint64, dir, pat
 	sn := store.Node{Dentry: d, Attr: a}
 	f.cache.PutNode(sn, f.cache.Gen())
 	return sn, nil
+}
+
+// createLinkName makes the path document d of a new link with
+// create-if-absent, under the caller's exclusive lock on the name. A try
+// whose outcome is unknown (its answer lost, refused, held) is made
+// again: the name then found, naming d's inode, is the earlier try's,
+// landed. Before, a link whose name landed with its answer lost took its
+// count back and answered EIO: two names, one link counted, and removing
+// either name deleted the file under the other.
+func (f *FS) createLinkName(ctx context.Context, d store.Dentry) (store.Version, error) {
+	v, err := f.st.Write(ctx, store.CreateDentry(d))
+	for try := 0; errors.Is(err, store.ErrUnavailable) && try < 3; try++ {
+		v, err = f.st.Write(ctx, store.CreateDentry(d))
+		if errors.Is(err, store.ErrExists) {
+			cur, gerr := f.st.GetDentry(ctx, d.Path)
+			if gerr == nil && cur.Ino == d.Ino && cur.Intent.Op == "" {
+				return cur.Ver, nil
+			}
+		}
+	}
+	return v, err
 }
 
 // settleLinkCount settles a link's count whose write met an unknown

@@ -740,3 +740,55 @@ func TestFindingUnlinkAnswerLost(t *testing.T) {
 		t.Errorf("esfs fsck after the unlinks (%v):\n%s", err, out)
 	}
 }
+
+// TestFindingLinkNameAnswerLost (found reading the code after
+// TestFindingUnlinkAnswerLost): a link whose new name landed with its
+// answer lost took the inode's count back and answered EIO, leaving two
+// names and one link counted: removing the first name then deleted the
+// file under the second. Now the name's creation is tried again under its
+// lock, and a name found made with the file's inode is the first try's;
+// the link succeeds.
+func TestFindingLinkNameAnswerLost(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--write-delegations=false")
+	b := f.Mount(t)
+	for _, tc := range []struct {
+		name  string
+		fault mounttest.Fault
+	}{
+		{"answer-lost", mounttest.Fault{Reset: true}},
+		{"held", mounttest.Fault{Delay: mounttest.LateDelay, Reset: true}},
+		{"refused", mounttest.Fault{Refuse: 503}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, dst := "src-"+tc.name, "dst-"+tc.name
+			want := []byte("linked " + tc.name)
+			if err := os.WriteFile(a.Path(src), want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fault := tc.fault
+			id := store.DocID("/" + dst)
+			fault.Match = func(method, path string, _ []byte) bool {
+				return method == http.MethodPut && strings.HasSuffix(path, "/_doc/"+id)
+			}
+			fp.Add(&fault)
+			if err := os.Link(a.Path(src), a.Path(dst)); err != nil {
+				t.Errorf("link whose name met a fault (%s): %v, want success", tc.name, err)
+			}
+			fault.WaitFired(t)
+			if err := os.Remove(b.Path(src)); err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []*mounttest.Mount{a, b} {
+				got, err := os.ReadFile(m.Path(dst))
+				if err != nil || !bytes.Equal(got, want) {
+					t.Errorf("%s after the first name's removal: %q, %v; want %q", m.Path(dst), got, err, want)
+				}
+			}
+		})
+	}
+	if out, err := f.Run("fsck", "--no-wait"); err != nil {
+		t.Errorf("esfs fsck after the links (%v):\n%s", err, out)
+	}
+}
