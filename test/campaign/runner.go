@@ -379,6 +379,10 @@ func (r *Runner) finding(class, format string, args ...any) {
 	}
 	if r.cfg.Exclude[class] {
 		if r.res.Excluded == nil {
+			// Its logs too: an open bug's next diagnosis needs them.
+			if logs := r.keepMountLogs(); logs != "" {
+				f.Text += " (the mounts' logs: " + logs + ")"
+			}
 			r.res.Excluded = &f
 		}
 	} else {
