@@ -46,6 +46,10 @@ type openFile struct {
 	// stale: a lock was granted through the file and it could not be
 	// brought up to the store then; its next use does it (owed).
 	stale bool
+	// rebaseDue: the stored inode was learnt changed by another mount
+	// (noteInode) while chunks were buffered; the next chunk write
+	// rebases them first (rebase.go).
+	rebaseDue bool
 	// clean holds a few recently read chunks for sequential reads.
 	clean    map[int64][]byte
 	cleanLRU []int64
@@ -172,6 +176,24 @@ func (f *FS) noteInode(a store.Inode) {
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if v := of.attr.Ver; a.Ver.PrimaryTerm > v.PrimaryTerm || (a.Ver.PrimaryTerm == v.PrimaryTerm && a.Ver.SeqNo > v.SeqNo) {
+		if changedSince(of.attr, a, 0) {
+			// Another mount changed the file since this one last knew it
+			// (or this call set its mtime): the flush, which finds the
+			// inode as it is now, can no longer tell, so the chunks read
+			// before are dropped, and those with buffered writes rebased
+			// at the flush. Else the flush wrote back the bytes it had
+			// read around its writes, undoing another mount's append
+			// (zeros) or write (campaign seed 140690161: an fsetxattr
+			// between the other mount's append and this one's flush).
+			of.clean, of.cleanLRU = map[int64][]byte{}, nil
+			of.cgen++
+			of.rebaseDue = of.rebaseDue || len(of.dirty) > 0
+			if !of.cutOwed {
+				// As rebase leaves it: a write reading a chunk cuts it
+				// there.
+				of.size = max(a.Size, of.wend)
+			}
+		}
 		of.attr = a
 	}
 }

@@ -93,7 +93,7 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 		}
 		// Another mount changed the file since this one read what the
 		// chunks hold besides its writes (see rebase.go).
-		if of.w.gen != gen && (attempt > 0 || changedSince(prev, of.attr, 1)) {
+		if of.rebaseDue || of.w.gen != gen && (attempt > 0 || changedSince(prev, of.attr, 1)) {
 			if err := of.rebase(ctx); err != nil {
 				return of.giveUp(ctx, err) // nothing was sent
 			}

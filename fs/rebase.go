@@ -98,6 +98,7 @@ func changedSince(prev, cur store.Inode, allocated uint64) bool {
 // flush if further) reads as zeros. Cached clean chunks go too. Caller
 // holds of.mu.
 func (of *openFile) rebase(ctx context.Context) error {
+	of.rebaseDue = false
 	of.clean, of.cleanLRU = map[int64][]byte{}, nil
 	of.cgen++
 	cs := of.f.st.ChunkSize()

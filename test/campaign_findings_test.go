@@ -792,3 +792,84 @@ func TestFindingLinkNameAnswerLost(t *testing.T) {
 		t.Errorf("esfs fsck after the links (%v):\n%s", err, out)
 	}
 }
+
+// TestFindingXattrHidesAnotherMountsAppend (campaign seed 140690161, class
+// unknown-outcome; fixed): mount A read a file through a descriptor, B
+// appended to it, A set an xattr through its descriptor and then wrote
+// into the chunk it had read, and closed. The xattr's write gave A's open
+// file the inode as stored, B's append included, so A's flush no longer
+// saw that another mount had changed the file and wrote back the bytes it
+// had read around its write: B's appended bytes read as zeros on every
+// mount. Now an open file that learns so drops what it read and rebases
+// its buffered chunks at the flush.
+func TestFindingXattrHidesAnotherMountsAppend(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t)
+	b := f.Mount(t)
+	for _, tc := range []struct {
+		via        string
+		writeFirst bool // A's write buffered before B's append
+	}{{"fsetxattr", false}, {"fchmod", false}, {"fsetxattr", true}} {
+		via := tc.via
+		name := "appended-" + via
+		if tc.writeFirst {
+			name += "-written-first"
+		}
+		t.Run(name, func(t *testing.T) {
+			before := bytes.Repeat([]byte("b"), 100000)
+			if err := os.WriteFile(b.Path(name), before, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fh, err := os.OpenFile(a.Path(name), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fh.Close()
+			if _, err := fh.ReadAt(make([]byte, 4096), 0); err != nil {
+				t.Fatal(err)
+			}
+			written := bytes.Repeat([]byte("A"), 2562)
+			if tc.writeFirst {
+				if _, err := fh.WriteAt(written, 2466); err != nil {
+					t.Fatal(err)
+				}
+			}
+			appended := bytes.Repeat([]byte("B"), 810)
+			ap, err := os.OpenFile(b.Path(name), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ap.Write(appended); err != nil {
+				t.Fatal(err)
+			}
+			if err := ap.Close(); err != nil {
+				t.Fatal(err)
+			}
+			switch via {
+			case "fsetxattr":
+				err = unix.Fsetxattr(int(fh.Fd()), "user.x", []byte("v"), 0)
+			case "fchmod":
+				err = fh.Chmod(0o640)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.writeFirst {
+				if _, err := fh.WriteAt(written, 2466); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := fh.Close(); err != nil {
+				t.Fatal(err)
+			}
+			want := append(append([]byte{}, before...), appended...)
+			copy(want[2466:], written)
+			for _, m := range []*mounttest.Mount{a, b} {
+				got := mounttest.MustReadFile(t, m.Path(name))
+				if !bytes.Equal(got, want) {
+					t.Errorf("%s: %d bytes, want %d; %d zeros where the other mount appended", m.Path(name), len(got), len(want), bytes.Count(got[min(len(got), len(before)):], []byte{0}))
+				}
+			}
+		})
+	}
+}
