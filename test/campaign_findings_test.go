@@ -873,3 +873,42 @@ func TestFindingXattrHidesAnotherMountsAppend(t *testing.T) {
 		})
 	}
 }
+
+// TestFindingReplacedInodeDropRefused (campaign seed 868956585, class
+// fsck; fixed): a rename over a file finished, and the drop of the
+// replaced inode's link was refused once (503): the rename's record says
+// the drop is done once it begins, and nothing tried it again, so the
+// replaced inode stayed behind with no name, unreachable. Now a mount
+// tries such a drop again in the background, as its unlink does.
+func TestFindingReplacedInodeDropRefused(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL, "--write-delegations=false")
+	for _, name := range []string{"src", "dst"} {
+		if err := os.WriteFile(a.Path(name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(a.Path("dst"), &st); err != nil {
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf("-inodes-W/_doc/%d", st.Ino)
+	// The drop: the replaced inode's delete, its last link gone.
+	refused := fp.Add(&mounttest.Fault{Refuse: 503, Match: func(method, path string, _ []byte) bool {
+		return method == http.MethodDelete && strings.HasSuffix(path, doc)
+	}})
+	if err := os.Rename(a.Path("src"), a.Path("dst")); err != nil {
+		t.Fatal(err)
+	}
+	refused.WaitFired(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mounttest.WaitFor(t, "the replaced inode deleted", time.Minute, func() bool {
+		_, err := f.Store.GetInode(ctx, st.Ino)
+		return errors.Is(err, store.ErrNotFound)
+	})
+	if out, err := f.Run("fsck", "--no-wait"); err != nil {
+		t.Errorf("esfs fsck after the rename (%v):\n%s", err, out)
+	}
+}
