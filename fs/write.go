@@ -200,6 +200,14 @@ func (f *FS) truncate(ctx context.Context, ino uint64, size int64, fresh *store.
 		}
 		w.gen = 0
 	}
+	if size > old && (of == nil || of.dirty[old/f.st.ChunkSize()] == nil) {
+		// A growth reads zeros past the old end, whatever the chunk it
+		// falls in holds there (cutTail). A refusal is a newer write of
+		// that chunk, which cut it itself.
+		if _, err := f.cutTail(ctx, ino, old, w, base); err != nil {
+			return err
+		}
+	}
 	var created int64
 	if of != nil {
 		created = of.newChunks
@@ -283,29 +291,48 @@ func (f *FS) resizeAfterCut(ctx context.Context, ino uint64, size, mtime int64, 
 // base if it has none). It reports whether any of it was refused by a
 // write of a version at least as high, and how many chunks it deleted.
 func (f *FS) cut(ctx context.Context, ino uint64, size, old int64, w *dataWriter, base *store.Inode) (refused bool, deleted int64, err error) {
-	cs := f.st.ChunkSize()
-	if size%cs != 0 {
-		c := size / cs
-		got, err := f.st.ReadChunks(ctx, ino, c, c)
-		if err != nil {
-			return false, 0, err
-		}
-		if b, ok := got[c]; ok && int64(len(b)) > size-c*cs {
-			st, err := w.stamp(ctx, f, base)
-			if err != nil {
-				return false, 0, err
-			}
-			wr, err := f.st.WriteChunks(ctx, ino, map[int64][]byte{c: b[:size-c*cs]}, st)
-			if err != nil {
-				return false, 0, err
-			}
-			refused = len(wr.Refused) > 0
-		}
+	refused, err = f.cutTail(ctx, ino, size, w, base)
+	if err != nil {
+		return false, 0, err
 	}
+	cs := f.st.ChunkSize()
 	st, err := w.stamp(ctx, f, base)
 	if err != nil {
 		return false, 0, err
 	}
 	d, err := f.st.TryDeleteChunks(ctx, ino, (size+cs-1)/cs, (old-1)/cs, st.Version)
 	return refused || len(d.Refused) > 0, d.Count, err
+}
+
+// cutTail writes the chunk end falls in again without what it holds past
+// end, if it holds anything there (one read, and a write only then):
+// bytes past the end of file that a growth of the file would expose. A
+// truncate down cuts them; a growth has them too, for what lies past the
+// stored end is not always nothing: the chunk of a flush whose answer was
+// lost and whose undo the cluster refused as well (campaign seed
+// 450358988), or of a writer killed between its chunks and its size.
+// refused: a newer write of the chunk is stored (see cut).
+func (f *FS) cutTail(ctx context.Context, ino uint64, end int64, w *dataWriter, base *store.Inode) (refused bool, err error) {
+	cs := f.st.ChunkSize()
+	if end%cs == 0 {
+		return false, nil
+	}
+	c := end / cs
+	got, err := f.st.ReadChunks(ctx, ino, c, c)
+	if err != nil {
+		return false, err
+	}
+	b, ok := got[c]
+	if !ok || int64(len(b)) <= end-c*cs {
+		return false, nil
+	}
+	st, err := w.stamp(ctx, f, base)
+	if err != nil {
+		return false, err
+	}
+	wr, err := f.st.WriteChunks(ctx, ino, map[int64][]byte{c: b[:end-c*cs]}, st)
+	if err != nil {
+		return false, err
+	}
+	return len(wr.Refused) > 0, nil
 }

@@ -912,3 +912,47 @@ func TestFindingReplacedInodeDropRefused(t *testing.T) {
 		t.Errorf("esfs fsck after the rename (%v):\n%s", err, out)
 	}
 }
+
+// TestFindingGrowthExposesLostFlushTail (campaign seed 450358988, class
+// data; fixed): a close's chunk write past the end of file landed with
+// its answer lost, and the undo of it (see
+// TestFindingLateChunkPastEndExposedByGrowth) was refused too: the bytes
+// stayed in the chunk past the end, and a truncate up on another mount
+// exposed them, bytes the writer had been told were lost. Now a growth
+// cuts the chunk the old end falls in when it holds anything past it.
+func TestFindingGrowthExposesLostFlushTail(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL)
+	b := f.Mount(t)
+	const before = "0123456789"
+	if err := os.WriteFile(b.Path("tail"), []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.OpenFile(a.Path("tail"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.Write(bytes.Repeat([]byte{'A'}, 47)); err != nil {
+		t.Fatal(err)
+	}
+	lost := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-data"), Reset: true})
+	undo := fp.Add(&mounttest.Fault{Refuse: 429, Match: func(method, path string, _ []byte) bool {
+		return method == http.MethodPost && strings.HasSuffix(path, "-data/_mget")
+	}})
+	if err := fh.Close(); err == nil {
+		t.Fatal("close whose chunk write lost its answer: 0, want EIO")
+	}
+	lost.WaitFired(t)
+	undo.WaitFired(t)
+	const grown = 100
+	if err := os.Truncate(b.Path("tail"), grown); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]byte(before), make([]byte, grown-len(before))...)
+	for _, m := range []*mounttest.Mount{a, b} {
+		if got := mounttest.MustReadFile(t, m.Path("tail")); !bytes.Equal(got, want) {
+			t.Errorf("%s after a truncate up to %d: %q, want %q (the lost write's bytes exposed)", m.Dir, grown, got, want)
+		}
+	}
+}
