@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // inodeDoc is the JSON of an inode document.
@@ -243,8 +244,17 @@ func (s *Store) RefreshAll(ctx context.Context) error {
 // a count never goes below 2: a drift is fsck's to repair, not a reason to
 // make a directory look uncounted.
 func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64) (Inode, error) {
-	for attempt := 0; ; attempt++ {
+	for attempt, unread := 0, 0; ; attempt++ {
 		n, err := s.GetInode(ctx, ino)
+		if errors.Is(err, ErrUnavailable) && unread < 3 && ctx.Err() == nil {
+			// Nothing written yet: a read is safe to try again, and the
+			// callers cannot (a rename's count moves once, marked done
+			// before: campaign seed 418038309, where one refused read
+			// left a directory one link short).
+			unread++
+			Backoff(ctx, unread+4, time.Second)
+			continue
+		}
 		if err != nil {
 			return Inode{}, err
 		}

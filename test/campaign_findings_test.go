@@ -956,3 +956,46 @@ func TestFindingGrowthExposesLostFlushTail(t *testing.T) {
 		}
 	}
 }
+
+// TestFindingDirLinksReadRefused (campaign seed 418038309, class
+// unknown-outcome; fixed): a rename of a directory into another moves
+// one link count to it, once (the rename's record marks it done before),
+// and the read that count's compare-and-set starts from was refused
+// (503): nothing was written, nothing tried again, and the directory
+// stayed one link short on every mount. Now the read is tried again.
+func TestFindingDirLinksReadRefused(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	m := f.Mount(t)
+	if err := os.MkdirAll(m.Path("d", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m.Sync(t)
+	var sd syscall.Stat_t
+	if err := syscall.Stat(m.Path("d"), &sd); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := store.New(store.Config{URLs: []string{fp.URL}, Prefix: f.Index, RequestTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before, err := f.Store.GetInode(ctx, sd.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf("-inodes/_doc/%d", sd.Ino)
+	refused := fp.Add(&mounttest.Fault{Refuse: 503, Match: func(method, path string, _ []byte) bool {
+		return method == http.MethodGet && strings.HasSuffix(path, doc)
+	}})
+	n, err := st.AddDirLinks(ctx, sd.Ino, 1, 0)
+	refused.WaitFired(t)
+	if err != nil || n.Nlink != before.Nlink+1 {
+		t.Errorf("a link count added while its first read was refused: %d links, %v; want %d", n.Nlink, err, before.Nlink+1)
+	}
+}
