@@ -243,8 +243,19 @@ func (s *Store) RefreshAll(ctx context.Context) error {
 // its entries. A count not kept (see DirLinksCounted) stays as it is, and
 // a count never goes below 2: a drift is fsck's to repair, not a reason to
 // make a directory look uncounted.
+//
+// A write whose outcome is unknown (its answer lost, refused, held past
+// the timeout) is settled by reading again, as callers cannot (a rename
+// moves a count once, marked done before: campaign seed 610759803): the
+// document still at the version that write was based on did not change,
+// and the count is written again at that version, which a late copy of
+// the first then cannot follow; moved on to what that write would have
+// made, the write landed. Moved on to anything else, it cannot be told,
+// and the first error is returned (fsck --repair counts the directory).
 func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64) (Inode, error) {
-	for attempt, unread := 0, 0; ; attempt++ {
+	var sent *Inode // what a write of unknown outcome would have made, at the version it was based on
+	var sentErr error
+	for attempt, unread, unknown := 0, 0, 0; ; attempt++ {
 		n, err := s.GetInode(ctx, ino)
 		if errors.Is(err, ErrUnavailable) && unread < 3 && ctx.Err() == nil {
 			// Nothing written yet: a read is safe to try again, and the
@@ -258,11 +269,28 @@ func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64)
 		if err != nil {
 			return Inode{}, err
 		}
+		if sent != nil && n.Ver != sent.Ver {
+			if n.Nlink == sent.Nlink && n.Mtime == sent.Mtime && n.Ctime == sent.Ctime {
+				return n, nil // landed after all
+			}
+			return Inode{}, sentErr
+		}
 		changed, ok := WithDirLinks(n, delta, t)
 		if !ok {
 			return n, nil
 		}
 		v, err := s.Write(ctx, PutInode(changed, n.Ver))
+		if errors.Is(err, ErrUnavailable) && unknown < 3 && ctx.Err() == nil {
+			unknown++
+			if sent == nil {
+				sentErr = err
+			}
+			c := changed
+			c.Ver = n.Ver
+			sent = &c
+			Backoff(ctx, attempt+6, time.Second)
+			continue
+		}
 		if errors.Is(err, ErrConflict) && attempt < 100 {
 			Backoff(ctx, attempt, InodeBackoff)
 			continue

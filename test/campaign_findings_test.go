@@ -957,12 +957,14 @@ func TestFindingGrowthExposesLostFlushTail(t *testing.T) {
 	}
 }
 
-// TestFindingDirLinksReadRefused (campaign seed 418038309, class
-// unknown-outcome; fixed): a rename of a directory into another moves
-// one link count to it, once (the rename's record marks it done before),
-// and the read that count's compare-and-set starts from was refused
-// (503): nothing was written, nothing tried again, and the directory
-// stayed one link short on every mount. Now the read is tried again.
+// TestFindingDirLinksReadRefused (campaign seeds 418038309, class
+// unknown-outcome, and 610759803, class dir-nlink; fixed): a rename of a
+// directory into another moves one link count to it, once (the rename's
+// record marks it done before); the read that count's compare-and-set
+// starts from was refused (503), or the write's answer was lost: nothing
+// tried again, and the directory stayed one link short on every mount.
+// Now the read is tried again, and a write's unknown outcome is settled
+// by reading the directory again (store.AddDirLinks).
 func TestFindingDirLinksReadRefused(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, f.URL)
@@ -977,7 +979,7 @@ func TestFindingDirLinksReadRefused(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := store.New(store.Config{URLs: []string{fp.URL}, Prefix: f.Index, RequestTimeout: 10 * time.Second})
+	st, err := store.New(store.Config{URLs: []string{fp.URL}, Prefix: f.Index, RequestTimeout: mounttest.LateTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -989,13 +991,33 @@ func TestFindingDirLinksReadRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := fmt.Sprintf("-inodes/_doc/%d", sd.Ino)
-	refused := fp.Add(&mounttest.Fault{Refuse: 503, Match: func(method, path string, _ []byte) bool {
-		return method == http.MethodGet && strings.HasSuffix(path, doc)
-	}})
-	n, err := st.AddDirLinks(ctx, sd.Ino, 1, 0)
-	refused.WaitFired(t)
-	if err != nil || n.Nlink != before.Nlink+1 {
-		t.Errorf("a link count added while its first read was refused: %d links, %v; want %d", n.Nlink, err, before.Nlink+1)
+	// The read refused; the write's answer lost (it landed), held past the
+	// timeout (it lands late), or refused: one link more each time.
+	get := fmt.Sprintf("-inodes/_doc/%d", sd.Ino)
+	put := fmt.Sprintf("-inodes-W/_doc/%d", sd.Ino)
+	want := before.Nlink
+	for _, tc := range []struct {
+		name   string
+		method string
+		fault  mounttest.Fault
+	}{
+		{"read-refused", http.MethodGet, mounttest.Fault{Refuse: 503}},
+		{"write-answer-lost", http.MethodPut, mounttest.Fault{Reset: true}},
+		{"write-held", http.MethodPut, mounttest.Fault{Delay: mounttest.LateDelay, Reset: true}},
+		{"write-refused", http.MethodPut, mounttest.Fault{Refuse: 429}},
+	} {
+		fault := tc.fault
+		fault.Match = func(method, path string, _ []byte) bool {
+			return method == tc.method && (strings.HasSuffix(path, get) || strings.HasSuffix(path, put))
+		}
+		fp.Add(&fault)
+		n, err := st.AddDirLinks(ctx, sd.Ino, 1, 0)
+		fault.WaitFired(t)
+		want++
+		cur, gerr := f.Store.GetInode(ctx, sd.Ino)
+		if err != nil || n.Nlink != want || gerr != nil || cur.Nlink != want {
+			t.Errorf("%s: a link count added: %d links answered (%v), %d stored (%v); want %d", tc.name, n.Nlink, err, cur.Nlink, gerr, want)
+			want = cur.Nlink
+		}
 	}
 }
