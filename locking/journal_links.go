@@ -220,6 +220,8 @@ func DropLinkFrom(ctx context.Context, b InodeBackend, known store.Inode, dir ui
 				continue
 			case errors.Is(err, store.ErrNotFound):
 				return store.Inode{}, nil
+			case err != nil && sent != nil:
+				return store.Inode{}, unknownDrop(err) // an earlier try may have landed
 			case err != nil:
 				return store.Inode{}, err
 			}
@@ -241,6 +243,9 @@ func DropLinkFrom(ctx context.Context, b InodeBackend, known store.Inode, dir ui
 		}
 		if errors.Is(err, store.ErrNotFound) {
 			return store.Inode{}, nil
+		}
+		if err != nil && (sent != nil || errors.Is(err, store.ErrUnavailable)) {
+			return store.Inode{}, unknownDrop(err) // this try, or an earlier one, may have landed
 		}
 		if err != nil {
 			return store.Inode{}, err
