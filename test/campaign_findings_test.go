@@ -35,6 +35,19 @@ func openFinding(t *testing.T) {
 	}
 }
 
+// unknownOutcomes are the faults that leave a write's outcome unknown to
+// the mount that sent it: its answer lost (it landed), held past the
+// request timeout (it lands late), refused. A mount using them has
+// --es-timeout mounttest.LateTimeout.
+var unknownOutcomes = []struct {
+	name  string
+	fault mounttest.Fault
+}{
+	{"answer-lost", mounttest.Fault{Reset: true}},
+	{"held", mounttest.Fault{Delay: mounttest.LateDelay, Reset: true}},
+	{"refused", mounttest.Fault{Refuse: 503}},
+}
+
 // ftruncateScript opens argv[1], truncates it to argv[2] bytes and prints
 // the errno (0 for success); then it waits for a line on stdin, closes the
 // file and prints close's errno.
@@ -678,12 +691,26 @@ func TestFindingUnlinkedOpenFileOfDeadMount(t *testing.T) {
 	}
 
 	a.Kill()
-	mounttest.WaitFor(t, "the dead mount's unlinked file deleted by the live mount's sweeper", time.Minute, func() bool {
-		_, err := f.Store.GetInode(ctx, st.Ino)
+	waitInodeGone(t, f, st.Ino, "the dead mount's unlinked file deleted by the live mount's sweeper")
+	fsckClean(t, f, "after the dead mount's unlinked file went")
+}
+
+// waitInodeGone waits until inode ino is no longer stored.
+func waitInodeGone(t *testing.T, f *mounttest.FS, ino uint64, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mounttest.WaitFor(t, what, time.Minute, func() bool {
+		_, err := f.Store.GetInode(ctx, ino)
 		return errors.Is(err, store.ErrNotFound)
 	})
+}
+
+// fsckClean checks that esfs fsck finds nothing (when says after what).
+func fsckClean(t *testing.T, f *mounttest.FS, when string) {
+	t.Helper()
 	if out, err := f.Run("fsck", "--no-wait"); err != nil {
-		t.Errorf("esfs fsck after the dead mount's unlinked file went (%v):\n%s", err, out)
+		t.Errorf("esfs fsck %s (%v):\n%s", when, err, out)
 	}
 }
 
@@ -700,14 +727,7 @@ func TestFindingUnlinkAnswerLost(t *testing.T) {
 	fp := mounttest.NewFaultProxy(t, f.URL)
 	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--write-delegations=false")
 	b := f.Mount(t)
-	for _, tc := range []struct {
-		name  string
-		fault mounttest.Fault
-	}{
-		{"answer-lost", mounttest.Fault{Reset: true}},
-		{"held", mounttest.Fault{Delay: mounttest.LateDelay, Reset: true}},
-		{"refused", mounttest.Fault{Refuse: 503}},
-	} {
+	for _, tc := range unknownOutcomes {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "gone-" + tc.name
 			if err := os.WriteFile(a.Path(name), []byte(tc.name), 0o644); err != nil {
@@ -736,9 +756,7 @@ func TestFindingUnlinkAnswerLost(t *testing.T) {
 			}
 		})
 	}
-	if out, err := f.Run("fsck", "--no-wait"); err != nil {
-		t.Errorf("esfs fsck after the unlinks (%v):\n%s", err, out)
-	}
+	fsckClean(t, f, "after the unlinks")
 }
 
 // TestFindingLinkNameAnswerLost (found reading the code after
@@ -753,14 +771,7 @@ func TestFindingLinkNameAnswerLost(t *testing.T) {
 	fp := mounttest.NewFaultProxy(t, f.URL)
 	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--write-delegations=false")
 	b := f.Mount(t)
-	for _, tc := range []struct {
-		name  string
-		fault mounttest.Fault
-	}{
-		{"answer-lost", mounttest.Fault{Reset: true}},
-		{"held", mounttest.Fault{Delay: mounttest.LateDelay, Reset: true}},
-		{"refused", mounttest.Fault{Refuse: 503}},
-	} {
+	for _, tc := range unknownOutcomes {
 		t.Run(tc.name, func(t *testing.T) {
 			src, dst := "src-"+tc.name, "dst-"+tc.name
 			want := []byte("linked " + tc.name)
@@ -788,9 +799,7 @@ func TestFindingLinkNameAnswerLost(t *testing.T) {
 			}
 		})
 	}
-	if out, err := f.Run("fsck", "--no-wait"); err != nil {
-		t.Errorf("esfs fsck after the links (%v):\n%s", err, out)
-	}
+	fsckClean(t, f, "after the links")
 }
 
 // TestFindingXattrHidesAnotherMountsAppend (campaign seed 140690161, class
@@ -902,15 +911,8 @@ func TestFindingReplacedInodeDropRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	refused.WaitFired(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	mounttest.WaitFor(t, "the replaced inode deleted", time.Minute, func() bool {
-		_, err := f.Store.GetInode(ctx, st.Ino)
-		return errors.Is(err, store.ErrNotFound)
-	})
-	if out, err := f.Run("fsck", "--no-wait"); err != nil {
-		t.Errorf("esfs fsck after the rename (%v):\n%s", err, out)
-	}
+	waitInodeGone(t, f, st.Ino, "the replaced inode deleted")
+	fsckClean(t, f, "after the rename")
 }
 
 // TestFindingGrowthExposesLostFlushTail (campaign seed 450358988, class
@@ -1036,14 +1038,7 @@ func TestFindingLinkDropAnswerLost(t *testing.T) {
 	fp := mounttest.NewFaultProxy(t, f.URL)
 	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--write-delegations=false")
 	b := f.Mount(t)
-	for _, tc := range []struct {
-		name  string
-		fault mounttest.Fault
-	}{
-		{"answer-lost", mounttest.Fault{Reset: true}},
-		{"held", mounttest.Fault{Delay: mounttest.LateDelay, Reset: true}},
-		{"refused", mounttest.Fault{Refuse: 503}},
-	} {
+	for _, tc := range unknownOutcomes {
 		t.Run(tc.name, func(t *testing.T) {
 			first, second := "first-"+tc.name, "second-"+tc.name
 			want := []byte("two names " + tc.name)
@@ -1076,7 +1071,5 @@ func TestFindingLinkDropAnswerLost(t *testing.T) {
 			}
 		})
 	}
-	if out, err := f.Run("fsck", "--no-wait"); err != nil {
-		t.Errorf("esfs fsck after the unlinks (%v):\n%s", err, out)
-	}
+	fsckClean(t, f, "after the unlinks")
 }
