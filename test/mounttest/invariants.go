@@ -181,13 +181,14 @@ func fsckAgrees(t testing.TB, f *FS, clean bool) {
 }
 
 // onlyLeftoverData reports whether every problem in fsck's output is
-// leftover data of a dead mount.
+// leftover data of a dead mount, or a file it kept open without links.
 func onlyLeftoverData(out string) bool {
 	found := false
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimSpace(l)
 		switch {
-		case strings.HasPrefix(l, "leftover data:") && strings.Contains(l, "dead or ended mount"):
+		case strings.HasPrefix(l, "leftover data:") && strings.Contains(l, "dead or ended mount"),
+			strings.HasPrefix(l, "leftover unlinked file:") && strings.Contains(l, "dead mount"):
 			found = true
 		case strings.Contains(l, ": ") && !strings.HasPrefix(l, "in flight"):
 			return false // another kind of problem
