@@ -389,7 +389,7 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 // come. A keeper judged dead that is still running has lost its session
 // and, with it, what it held open.
 func (c *Coordinator) collectKept(ctx context.Context, obs *Observer) error {
-	sc := c.b.ScanKept()
+	sc := c.b.ScanInodes(store.KeptInodes)
 	for {
 		page, _, err := sc.Next(ctx)
 		if err != nil || page == nil {

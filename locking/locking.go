@@ -64,9 +64,9 @@ type Backend interface {
 	// finished batch drops, read together.
 	InodeBackend
 	GetInodes(ctx context.Context, inos []uint64) ([]store.InodeResult, error)
-	// Files kept without links by the mounts that have them open, whose
-	// keepers the sweeper outlives.
-	ScanKept() *store.InodeScanner
+	// Files kept without links by the mounts that have them open
+	// (store.KeptInodes), whose keepers the sweeper outlives.
+	ScanInodes(which store.InodeSet) *store.InodeScanner
 }
 
 var _ Backend = (*store.Store)(nil)

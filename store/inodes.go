@@ -183,15 +183,24 @@ type InodeScanner struct {
 	done  bool
 }
 
-// ScanInodes starts a scan of all inodes.
-func (s *Store) ScanInodes() *InodeScanner {
-	return &InodeScanner{s: s, query: map[string]any{"match_all": map[string]any{}}}
-}
+// InodeSet selects the inodes a scan pages through.
+type InodeSet int
 
-// ScanKept starts a scan of the inodes kept without links by the mounts
-// that have them open (Inode.Keeper), for the sweeper.
-func (s *Store) ScanKept() *InodeScanner {
-	return &InodeScanner{s: s, query: map[string]any{"exists": map[string]any{"field": "keeper"}}}
+const (
+	// AllInodes: every inode (fsck).
+	AllInodes InodeSet = iota
+	// KeptInodes: the files kept without links by the mounts that have
+	// them open (Inode.Keeper), for the sweeper.
+	KeptInodes
+)
+
+// ScanInodes starts a scan of the inodes of set which.
+func (s *Store) ScanInodes(which InodeSet) *InodeScanner {
+	q := map[string]any{"match_all": map[string]any{}}
+	if which == KeptInodes {
+		q = map[string]any{"exists": map[string]any{"field": "keeper"}}
+	}
+	return &InodeScanner{s: s, query: q}
 }
 
 // Next returns the next page of inodes, or nil at the end; undecodable

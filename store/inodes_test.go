@@ -34,7 +34,7 @@ func TestScanInodesExactNumbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[uint64]int{}
-	sc := s.ScanInodes()
+	sc := s.ScanInodes(store.AllInodes)
 	for {
 		page, bad, err := sc.Next(ctx)
 		if err != nil {

@@ -19,7 +19,7 @@ import (
 type Backend interface {
 	locking.Backend
 	RefreshAll(ctx context.Context) error
-	ScanInodes() *store.InodeScanner
+	ScanInodes(which store.InodeSet) *store.InodeScanner
 	GetInodes(ctx context.Context, inos []uint64) ([]store.InodeResult, error)
 	DeleteChunks(ctx context.Context, ino uint64, first, last int64, version int64) (int64, error)
 	ChunkSize() int64

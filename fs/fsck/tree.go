@@ -82,7 +82,7 @@ func (c *checker) scanPaths(ctx context.Context) error {
 // name: each exists, agrees on the type, and a file's link count is its
 // paths (lowered to them when repairing); a directory has one path.
 func (c *checker) scanInodes(ctx context.Context) error {
-	isc := c.fb.ScanInodes()
+	isc := c.fb.ScanInodes(store.AllInodes)
 	for {
 		page, bad, err := isc.Next(ctx)
 		if err != nil {
