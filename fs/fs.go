@@ -135,15 +135,7 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *F
 		o.Root, o.RootIno = "/", store.RootIno
 	}
 	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}}
-	// A rename that replaced a file, finished by this mount, drops the
-	// replaced inode's link as unlink does: kept while open here, and
-	// tried again in the background when the cluster refuses it (the
-	// rename's record says the drop is done once it starts; a drop that
-	// failed once left the inode unreachable, campaign seed 868956585).
-	co.Journal.SetDropLink(func(ctx context.Context, ino, dir uint64) error {
-		f.dropLinkOrRetry(ctx, ino, dir)
-		return nil
-	})
+	co.Journal.SetDropLink(f.dropReplacedLink)
 	if o.Delegations {
 		f.delegs = newDelegs(f)
 		co.Delegations.Recall = f.delegs.recall

@@ -258,6 +258,17 @@ func (f *FS) dropLinkOrRetry(ctx context.Context, ino, dir uint64) {
 	}()
 }
 
+// dropReplacedLink is the journal's drop of the link of an inode a rename
+// finished by this mount replaced (or a batch removed): as unlink's, kept
+// while open here, and tried again in the background when the cluster
+// refuses it, since the rename's record says the drop is done once it
+// starts (a drop that failed once left the inode unreachable, campaign
+// seed 868956585).
+func (f *FS) dropReplacedLink(ctx context.Context, ino, dir uint64) error {
+	f.dropLinkOrRetry(ctx, ino, dir)
+	return nil
+}
+
 // keepUnlinked decides whether an inode whose last link is gone must
 // outlive it because this mount has it open, and marks it for deletion at
 // the last close: it returns this mount's session, the inode's keeper
