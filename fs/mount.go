@@ -91,6 +91,15 @@ func MountOptions(o Options, logger *log.Logger) *gofs.Options {
 		// umask before the request reaches us (FUSE_DONT_MASK is not
 		// negotiated), so the mode of a create is stored as it comes.
 		NullPermissions: true,
+		// The kernel's id of a node is its inode number (store.NewIno:
+		// random 63-bit numbers, unique, as good as never reused).
+		// Otherwise each lookup makes a node with an id of its own, which
+		// go-fuse drops when it already knows the inode, and a node that
+		// the kernel forgot and looked up again gets a new id: the nodes
+		// a delegation recorded as told would name ids the kernel does
+		// not know, and its recall would invalidate nothing (campaign
+		// seed 387179081, TestFindingRecallMissesKernelNode).
+		ExternalNodeID: true,
 	}
 }
 

@@ -1073,3 +1073,75 @@ func TestFindingLinkDropAnswerLost(t *testing.T) {
 	}
 	fsckClean(t, f, "after the unlinks")
 }
+
+// TestFindingRecallMissesKernelNode (campaign seed 387179081, class attr;
+// fixed): a mount answered a directory's old mode right after another
+// mount's chmod of it. Its kernel had been told the directory's attributes
+// for long, under the directory's delegation, in the answer to a lookup of
+// a name it already knew; go-fuse then keeps the node it has and drops the
+// one the lookup made, which is the one the delegation recorded as told,
+// and the recall's invalidation went to a node the kernel never knew.
+// (The directory's names went the same way once the kernel had forgotten
+// the node the delegation first recorded and looked the directory up
+// again.) Now a node's kernel id is its inode number
+// (fs.MountOptions, ExternalNodeID), so that any node of an inode names
+// the one the kernel knows.
+func TestFindingRecallMissesKernelNode(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t)
+	// B looks names up again at every stat, which gives its delegations'
+	// answers on nodes its kernel already knows; attributes are kept.
+	b := f.Mount(t, "--entry-timeout=0")
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a.Path("d", "f"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.Open(b.Path("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	file, err := os.Open(b.Path("d", "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	root, d := mounttest.Ino(t, b.Path()), mounttest.Ino(t, b.Path("d"))
+	mounttest.WaitFor(t, "B's read delegations on / and d", 30*time.Second, func() bool {
+		if _, err := os.ReadDir(b.Path("d")); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{b.Path("d"), b.Path("d", "f")} {
+			if _, err := os.Stat(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return readHeldBy(t, f, b, root) && readHeldBy(t, f, b, d)
+	})
+	// Told again under the delegations, in answers to lookups.
+	for _, p := range []string{b.Path("d"), b.Path("d", "f")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(a.Path("d"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(a.Path("d", "f"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		fh   *os.File
+		want os.FileMode
+	}{{dir, 0o700}, {file, 0o600}} {
+		fi, err := c.fh.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != c.want {
+			t.Errorf("fstat of %s on B right after A's chmod: mode %v, want %v", c.fh.Name(), fi.Mode().Perm(), c.want)
+		}
+	}
+}
