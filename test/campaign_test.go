@@ -22,7 +22,7 @@ import (
 // campaignSeeds are the suite's seeds: each finding's seed joins them
 // once it is fixed. They share campaignTime, so that the suite's run stays
 // about 3 minutes however many there are.
-var campaignSeeds = []int64{1, 3, 130822589, 215993735, 625586132, 712164965, 78857218, 205007824, 187512168, 717600572, 278378662, 221705407, 189815862, 140690161, 868956585, 450358988, 418038309, 610759803, 371384013}
+var campaignSeeds = []int64{1, 3, 130822589, 215993735, 625586132, 712164965, 78857218, 205007824, 187512168, 717600572, 278378662, 221705407, 189815862, 140690161, 868956585, 450358988, 418038309, 610759803, 371384013, 387179081, 269891804}
 
 // campaignOpenSeeds found, in the suite's own run, findings still open
 // (issue 26's notes: seed 2, an unknown outcome of a close after a freeze,

@@ -754,24 +754,30 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 // EIO for the first). Settled as such an fsync is; keep: op stays in
 // flight until then (r.mu held).
 func (r *Runner) flushBehind(sl *slot, op *Op, fp *Footprint, at string) (keep bool) {
-	var pending []pwrite
-	var fds []*FD
-	for _, fd := range r.fdsOf(sl.idx) {
-		if fd.Ino == op.Ino {
-			pending = append(pending, fd.Pending...)
-			fds = append(fds, fd)
-		}
-	}
+	pending := r.takePending(sl, op.Ino, nil)
 	if len(pending) == 0 {
 		return false
-	}
-	for _, fd := range fds {
-		fd.Pending, fd.mayEIO = nil, true
 	}
 	flush := &Op{N: op.N, Mount: op.Mount, Kind: "flush", Ino: op.Ino, Writes: pending}
 	failed := &Op{N: op.N, Mount: op.Mount, Kind: "fdfsync", Ino: op.Ino, Errno: op.Errno, Failed: at}
 	r.settleLater(sl, failed, fp, [][]*Op{nil, {flush}})
 	return true
+}
+
+// takePending takes the unflushed writes to ino of every descriptor of
+// sl's mount, in the order they were made, for a flush of them whose
+// outcome is not known: each of those descriptors may hear of its failure
+// at its next fsync or close, but told, which has just been (r.mu held).
+func (r *Runner) takePending(sl *slot, ino int, told *FD) []pwrite {
+	var pending []pwrite
+	for _, fd := range r.fdsOf(sl.idx) {
+		if fd.Ino == ino {
+			pending = append(pending, fd.Pending...)
+			fd.Pending, fd.mayEIO = nil, fd != told
+		}
+	}
+	sort.SliceStable(pending, func(i, j int) bool { return pending[i].Seq < pending[j].Seq })
+	return pending
 }
 
 // errnoFinding reports op's errno where Linux answers want. A call
@@ -931,10 +937,14 @@ func (r *Runner) answerFD(sl *slot, op *Op, fp *Footprint, want int) bool {
 		r.errnoFinding(sl, op, want)
 		return false
 	}
-	// The write-back failed: what the descriptor had buffered may or may
-	// not have landed, the process is told (errseq) once.
-	pending := fd.Pending
-	fd.Pending, fd.mayEIO = nil, false
+	// The write-back failed: what the mount had buffered for the file may
+	// or may not have landed, whichever of its descriptors wrote it (esfs
+	// keeps one buffer per file and mount, and a flush that fails gives
+	// all of it up: later reads, through any descriptor, see what the
+	// store holds; seed 269891804). This process is told now, the other
+	// descriptors (errseq) once, at their next fsync or close.
+	pending := r.takePending(sl, fd.Ino, fd)
+	fd.mayEIO = false
 	if op.Kind == "close" {
 		r.closed(sl, fd)
 	}
