@@ -479,7 +479,9 @@ func TestWokenMountForgetsWhatItsKernelWasTold(t *testing.T) {
 // and kept the write buffered: the close after it landed the write the
 // process had been told was lost. Now a flush that fails gives up what it
 // buffered whatever the stage, as Linux marks pages clean after a failed
-// write-back.
+// write-back. What it gives up is the mount's buffer of the file, whichever
+// descriptor wrote it: reads through any of them see what is stored, and
+// each hears of it once (the checker's model of that: seed 269891804).
 func TestFindingFailedFsyncGivesUpTheWrite(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, f.URL)
@@ -502,6 +504,7 @@ func TestFindingFailedFsyncGivesUpTheWrite(t *testing.T) {
 			}
 			p := startHolder(t)
 			p.must("open f %s", a.Path(name))
+			p.must("open g %s", a.Path(name))
 			p.must("write f LOST")
 			fault := tc.fault
 			fault.Match = func(method, path string, _ []byte) bool {
@@ -512,6 +515,17 @@ func TestFindingFailedFsyncGivesUpTheWrite(t *testing.T) {
 				t.Fatalf("fsync whose first request failed: %s, want %s", got, eio)
 			}
 			fault.WaitFired(t)
+			// The mount keeps one buffer per file: the write is gone for
+			// every descriptor (seed 269891804), which hears of it once.
+			if got := p.do("pread g"); got != "data before" {
+				t.Errorf("read through another descriptor after the failed fsync: %q, want %q", got, "data before")
+			}
+			if got := p.do("pread f"); got != "data before" {
+				t.Errorf("read through the descriptor after its failed fsync: %q, want %q", got, "data before")
+			}
+			if got := p.do("close g"); got != eio {
+				t.Errorf("close of another descriptor after the failed fsync: %s, want %s (errseq)", got, eio)
+			}
 			if got := p.do("close f"); got != "ok" {
 				t.Errorf("close after the failed fsync: %s, want ok (the error was reported)", got)
 			}

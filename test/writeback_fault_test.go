@@ -248,8 +248,8 @@ func waitSettled(t *testing.T, f *mounttest.FS, sess string, limit time.Duration
 
 // descriptorHolder is a process that holds descriptors on a mount and
 // makes the calls it is told, one per line: "open NAME PATH [create]",
-// "write NAME TEXT", "fsync NAME", "close NAME"; it answers "ok" or
-// "errno N". A separate process: a descriptor this test process held on
+// "write NAME TEXT", "fsync NAME", "close NAME", "pread NAME" (from the
+// start); it answers "ok" (a pread "data TEXT") or "errno N". A separate process: a descriptor this test process held on
 // a frozen mount would hang every fork it makes (the child's close-on-exec
 // flushes through the frozen daemon).
 type descriptorHolder struct {
@@ -274,6 +274,9 @@ for line in sys.stdin:
             os.fsync(fds[w[1]])
         elif w[0] == "close":
             os.close(fds.pop(w[1]))
+        elif w[0] == "pread":
+            print("data", os.pread(fds[w[1]], 1 << 16, 0).decode(errors="replace"), flush=True)
+            continue
         print("ok", flush=True)
     except OSError as e:
         if w[0] == "close":
