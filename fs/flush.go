@@ -101,6 +101,9 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 		if err := of.sendable(); err != nil {
 			return of.giveUp(ctx, err)
 		}
+		if err := of.cutBeforeGrowth(ctx); err != nil {
+			return of.giveUp(ctx, err) // none of the chunks was sent
+		}
 		if of.sent == nil {
 			of.sent = map[int64]bool{}
 		}
@@ -137,6 +140,27 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 				return err
 			}
 			of.w.gen = 0 // take a newer generation
+		}
+	}
+	return nil
+}
+
+// cutBeforeGrowth: a flush that grows the file from a chunk past the one
+// its stored end falls in first cuts that chunk at the end (FS.cutTail),
+// as a truncate up does: the bytes of a write that was lost may lie there
+// past the end (a flush whose answer was lost, whose undo was refused
+// too), and the growth would expose them, bytes their writer was told
+// were lost. One chunk read, only for such a growth. Caller holds of.mu.
+func (of *openFile) cutBeforeGrowth(ctx context.Context) error {
+	cs := of.f.st.ChunkSize()
+	end := of.attr.Size
+	if end%cs == 0 || of.dirty[end/cs] != nil {
+		return nil // a chunk written whole, or the one this flush writes
+	}
+	for c, b := range of.dirty {
+		if c*cs+int64(len(b)) > end {
+			_, err := of.f.cutTail(ctx, of.ino, end, &of.w, &of.attr)
+			return err // refused: a newer write of the chunk, which cut it
 		}
 	}
 	return nil

@@ -935,41 +935,68 @@ func TestFindingReplacedInodeDropRefused(t *testing.T) {
 // TestFindingLateChunkPastEndExposedByGrowth) was refused too: the bytes
 // stayed in the chunk past the end, and a truncate up on another mount
 // exposed them, bytes the writer had been told were lost. Now a growth
-// cuts the chunk the old end falls in when it holds anything past it.
+// cuts the chunk the old end falls in when it holds anything past it: a
+// truncate up, and a write that grows the file from a later chunk (found
+// reading the code after the first).
 func TestFindingGrowthExposesLostFlushTail(t *testing.T) {
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, f.URL)
 	a := f.Mount(t, "--es-url", fp.URL)
 	b := f.Mount(t)
 	const before = "0123456789"
-	if err := os.WriteFile(b.Path("tail"), []byte(before), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fh, err := os.OpenFile(a.Path("tail"), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fh.Write(bytes.Repeat([]byte{'A'}, 47)); err != nil {
-		t.Fatal(err)
-	}
-	lost := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-data"), Reset: true})
-	undo := fp.Add(&mounttest.Fault{Refuse: 429, Match: func(method, path string, _ []byte) bool {
-		return method == http.MethodPost && strings.HasSuffix(path, "-data/_mget")
-	}})
-	if err := fh.Close(); err == nil {
-		t.Fatal("close whose chunk write lost its answer: 0, want EIO")
-	}
-	lost.WaitFired(t)
-	undo.WaitFired(t)
-	const grown = 100
-	if err := os.Truncate(b.Path("tail"), grown); err != nil {
-		t.Fatal(err)
-	}
-	want := append([]byte(before), make([]byte, grown-len(before))...)
-	for _, m := range []*mounttest.Mount{a, b} {
-		if got := mounttest.MustReadFile(t, m.Path("tail")); !bytes.Equal(got, want) {
-			t.Errorf("%s after a truncate up to %d: %q, want %q (the lost write's bytes exposed)", m.Dir, grown, got, want)
-		}
+	cs := f.Store.ChunkSize()
+	for _, tc := range []struct {
+		name string
+		grow func(path string) error
+		size int64
+	}{
+		{"truncate up", func(path string) error { return os.Truncate(path, 100) }, 100},
+		{"write in a later chunk", func(path string) error {
+			fh, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			if _, err := fh.WriteAt([]byte{0}, cs); err != nil {
+				fh.Close()
+				return err
+			}
+			return fh.Close()
+		}, cs + 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "tail-" + strings.ReplaceAll(tc.name, " ", "-")
+			if err := os.WriteFile(b.Path(name), []byte(before), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fh, err := os.OpenFile(a.Path(name), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fh.Write(bytes.Repeat([]byte{'A'}, 47)); err != nil {
+				t.Fatal(err)
+			}
+			lost := fp.Add(&mounttest.Fault{Match: mounttest.BulkTo("-data"), Reset: true})
+			undo := fp.Add(&mounttest.Fault{Refuse: 429, Match: func(method, path string, _ []byte) bool {
+				return method == http.MethodPost && strings.HasSuffix(path, "-data/_mget")
+			}})
+			if err := fh.Close(); err == nil {
+				t.Fatal("close whose chunk write lost its answer: 0, want EIO")
+			}
+			lost.WaitFired(t)
+			undo.WaitFired(t)
+			if err := tc.grow(b.Path(name)); err != nil {
+				t.Fatal(err)
+			}
+			want := append([]byte(before), make([]byte, tc.size-int64(len(before)))...)
+			for _, m := range []*mounttest.Mount{a, b} {
+				got := mounttest.MustReadFile(t, m.Path(name))
+				if int64(len(got)) != tc.size {
+					t.Errorf("%s after growing the file to %d: %d bytes", m.Dir, tc.size, len(got))
+				} else if n := min(len(got), 100); !bytes.Equal(got[:n], want[:n]) {
+					t.Errorf("%s after growing the file to %d: starts %q, want %q (the lost write's bytes exposed)", m.Dir, tc.size, got[:n], want[:n])
+				}
+			}
+		})
 	}
 }
 
