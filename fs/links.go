@@ -112,7 +112,7 @@ func (f *FS) settleDirLinks(ctx context.Context, pl parentLinks, res store.BulkR
 	case applied && errors.Is(res.Err, store.ErrConflict):
 		f.addDirLinks(ctx, pl.ino, pl.delta, pl.t)
 	case applied && errors.Is(res.Err, store.ErrUnavailable):
-		f.settleUnknownDirLinks(ctx, pl)
+		f.settleUnknownDirLinks(ctx, pl, res.Err)
 	case applied:
 		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", pl.ino, "err", res.Err)
 	case res.Err == nil:
@@ -139,25 +139,25 @@ func (f *FS) addDirLinks(ctx context.Context, ino uint64, delta int, t int64) {
 }
 
 // settleUnknownDirLinks settles a count whose compare-and-set had an
-// unknown outcome (refused, its answer lost, held) for an entry change
-// that took effect (a create settled by remakeNew): the directory read
-// now tells. Still at the version the item was conditioned on, it did not
-// land, and the count is added now (a late copy of the item then meets a
-// changed version and is refused); with this change's times and count,
-// it landed. Changed by someone else meanwhile, it cannot be told: esfs
-// fsck --repair counts it.
-func (f *FS) settleUnknownDirLinks(ctx context.Context, pl parentLinks) {
-	cur, err := f.st.GetInode(ctx, pl.ino)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
-		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", pl.ino, "err", err)
-	case cur.Ver == pl.base:
-		f.addDirLinks(ctx, pl.ino, pl.delta, pl.t)
-	case cur.Mtime == pl.t && cur.Nlink == pl.after.Nlink:
-		f.cache.PutInode(cur, pl.gen)
-	default:
-		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", pl.ino, "err", "changed by another mount before its count's outcome was known")
+// unknown outcome (refused, its answer lost, held: first) for an entry
+// change that took effect (a create settled by remakeNew): the directory
+// read again names the last count changes, so it tells whether this one
+// landed, whatever else changed the directory meanwhile (another mount's
+// create in it, say: campaign seed 814943796); if it did not, it is made
+// again, which keeps a late copy from landing (store.SettleDirLinks). Only
+// when more count changes than the directory names came between can it
+// not be told: esfs fsck --repair counts it.
+func (f *FS) settleUnknownDirLinks(ctx context.Context, pl parentLinks, first error) {
+	f.cache.InvalidateInode(pl.ino)
+	gen := f.cache.Gen()
+	n, err := f.st.SettleDirLinks(ctx, pl.after, pl.delta, pl.t, first)
+	f.delegs.forgetAttr(pl.ino)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", pl.ino, "delta", pl.delta, "err", err)
+		return
+	}
+	if err == nil {
+		f.cache.PutInode(n, gen)
 	}
 }
 

@@ -97,3 +97,6 @@ func (s *Store) RawPutSetting(ctx context.Context, which, name, value string) er
 	}
 	return nil
 }
+
+// LinkOpsKept is linkOpsKept, for TestDirLinksLanded.
+const LinkOpsKept = linkOpsKept

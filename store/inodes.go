@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -28,12 +31,14 @@ type inodeDoc struct {
 	Chunks  *int64            `json:"chunks,omitempty"`
 	Parents []uint64          `json:"parents,omitempty"`
 	Keeper  string            `json:"keeper,omitempty"`
+	LinkSeq uint64            `json:"lseq,omitempty"`
+	LinkOps []string          `json:"lops,omitempty"`
 }
 
 func encodeInode(n Inode) inodeDoc {
 	d := inodeDoc{Ino: n.Ino, Type: n.Type.String(), Mode: n.Mode, Uid: n.Uid, Gid: n.Gid,
 		Size: n.Size, Nlink: n.Nlink, Rdev: n.Rdev, Atime: n.Atime, Mtime: n.Mtime, Ctime: n.Ctime, Btime: n.Btime,
-		Target: encodeText(n.Target), Dgen: n.Dgen, Keeper: n.Keeper}
+		Target: encodeText(n.Target), Dgen: n.Dgen, Keeper: n.Keeper, LinkSeq: n.LinkSeq, LinkOps: n.LinkOps}
 	if n.Type != TypeDir {
 		d.Parents = n.Parents
 	}
@@ -55,7 +60,8 @@ func decodeInode(src []byte, v Version) (Inode, error) {
 		return Inode{}, fmt.Errorf("inode document: %w: %v", ErrCorrupt, err)
 	}
 	n := Inode{Ino: d.Ino, Mode: d.Mode, Uid: d.Uid, Gid: d.Gid, Size: d.Size, Nlink: d.Nlink, Rdev: d.Rdev,
-		Atime: d.Atime, Mtime: d.Mtime, Ctime: d.Ctime, Btime: d.Btime, Dgen: d.Dgen, Chunks: -1, Parents: d.Parents, Keeper: d.Keeper, Ver: v}
+		Atime: d.Atime, Mtime: d.Mtime, Ctime: d.Ctime, Btime: d.Btime, Dgen: d.Dgen, Chunks: -1, Parents: d.Parents, Keeper: d.Keeper,
+		LinkSeq: d.LinkSeq, LinkOps: d.LinkOps, Ver: v}
 	if d.Chunks != nil && *d.Chunks >= 0 {
 		n.Chunks = *d.Chunks
 	}
@@ -256,14 +262,31 @@ func (s *Store) RefreshAll(ctx context.Context) error {
 // A write whose outcome is unknown (its answer lost, refused, held past
 // the timeout) is settled by reading again, as callers cannot (a rename
 // moves a count once, marked done before: campaign seed 610759803): the
-// document still at the version that write was based on did not change,
-// and the count is written again at that version, which a late copy of
-// the first then cannot follow; moved on to what that write would have
-// made, the write landed. Moved on to anything else, it cannot be told,
-// and the first error is returned (fsck --repair counts the directory).
+// document names the last count changes made (DirLinksLanded), so that
+// one that landed is known as such, and one that did not is made again
+// at the version read, which a late copy of the first then cannot
+// follow. Only when more count changes than the document names came
+// after it can it not be told, and the first error is returned (fsck
+// --repair counts the directory).
 func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64) (Inode, error) {
-	var sent *Inode // what a write of unknown outcome would have made, at the version it was based on
-	var sentErr error
+	return s.addDirLinks(ctx, ino, delta, t, nil, nil)
+}
+
+// SettleDirLinks settles sent, a write of directory sent.Ino's count made
+// with WithDirLinks(delta, t) at version sent.Ver, whose outcome is
+// unknown (first, its error), as AddDirLinks settles its own writes: it
+// returns the directory as read if the write landed, makes the change
+// again if it did not, and returns first if that cannot be told.
+func (s *Store) SettleDirLinks(ctx context.Context, sent Inode, delta int, t int64, first error) (Inode, error) {
+	return s.addDirLinks(ctx, sent.Ino, delta, t, []Inode{sent}, first)
+}
+
+// addDirLinks is AddDirLinks, given the writes of the change already made
+// whose outcome is unknown (sent; sentErr, the first's error): at most one
+// of them can land (each was made at the version of a read that showed
+// the ones before had not, and could not any more), and they all make
+// the same change.
+func (s *Store) addDirLinks(ctx context.Context, ino uint64, delta int, t int64, sent []Inode, sentErr error) (Inode, error) {
 	for attempt, unread, unknown := 0, 0, 0; ; attempt++ {
 		n, err := s.GetInode(ctx, ino)
 		if errors.Is(err, ErrUnavailable) && unread < 3 && ctx.Err() == nil {
@@ -278,11 +301,12 @@ func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64)
 		if err != nil {
 			return Inode{}, err
 		}
-		if sent != nil && n.Ver != sent.Ver {
-			if n.Nlink == sent.Nlink && n.Mtime == sent.Mtime && n.Ctime == sent.Ctime {
-				return n, nil // landed after all
+		for _, w := range sent {
+			if landed, known := DirLinksLanded(n, w); landed {
+				return n, nil
+			} else if !known {
+				return Inode{}, sentErr
 			}
-			return Inode{}, sentErr
 		}
 		changed, ok := WithDirLinks(n, delta, t)
 		if !ok {
@@ -291,12 +315,11 @@ func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64)
 		v, err := s.Write(ctx, PutInode(changed, n.Ver))
 		if errors.Is(err, ErrUnavailable) && unknown < 3 && ctx.Err() == nil {
 			unknown++
-			if sent == nil {
+			if sentErr == nil {
 				sentErr = err
 			}
-			c := changed
-			c.Ver = n.Ver
-			sent = &c
+			changed.Ver = n.Ver
+			sent = append(sent, changed)
 			Backoff(ctx, attempt+6, time.Second)
 			continue
 		}
@@ -314,7 +337,9 @@ func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64)
 
 // WithDirLinks returns directory n with delta more links (none below 2,
 // and a count not kept left alone) and, when t is not 0, its mtime and
-// ctime set to t. ok is false when nothing changes.
+// ctime set to t. ok is false when nothing changes. A change of the count
+// is named: LinkSeq counts it, and LinkOps gets an id of its own (see
+// DirLinksLanded).
 func WithDirLinks(n Inode, delta int, t int64) (Inode, bool) {
 	if n.Type != TypeDir {
 		return n, false
@@ -322,6 +347,12 @@ func WithDirLinks(n Inode, delta int, t int64) (Inode, bool) {
 	ok := false
 	if n.DirLinksCounted() && delta != 0 {
 		n.Nlink = uint32(max(2, int64(n.Nlink)+int64(delta)))
+		n.LinkSeq++
+		ops := n.LinkOps
+		if len(ops) >= linkOpsKept {
+			ops = ops[len(ops)-linkOpsKept+1:]
+		}
+		n.LinkOps = append(slices.Clip(ops), newLinkOp())
 		ok = true
 	}
 	if t != 0 {
@@ -329,4 +360,37 @@ func WithDirLinks(n Inode, delta int, t int64) (Inode, bool) {
 		ok = true
 	}
 	return n, ok
+}
+
+// linkOpsKept is how many of its last count changes a directory's
+// document names: a count write whose outcome is unknown is settled by a
+// read right after it, and can be told as long as fewer changes of that
+// directory's count came between.
+const linkOpsKept = 8
+
+// newLinkOp is the id of one change of a directory's count.
+func newLinkOp() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// DirLinksLanded tells whether sent, a write of directory cur's count
+// made by WithDirLinks (at version sent.Ver) whose outcome is unknown,
+// landed, from cur, the directory as read after it: it did if cur names
+// its change. It did not if cur is still at the version it was made at
+// (it may land later: a write made now at that version keeps it from
+// it), or if cur names every count change since, and not that one (a
+// write conditioned on a version that has gone can never land). known is
+// false when more changes came since than cur names.
+func DirLinksLanded(cur, sent Inode) (landed, known bool) {
+	if len(sent.LinkOps) == 0 {
+		return false, cur.Ver == sent.Ver // not a change of the count
+	}
+	if slices.Contains(cur.LinkOps, sent.LinkOps[len(sent.LinkOps)-1]) {
+		return true, true
+	}
+	// sent.LinkSeq-1 changes were made before it; cur.LinkSeq-(that)
+	// since, all named if there are no more than cur names.
+	return false, cur.Ver == sent.Ver || cur.LinkSeq < sent.LinkSeq+uint64(len(cur.LinkOps))
 }

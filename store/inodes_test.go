@@ -114,3 +114,48 @@ func TestInodeParents(t *testing.T) {
 		}
 	}
 }
+
+// TestDirLinksLanded: a count write whose outcome is unknown is told
+// landed or not from the directory read after it, whatever else changed
+// it, as long as the document names every count change since.
+func TestDirLinksLanded(t *testing.T) {
+	base := store.Inode{Ino: 7, Type: store.TypeDir, Nlink: 2, Ver: store.Version{SeqNo: 1, PrimaryTerm: 1}}
+	sent, _ := store.WithDirLinks(base, 1, 5)
+	other, _ := store.WithDirLinks(base, 1, 6) // another mount's, from the same read
+	touched := base
+	touched.Mtime, touched.Ver = 9, store.Version{SeqNo: 2, PrimaryTerm: 1}
+	landed := sent
+	landed.Ver = store.Version{SeqNo: 2, PrimaryTerm: 1}
+	afterOther := other
+	afterOther.Ver = store.Version{SeqNo: 2, PrimaryTerm: 1}
+	many := landed
+	for i := 0; i < store.LinkOpsKept; i++ {
+		many, _ = store.WithDirLinks(many, 1, 0)
+	}
+	many.Ver = store.Version{SeqNo: 20, PrimaryTerm: 1}
+	fewer := landed
+	for i := 0; i < store.LinkOpsKept-1; i++ {
+		fewer, _ = store.WithDirLinks(fewer, 1, 0)
+	}
+	fewer.Ver = store.Version{SeqNo: 19, PrimaryTerm: 1}
+	for _, tc := range []struct {
+		name          string
+		cur           store.Inode
+		landed, known bool
+	}{
+		{"unchanged", base, false, true},
+		{"its times changed by a create", touched, false, true},
+		{"landed", landed, true, true},
+		{"another count change landed instead", afterOther, false, true},
+		{"landed, then as many changes as are named", fewer, true, true},
+		{"landed, then more changes than are named", many, false, false},
+	} {
+		landed, known := store.DirLinksLanded(tc.cur, sent)
+		if landed != tc.landed || known != tc.known {
+			t.Errorf("%s: landed %v, known %v; want %v, %v", tc.name, landed, known, tc.landed, tc.known)
+		}
+	}
+	if len(many.LinkOps) != store.LinkOpsKept || many.LinkSeq != uint64(store.LinkOpsKept+1) {
+		t.Errorf("after %d changes: %d named, seq %d", store.LinkOpsKept+1, len(many.LinkOps), many.LinkSeq)
+	}
+}

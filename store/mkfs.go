@@ -71,6 +71,8 @@ func (s *Store) mappings(chunkSize int64) map[string]map[string]field {
 			"chunks":  long(),
 			"parents": long(),
 			"keeper":  kw(),
+			"lseq":    long(),
+			"lops":    storedKw(),
 		},
 		s.idx.Data: {
 			"ino":   long(),

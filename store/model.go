@@ -148,7 +148,15 @@ type Inode struct {
 	// --repair, delete the inode once that session is dead, and leave it
 	// alone while it lives.
 	Keeper string
-	Ver    Version // of the inode document
+	// LinkSeq counts the changes of a directory's link count, and
+	// LinkOps names the last of them (linkOpsKept, oldest first), each by
+	// an id of its own (WithDirLinks): a writer whose count write had an
+	// unknown outcome (its answer lost, refused, held) tells from them
+	// whether it landed, whatever else changed the directory since
+	// (DirLinksLanded). Other writes of the document keep them as read.
+	LinkSeq uint64
+	LinkOps []string
+	Ver     Version // of the inode document
 }
 
 // HeldBy returns the directory whose read delegations may hold n's

@@ -1186,3 +1186,67 @@ func TestFindingRecallMissesKernelNode(t *testing.T) {
 		}
 	}
 }
+
+// TestFindingDirLinksUnknownAfterAnotherChange (campaign seed 814943796,
+// class dir-nlink; fixed): a mkdir whose bulk (the new directory and its
+// parent's count) met an unknown outcome was made again within the call,
+// but its count could not be settled: another mount had created a file in
+// the parent meanwhile, which changed the parent's document (its times),
+// and the count's write was taken for one that could not be told: the
+// parent stayed one link short. Now a directory's document names its last
+// count changes (store.DirLinksLanded), which tells whatever else changed.
+func TestFindingDirLinksUnknownAfterAnotherChange(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--delegations=false")
+	b := mounttest.MountUncached(t, f, nil, "--delegations=false")
+	if err := os.Mkdir(a.Path("p"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	made := 0
+	for _, tc := range []struct {
+		name  string
+		fault mounttest.Fault
+	}{
+		// Each held long enough for B's create to come between the
+		// mkdir's bulk and the read that settles it.
+		{"refused", mounttest.Fault{Delay: time.Second, Refuse: 503}},
+		{"answer-lost", mounttest.Fault{Delay: time.Second, Reset: true}},
+		{"held", mounttest.Fault{Delay: mounttest.LateDelay, Reset: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			arrived := make(chan struct{})
+			var once atomic.Bool
+			fault := tc.fault
+			isMkdir := mounttest.BulkTo("", `"name":"`+tc.name+`"`)
+			fault.Match = func(method, path string, body []byte) bool {
+				if !isMkdir(method, path, body) {
+					return false
+				}
+				if once.CompareAndSwap(false, true) {
+					close(arrived)
+				}
+				return true
+			}
+			fp.Add(&fault)
+			done := make(chan error, 1)
+			go func() { done <- os.Mkdir(a.Path("p", tc.name), 0o755) }()
+			<-arrived
+			if err := os.WriteFile(b.Path("p", "file-"+tc.name), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("mkdir: %v, want success (made again within the call)", err)
+			}
+			fault.WaitFired(t)
+			made++
+			for _, m := range []*mounttest.Mount{a, b} {
+				var st unix.Stat_t
+				if err := unix.Stat(m.Path("p"), &st); err != nil || st.Nlink != uint64(2+made) {
+					t.Errorf("%s has %d links (%v), want %d", m.Path("p"), st.Nlink, err, 2+made)
+				}
+			}
+		})
+	}
+	fsckClean(t, f, "after the mkdirs")
+}
