@@ -33,10 +33,9 @@ type parentLinks struct {
 	ino     uint64
 	delta   int
 	t       int64
-	counted bool          // the bulk item is a compare-and-set of the count
-	after   store.Inode   // the directory as that item writes it
-	base    store.Version // the version that item is conditioned on
-	gen     uint64        // cache generation when the item was made
+	counted bool        // the bulk item is a compare-and-set of the count
+	after   store.Inode // the directory as that item writes it
+	gen     uint64      // cache generation when the item was made
 	// self: the directory's delegation, following the write (writingSelf).
 	self *dirState
 }
@@ -56,7 +55,6 @@ func (f *FS) dirLinksOp(ctx context.Context, ino uint64, delta int, t int64) (st
 		}
 		if dir.DirLinksCounted() && dir.Ver.Known() {
 			pl.after, _ = store.WithDirLinks(dir, delta, t)
-			pl.base = dir.Ver
 			op := store.PutInode(pl.after, dir.Ver)
 			if err := op.Err(); err != nil {
 				return store.BulkOp{}, pl, err
@@ -112,7 +110,13 @@ func (f *FS) settleDirLinks(ctx context.Context, pl parentLinks, res store.BulkR
 	case applied && errors.Is(res.Err, store.ErrConflict):
 		f.addDirLinks(ctx, pl.ino, pl.delta, pl.t)
 	case applied && errors.Is(res.Err, store.ErrUnavailable):
-		f.settleUnknownDirLinks(ctx, pl, res.Err)
+		// Its outcome unknown (refused, its answer lost, held) for an
+		// entry change that took effect (a create settled by
+		// remakeNew): the directory read again names its last count
+		// changes, which tells whether this one landed, whatever else
+		// changed it meanwhile (another mount's create in it: campaign
+		// seed 814943796); made again if not.
+		f.addDirLinks(ctx, pl.ino, pl.delta, pl.t, pl.after)
 	case applied:
 		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", pl.ino, "err", res.Err)
 	case res.Err == nil:
@@ -121,39 +125,17 @@ func (f *FS) settleDirLinks(ctx context.Context, pl parentLinks, res store.BulkR
 }
 
 // addDirLinks is the read-modify-write of a directory's count (and times,
-// when t is not 0). A failure is logged: the count is then one off until
-// fsck repairs it, which is no reason to fail the entry change that
-// already happened.
-func (f *FS) addDirLinks(ctx context.Context, ino uint64, delta int, t int64) {
+// when t is not 0), given the writes of this change already made whose
+// outcome is unknown (store.AddDirLinks settles them). A failure is
+// logged: the count is then one off until fsck repairs it, which is no
+// reason to fail the entry change that already happened.
+func (f *FS) addDirLinks(ctx context.Context, ino uint64, delta int, t int64, unknown ...store.Inode) {
 	f.cache.InvalidateInode(ino)
 	gen := f.cache.Gen()
-	n, err := f.st.AddDirLinks(ctx, ino, delta, t)
+	n, err := f.st.AddDirLinks(ctx, ino, delta, t, unknown...)
 	f.delegs.forgetAttr(ino)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", ino, "delta", delta, "err", err)
-		return
-	}
-	if err == nil {
-		f.cache.PutInode(n, gen)
-	}
-}
-
-// settleUnknownDirLinks settles a count whose compare-and-set had an
-// unknown outcome (refused, its answer lost, held: first) for an entry
-// change that took effect (a create settled by remakeNew): the directory
-// read again names the last count changes, so it tells whether this one
-// landed, whatever else changed the directory meanwhile (another mount's
-// create in it, say: campaign seed 814943796); if it did not, it is made
-// again, which keeps a late copy from landing (store.SettleDirLinks). Only
-// when more count changes than the directory names came between can it
-// not be told: esfs fsck --repair counts it.
-func (f *FS) settleUnknownDirLinks(ctx context.Context, pl parentLinks, first error) {
-	f.cache.InvalidateInode(pl.ino)
-	gen := f.cache.Gen()
-	n, err := f.st.SettleDirLinks(ctx, pl.after, pl.delta, pl.t, first)
-	f.delegs.forgetAttr(pl.ino)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		f.log.Warn("a directory's link count may be one off (esfs fsck --repair counts it)", "ino", pl.ino, "delta", pl.delta, "err", err)
 		return
 	}
 	if err == nil {

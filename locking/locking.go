@@ -59,7 +59,7 @@ type Backend interface {
 	SearchPaths(query string, inos []uint64, f store.SearchFilter, pageSize int) (*store.Scanner, error)
 
 	// Directories' link counts, which renames move.
-	AddDirLinks(ctx context.Context, ino uint64, delta int, t int64) (store.Inode, error)
+	AddDirLinks(ctx context.Context, ino uint64, delta int, t int64, unknown ...store.Inode) (store.Inode, error)
 	// Inodes, whose link a finished rename drops (DropLink), and those a
 	// finished batch drops, read together.
 	InodeBackend

@@ -266,28 +266,20 @@ func (s *Store) RefreshAll(ctx context.Context) error {
 // one that landed is known as such, and one that did not is made again
 // at the version read, which a late copy of the first then cannot
 // follow. Only when more count changes than the document names came
-// after it can it not be told, and the first error is returned (fsck
-// --repair counts the directory).
-func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64) (Inode, error) {
-	return s.addDirLinks(ctx, ino, delta, t, nil, nil)
-}
-
-// SettleDirLinks settles sent, a write of directory sent.Ino's count made
-// with WithDirLinks(delta, t) at version sent.Ver, whose outcome is
-// unknown (first, its error), as AddDirLinks settles its own writes: it
-// returns the directory as read if the write landed, makes the change
-// again if it did not, and returns first if that cannot be told.
-func (s *Store) SettleDirLinks(ctx context.Context, sent Inode, delta int, t int64, first error) (Inode, error) {
-	return s.addDirLinks(ctx, sent.Ino, delta, t, []Inode{sent}, first)
-}
-
-// addDirLinks is AddDirLinks, given the writes of the change already made
-// whose outcome is unknown (sent; sentErr, the first's error): at most one
-// of them can land (each was made at the version of a read that showed
-// the ones before had not, and could not any more), and they all make
-// the same change.
-func (s *Store) addDirLinks(ctx context.Context, ino uint64, delta int, t int64, sent []Inode, sentErr error) (Inode, error) {
-	for attempt, unread, unknown := 0, 0, 0; ; attempt++ {
+// after it can it not be told, and an error of ErrUnavailable is
+// returned (fsck --repair counts the directory). unknown are writes of
+// this same change the caller already made (WithDirLinks(delta, t), at
+// their Ver), whose outcome it does not know: they are settled so too.
+// At most one of all these writes can land (each was made at the
+// version of a read that showed the ones before had not, and could not
+// any more), and they all make the same change.
+func (s *Store) AddDirLinks(ctx context.Context, ino uint64, delta int, t int64, unknown ...Inode) (Inode, error) {
+	sent := slices.Clone(unknown)
+	var sentErr error
+	if len(sent) > 0 {
+		sentErr = fmt.Errorf("a write of directory %d's link count had an unknown outcome: %w", ino, ErrUnavailable)
+	}
+	for attempt, unread, unsure := 0, 0, 0; ; attempt++ {
 		n, err := s.GetInode(ctx, ino)
 		if errors.Is(err, ErrUnavailable) && unread < 3 && ctx.Err() == nil {
 			// Nothing written yet: a read is safe to try again, and the
@@ -313,8 +305,8 @@ func (s *Store) addDirLinks(ctx context.Context, ino uint64, delta int, t int64,
 			return n, nil
 		}
 		v, err := s.Write(ctx, PutInode(changed, n.Ver))
-		if errors.Is(err, ErrUnavailable) && unknown < 3 && ctx.Err() == nil {
-			unknown++
+		if errors.Is(err, ErrUnavailable) && unsure < 3 && ctx.Err() == nil {
+			unsure++
 			if sentErr == nil {
 				sentErr = err
 			}
