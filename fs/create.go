@@ -322,13 +322,14 @@ func (f *FS) writeNew(ctx context.Context, dir uint64, path string, e Entry) (st
 	}
 	f.cache.InvalidatePath(path)
 	f.noteWrite()
+	sent := time.Now()
 	res, err := f.st.Bulk(ctx, ops)
 	if err != nil {
 		// The outcome is unknown, item by item: a node that died after
 		// forwarding some items, an answer lost. Leaving it so could
 		// leave a name whose inode never landed (a corrupt entry), or
 		// a create a late request makes after the caller was told EIO.
-		sn, serr := f.remakeNew(ctx, a, d, err)
+		sn, serr := f.remakeNew(ctx, a, d, sent, err)
 		f.settleDirLinks(ctx, pl, store.BulkResult{Err: err}, serr == nil)
 		if born != nil {
 			born(store.BulkResult{Err: err}, false)
@@ -380,14 +381,24 @@ const remakeNewTries = 4
 // inode, if it landed, is removed, and the answer is store.ErrExists. When
 // the cluster cannot tell within a few tries, the answer is first: the
 // create may still be made by a request held on the way (as on NFS).
-func (f *FS) remakeNew(ctx context.Context, a store.Inode, d store.Dentry, first error) (store.Node, error) {
+//
+// "Can no longer land" holds only while the documents are there: once
+// the name is removed (an unlink a moment later, on any mount), a first
+// try still on its way makes both again, and the removed file comes back
+// (campaign seed 278378662: a create's bulk held 8 s, the file unlinked
+// after 6.5, back at 8). So the answer, made or lost, waits until every
+// try whose outcome was unknown (the first sent at sent) can no longer
+// land (outliveTries).
+func (f *FS) remakeNew(ctx context.Context, a store.Inode, d store.Dentry, sent time.Time, first error) (store.Node, error) {
 	for attempt := 0; attempt < remakeNewTries; attempt++ {
 		if attempt > 0 {
 			store.Backoff(ctx, attempt+6, time.Second)
 		}
+		try := time.Now()
 		res, err := f.st.Bulk(ctx, []store.BulkOp{store.CreateInode(a), store.CreateDentry(d)})
 		if err != nil {
 			if errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil {
+				sent = try
 				continue
 			}
 			return store.Node{}, first
@@ -411,6 +422,7 @@ func (f *FS) remakeNew(ctx context.Context, a store.Inode, d store.Dentry, first
 						f.log.Warn("could not remove the inode of a create that lost its name", "ino", a.Ino, "err", derr)
 					}
 				}
+				f.outliveTries(sent)
 				return store.Node{}, store.ErrExists
 			default:
 				nameOurs = true
@@ -428,8 +440,23 @@ func (f *FS) remakeNew(ctx context.Context, a store.Inode, d store.Dentry, first
 			continue
 		}
 		f.log.Info("a create whose answer was lost is made", "path", d.Path, "ino", a.Ino, "first", first)
+		f.outliveTries(sent)
 		return store.Node{Dentry: got, Attr: n}, nil
 	}
 	f.log.Warn("a create's outcome stays unknown; it may still be made", "path", d.Path, "ino", a.Ino, "err", first)
 	return store.Node{}, first
+}
+
+// outliveTries waits until a write whose outcome was unknown, the last
+// of them sent at sent, can no longer be applied by the cluster
+// (store.Store.LateLanding), so that what the caller is told next (a
+// create made, a link's name made) is not undone by that write landing
+// late, after a removal it would reverse. Only calls that met an unknown
+// outcome wait, and the kernel call waits with them: at most about twice
+// --es-timeout more.
+func (f *FS) outliveTries(sent time.Time) {
+	if d := time.Until(sent.Add(f.st.LateLanding())); d > 0 {
+		f.log.Info("waiting until a write of unknown outcome can no longer land", "for", d.Round(time.Millisecond))
+		time.Sleep(d)
+	}
 }

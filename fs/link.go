@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"syscall"
+	"time"
 
 	"github.com/esfs/esfs/store"
 )
@@ -88,17 +89,31 @@ func (f *FS) linkLocked(ctx context.Context, parent dirRef, ino uint64, dir, pat
 // again: the name then found, naming d's inode, is the earlier try's,
 // landed. Before, a link whose name landed with its answer lost took its
 // count back and answered EIO: two names, one link counted, and removing
-// either name deleted the file under the other.
+// either name deleted the file under the other. Whatever the tries end
+// in, it is answered once those of unknown outcome can no longer land
+// (see remakeNew): else an unlink of the name right after is undone by
+// one of them, a name the count does not know of.
 func (f *FS) createLinkName(ctx context.Context, d store.Dentry) (store.Version, error) {
+	sent := time.Now()
 	v, err := f.st.Write(ctx, store.CreateDentry(d))
-	for try := 0; errors.Is(err, store.ErrUnavailable) && try < 3; try++ {
+	if !errors.Is(err, store.ErrUnavailable) {
+		return v, err
+	}
+	for try := 0; try < 3; try++ {
+		again := time.Now()
 		v, err = f.st.Write(ctx, store.CreateDentry(d))
+		if errors.Is(err, store.ErrUnavailable) {
+			sent = again
+			continue
+		}
 		if errors.Is(err, store.ErrExists) {
 			cur, gerr := f.st.GetDentry(ctx, d.Path)
 			if gerr == nil && cur.Ino == d.Ino && cur.Intent.Op == "" {
-				return cur.Ver, nil
+				v, err = cur.Ver, nil
 			}
 		}
+		f.outliveTries(sent)
+		return v, err
 	}
 	return v, err
 }

@@ -140,7 +140,7 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 			items = append(items, o.what)
 		}
 	}
-	res, err := s.do(ctx, what, request{method: "POST", path: "/_bulk", body: buf.Bytes(), ndjson: true, items: items})
+	res, err := s.do(ctx, what, request{method: "POST", path: "/_bulk", query: url.Values{"timeout": {s.writeTimeout()}}, body: buf.Bytes(), ndjson: true, items: items})
 	if err != nil {
 		return err
 	}
@@ -182,7 +182,7 @@ func (s *Store) Write(ctx context.Context, o BulkOp) (Version, error) {
 	if err := s.check(o); err != nil {
 		return Version{}, err
 	}
-	index, q := s.idx.alias(o.index), url.Values{} // see WriteAliasSuffix
+	index, q := s.idx.alias(o.index), url.Values{"timeout": {s.writeTimeout()}} // see WriteAliasSuffix
 	r := request{method: "PUT", path: "/" + url.PathEscape(index) + "/_doc/" + url.PathEscape(o.id), query: q}
 	switch o.action {
 	case "create":

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -178,6 +179,22 @@ func (s *Store) Prefix() string { return s.idx.Paths }
 
 // Timeout is the bound on one request.
 func (s *Store) Timeout() time.Duration { return s.timeout }
+
+// LateLanding bounds how long after it was sent a write whose answer never
+// came may still be applied: its sender gives up after Timeout, and every
+// write asks the cluster (its timeout parameter, see writeTimeout) to give
+// up waiting for its shards after as long again. A caller that settled
+// such a write by doing it again waits this out before it says the matter
+// is settled where a late landing would undo what follows (a create's
+// name brought back after an unlink). A request that reaches the cluster
+// later than that (held in a proxy on the way) is outside the bound.
+func (s *Store) LateLanding() time.Duration { return 2 * s.timeout }
+
+// writeTimeout is the timeout parameter of every write: how long the
+// cluster may wait for the shards it writes to (primary relocating, a
+// node lost) before it gives up; its default is a minute, past the point
+// where the sender stopped waiting for the answer.
+func (s *Store) writeTimeout() string { return strconv.FormatInt(s.timeout.Milliseconds(), 10) + "ms" }
 
 // Version asks a node which Elasticsearch version it runs. It uses
 // GET /_nodes/_local because some distributions have no "GET /" banner.

@@ -72,6 +72,9 @@ func TestWriteRequests(t *testing.T) {
 	s, rec := recordedStore(t, testenv.Store(t))
 	ctx := ctxT(t)
 	pathID := store.DocID("/w")
+	// Every write bounds how long the cluster may wait for its shards
+	// (store.Store.LateLanding): the store's own timeout.
+	tq := "timeout=30000ms"
 	expect := func(what string, want ...string) {
 		t.Helper()
 		got := rec.take()
@@ -83,9 +86,9 @@ func TestWriteRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect("CreateDentry", "PUT /P-W/_doc/"+pathID+"?op_type=create")
+	expect("CreateDentry", "PUT /P-W/_doc/"+pathID+"?op_type=create&"+tq)
 	cond := func(v store.Version) string {
-		return url.Values{"if_seq_no": {itoa(v.SeqNo)}, "if_primary_term": {itoa(v.PrimaryTerm)}}.Encode()
+		return url.Values{"if_seq_no": {itoa(v.SeqNo)}, "if_primary_term": {itoa(v.PrimaryTerm)}, "timeout": {"30000ms"}}.Encode()
 	}
 	v2, err := s.Write(ctx, store.PutDentry(dentry("/w", 71, store.TypeFile), v))
 	if err != nil {
@@ -100,11 +103,11 @@ func TestWriteRequests(t *testing.T) {
 	if _, err := s.Write(ctx, store.CreateInode(store.Inode{Ino: 70, Type: store.TypeFile, Mode: 0o644, Nlink: 1})); err != nil {
 		t.Fatal(err)
 	}
-	expect("CreateInode", "PUT /P-inodes-W/_doc/70?op_type=create")
+	expect("CreateInode", "PUT /P-inodes-W/_doc/70?op_type=create&"+tq)
 	if _, err := s.Write(ctx, store.TouchInode(70, 5, 6)); err != nil {
 		t.Fatal(err)
 	}
-	expect("TouchInode", "POST /P-inodes-W/_update/70?retry_on_conflict=5")
+	expect("TouchInode", "POST /P-inodes-W/_update/70?retry_on_conflict=5&"+tq)
 	if n, err := s.GetInode(ctx, 70); err != nil || n.Mtime != 5 || n.Ctime != 6 || n.Mode != 0o644 {
 		t.Errorf("after the partial update: %+v %v", n, err)
 	}
@@ -114,7 +117,7 @@ func TestWriteRequests(t *testing.T) {
 	if _, err := s.Write(ctx, store.WriteChunk(70, 0, []byte("text"), st)); err != nil {
 		t.Fatal(err)
 	}
-	expect("WriteChunk", "PUT /P-data-W/_doc/70.0?version="+itoa(st.Version)+"&version_type=external")
+	expect("WriteChunk", "PUT /P-data-W/_doc/70.0?"+tq+"&version="+itoa(st.Version)+"&version_type=external")
 	if got, err := s.ReadChunks(ctx, 70, 0, 0); err != nil || string(got[0]) != "text" {
 		t.Errorf("chunk written alone: %q %v", got[0], err)
 	}
@@ -124,7 +127,7 @@ func TestWriteRequests(t *testing.T) {
 	if err != nil || res[0].Err != nil {
 		t.Fatal(err, res)
 	}
-	expect("a Bulk of one op", "POST /_bulk")
+	expect("a Bulk of one op", "POST /_bulk?"+tq)
 
 	if _, err := s.Write(ctx, store.PutInode(store.Inode{Ino: 70, Type: store.TypeFile}, store.Version{})); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Write of a refused op: %v, want ErrInvalid", err)

@@ -1250,3 +1250,69 @@ func TestFindingDirLinksUnknownAfterAnotherChange(t *testing.T) {
 	}
 	fsckClean(t, f, "after the mkdirs")
 }
+
+// TestFindingLateCreateAfterUnlink (campaign seed 278378662): a create
+// whose bulk was held past the mount's timeout was made again within the
+// call (create-if-absent of its inode and name) and answered; the file was
+// unlinked at once on another mount; then the held first try landed and,
+// its documents gone, made them both again: the unlinked file was back on
+// every mount (a link of its name failed with EEXIST). The same for a
+// link's name, whose late copy would be a name its inode's count does not
+// know of. Now a call that met such an outcome answers once its tries
+// can no longer land (store.Store.LateLanding: twice --es-timeout, the
+// cluster told to stop waiting for shards by then), so a held try lands
+// while the documents are still there and makes nothing.
+func TestFindingLateCreateAfterUnlink(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(), "--delegations=false")
+	b := mounttest.MountUncached(t, f, nil, "--delegations=false")
+	if err := os.WriteFile(a.Path("target"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Held past the mount's timeout, within the bound esfs waits out.
+	const held = mounttest.LateTimeout + 2*time.Second
+	for _, tc := range []struct {
+		name  string
+		match func(method, path string, body []byte) bool
+		make  func(path string) error
+	}{
+		{"create", mounttest.BulkTo("", `"name":"create"`), func(p string) error { return os.WriteFile(p, []byte("late"), 0o644) }},
+		{"link", func(method, path string, body []byte) bool {
+			return method == http.MethodPut && strings.Contains(path, "/_doc/") && bytes.Contains(body, []byte(`"name":"link"`))
+		}, func(p string) error { return os.Link(a.Path("target"), p) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fault := &mounttest.Fault{Delay: held, Reset: true, Match: tc.match}
+			fp.Add(fault)
+			start := time.Now()
+			if err := tc.make(a.Path(tc.name)); err != nil {
+				t.Fatalf("%s: %v, want success (made again within the call)", tc.name, err)
+			}
+			t.Logf("%s answered after %v", tc.name, time.Since(start).Round(time.Millisecond))
+			if err := os.Remove(b.Path(tc.name)); err != nil {
+				t.Fatalf("unlink on the other mount: %v", err)
+			}
+			fault.WaitFired(t)
+			if fault.Status/100 != 2 && fault.Status != http.StatusConflict {
+				t.Fatalf("the held try was answered %d, want it to reach the cluster", fault.Status)
+			}
+			for _, m := range []*mounttest.Mount{a, b} {
+				if _, err := os.Lstat(m.Path(tc.name)); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s after its unlink and the held try's landing: %v, want ENOENT", m.Path(tc.name), err)
+				}
+			}
+			if err := os.Link(b.Path("target"), b.Path(tc.name)); err != nil {
+				t.Errorf("a link of the unlinked name: %v, want success", err)
+			}
+			if err := os.Remove(b.Path(tc.name)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(b.Path("target"), &st); err != nil || st.Nlink != 1 {
+		t.Errorf("target: %d links (%v), want 1", st.Nlink, err)
+	}
+	fsckClean(t, f, "after the held tries landed")
+}
