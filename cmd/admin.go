@@ -74,8 +74,9 @@ func adminReader(c *cli.Context) (*store.Store, *locking.Reader, error) {
 const noWaitRecall = 5 * time.Second
 
 // recallWriters makes the mounts that write directories in memory flush
-// first (DELEGATIONS.md, invariant 6): a reader of the store then sees
-// every call that returned before it began, as a mount would.
+// first (a reader never sees the store behind a call that returned on a
+// mount): a reader of the store then sees every call that returned before
+// it began, as a mount would.
 func recallWriters(ctx context.Context, co *locking.Coordinator) error {
 	if _, err := co.Delegations.RecallWriters(ctx); err != nil {
 		return fmt.Errorf("asking the mounts that write in memory to flush first: %w", err)

@@ -161,7 +161,7 @@ func lkJudge(t *testing.T, round string, got map[string]string, want *mounttest.
 }
 
 // TestRenameRaceCrossedDirsAtMostOneWins: `mv a b/d/e` on one mount against `mv b/d a/c` on
-// another (JuiceFS issue 4800, where directories got lost). In either
+// another (the race in which JuiceFS once lost directories). In either
 // serial order the second rename finds its source or target parent gone,
 // so exactly one may succeed (or neither, on a lock timeout); both
 // succeeding makes a cycle that detaches a and b/d from the tree.

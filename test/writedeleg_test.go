@@ -2,7 +2,7 @@ package test
 
 // Write delegations (fs/writeback.go): a directory made on a mount is
 // written in that mount's memory and flushed in journaled batches. These
-// tests hold DELEGATIONS.md's invariants against real mounts: what another
+// tests hold the delegations' invariants against real mounts: what another
 // mount sees is a prefix of the writer's calls (a batch lands whole or not
 // at all, also when the writer dies in the middle of one), fsync is
 // durable, a writer declared dead never lands a late batch, and another

@@ -599,7 +599,7 @@ func (r *raw) lockFloor(n int) time.Duration {
 }
 
 // benchFlockRT: an uncontended flock and unlock of one file through a
-// mount (issue 14), against the raw round trips of one lock document.
+// mount, against the raw round trips of one lock document.
 func benchFlockRT(s *suite) {
 	t := s.t
 	f := mounttest.NewFS(t)
