@@ -448,14 +448,14 @@ func (f *FS) remakeNew(ctx context.Context, a store.Inode, d store.Dentry, sent 
 }
 
 // outliveTries waits until a write whose outcome was unknown, the last
-// of them sent at sent, can no longer be applied by the cluster
-// (store.Store.LateLanding), so that what the caller is told next (a
-// create made, a link's name made) is not undone by that write landing
-// late, after a removal it would reverse. Only calls that met an unknown
+// of them sent at sent, can no longer be applied by the cluster (twice
+// the store's Timeout, see store.Store.Timeout), so that what the caller
+// is told next (a create made, a link's name made) is not undone by that
+// write landing late, after a removal it would reverse. Only calls that met an unknown
 // outcome wait, and the kernel call waits with them: at most about twice
 // --es-timeout more.
 func (f *FS) outliveTries(sent time.Time) {
-	if d := time.Until(sent.Add(f.st.LateLanding())); d > 0 {
+	if d := time.Until(sent.Add(2 * f.st.Timeout())); d > 0 {
 		f.log.Info("waiting until a write of unknown outcome can no longer land", "for", d.Round(time.Millisecond))
 		time.Sleep(d)
 	}

@@ -177,18 +177,12 @@ func New(cfg Config) (*Store, error) {
 // Prefix returns the index prefix this store works on.
 func (s *Store) Prefix() string { return s.idx.Paths }
 
-// Timeout is the bound on one request.
+// Timeout is the bound on one request. Every write also asks the cluster
+// to give up waiting for its shards after as long (writeTimeout), so a
+// write whose answer never came can still be applied at most twice
+// Timeout after it was sent; a request that reaches the cluster later
+// than that (held in a proxy on the way) is outside the bound.
 func (s *Store) Timeout() time.Duration { return s.timeout }
-
-// LateLanding bounds how long after it was sent a write whose answer never
-// came may still be applied: its sender gives up after Timeout, and every
-// write asks the cluster (its timeout parameter, see writeTimeout) to give
-// up waiting for its shards after as long again. A caller that settled
-// such a write by doing it again waits this out before it says the matter
-// is settled where a late landing would undo what follows (a create's
-// name brought back after an unlink). A request that reaches the cluster
-// later than that (held in a proxy on the way) is outside the bound.
-func (s *Store) LateLanding() time.Duration { return 2 * s.timeout }
 
 // writeTimeout is the timeout parameter of every write: how long the
 // cluster may wait for the shards it writes to (primary relocating, a

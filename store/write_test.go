@@ -73,7 +73,7 @@ func TestWriteRequests(t *testing.T) {
 	ctx := ctxT(t)
 	pathID := store.DocID("/w")
 	// Every write bounds how long the cluster may wait for its shards
-	// (store.Store.LateLanding): the store's own timeout.
+	// (see store.Store.Timeout): the store's own timeout.
 	tq := "timeout=30000ms"
 	expect := func(what string, want ...string) {
 		t.Helper()

@@ -1259,8 +1259,8 @@ func TestFindingDirLinksUnknownAfterAnotherChange(t *testing.T) {
 // every mount (a link of its name failed with EEXIST). The same for a
 // link's name, whose late copy would be a name its inode's count does not
 // know of. Now a call that met such an outcome answers once its tries
-// can no longer land (store.Store.LateLanding: twice --es-timeout, the
-// cluster told to stop waiting for shards by then), so a held try lands
+// can no longer land (twice --es-timeout, the cluster told to stop
+// waiting for shards by then), so a held try lands
 // while the documents are still there and makes nothing.
 func TestFindingLateCreateAfterUnlink(t *testing.T) {
 	f := mounttest.NewFS(t)
