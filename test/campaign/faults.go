@@ -124,8 +124,11 @@ func (r *Runner) injectFaults() {
 		r.logf("FAULT %s on m%d's %s requests (the %d-th)", kind, sl.idx, class.name, f.Nth)
 		r.mu.Unlock()
 		sl.proxy.Add(f)
+		r.watchers.Add(1)
 		go func() {
+			defer r.watchers.Done()
 			select {
+			case <-r.over:
 			case <-f.Fired():
 				r.mu.Lock()
 				r.res.Faults[kind]++

@@ -205,6 +205,11 @@ type Runner struct {
 	tail    []string
 
 	wg sync.WaitGroup
+	// watchers counts the goroutines waiting for an injected fault to
+	// act; over, closed when Run returns, ends them, so that none counts
+	// a fault into res after the caller has it.
+	watchers sync.WaitGroup
+	over     chan struct{}
 }
 
 // Run runs a campaign as cfg says and returns what it found; the test
@@ -224,6 +229,7 @@ func Run(t testing.TB, cfg Config) *Result {
 		inflight: map[int64]*Footprint{}, waiting: map[int64]*Footprint{}, locks: lockTable{byIno: map[int][]*holder{}},
 		res: &Result{Seed: cfg.Seed, Ops: map[string]int{}, Faults: map[string]int{}, ExcludedSeen: map[string]int{}}}
 	r.cond = sync.NewCond(&r.mu)
+	r.over = make(chan struct{})
 	hf, err := os.CreateTemp("", fmt.Sprintf("esfs-campaign-%d-*.log", cfg.Seed))
 	if err != nil {
 		t.Fatal(err)
@@ -261,6 +267,8 @@ func Run(t testing.TB, cfg Config) *Result {
 	if r.ok() {
 		r.finish()
 	}
+	close(r.over)
+	r.watchers.Wait()
 	r.res.Took = time.Since(start)
 	r.logf("done in %s: %d operations, faults %v, %d findings", r.res.Took.Round(time.Second), r.total(), r.res.Faults, len(r.res.Findings))
 	return r.res
