@@ -52,6 +52,11 @@ func (s *Store) do(ctx context.Context, what string, r request) (response, error
 	if err != nil {
 		return response{}, fmt.Errorf("%s: %w: %v", what, ErrInvalid, err)
 	}
+	// Who the request is for, where an operator looking at the cluster's
+	// tasks or slow log sees it (and a proxy between can tell a call's
+	// requests from the mount's background work): two values only, as
+	// Elasticsearch asks of this header.
+	req.Header.Set("X-Opaque-Id", "esfs/"+origin(ctx))
 	if r.body != nil {
 		if r.ndjson {
 			req.Header.Set("Content-Type", "application/x-ndjson")
