@@ -39,18 +39,18 @@ func cmdConfig() *cli.Command {
 			}
 			defer st.Close()
 			url := c.String("es-url")
-			if _, err := st.Settings(c.Context); err != nil {
+			if _, err := st.Admin().Settings(c.Context); err != nil {
 				return explain(err, url)
 			}
-			if err := st.ChangeSettings(c.Context, replicas, refresh); err != nil {
+			if err := st.Admin().ChangeSettings(c.Context, replicas, refresh); err != nil {
 				return explain(err, url)
 			}
 			if c.Bool("unblock") {
-				if err := st.UnblockSessions(c.Context); err != nil {
+				if err := st.Admin().UnblockSessions(c.Context); err != nil {
 					return explain(err, url)
 				}
 			}
-			infos, err := st.Settings(c.Context)
+			infos, err := st.Admin().Settings(c.Context)
 			if err != nil {
 				return explain(err, url)
 			}

@@ -42,7 +42,7 @@ func cmdDestroy() *cli.Command {
 
 func destroy(c *cli.Context, st *store.Store) error {
 	ctx, url, name := c.Context, c.String("es-url"), st.Prefix()
-	infos, err := st.Inspect(ctx)
+	infos, err := st.Admin().Inspect(ctx)
 	if err != nil {
 		return explain(err, url)
 	}
@@ -61,7 +61,7 @@ func destroy(c *cli.Context, st *store.Store) error {
 	if len(existing) == 0 {
 		return fmt.Errorf("filesystem %s does not exist: nothing to destroy", name)
 	}
-	if err := st.Check(infos); errors.Is(err, store.ErrMapping) {
+	if err := st.Admin().Check(infos); errors.Is(err, store.ErrMapping) {
 		return explain(err, url) // an index esfs did not make: never touched
 	}
 	if !c.Bool("yes") && !isTerminal(os.Stdin) {
@@ -73,7 +73,7 @@ func destroy(c *cli.Context, st *store.Store) error {
 			if i.Exists && i.Role == "session" && !i.WriteAlias {
 				// An older format's: declaring mounts dead writes
 				// through it.
-				if err := st.AddWriteAliases(ctx, i.Name); err != nil {
+				if err := st.Admin().AddWriteAliases(ctx, i.Name); err != nil {
 					return explain(err, url)
 				}
 			}
@@ -92,7 +92,7 @@ func destroy(c *cli.Context, st *store.Store) error {
 			return explain(err, url)
 		}
 	}
-	if err := st.DeleteIndices(ctx, existing); err != nil {
+	if err := st.Admin().DeleteIndices(ctx, existing); err != nil {
 		return explain(err, url)
 	}
 	fmt.Printf("filesystem %s destroyed (deleted %s)\n", name, strings.Join(existing, ", "))
@@ -148,7 +148,7 @@ func judgeMounts(ctx context.Context, st *store.Store, noWait bool) error {
 // registering; a session that registered since judgeMounts looked is
 // found then, and refused.
 func blockMounts(ctx context.Context, st *store.Store) error {
-	if err := st.BlockSessions(ctx); err != nil {
+	if err := st.Admin().BlockSessions(ctx); err != nil {
 		return err
 	}
 	all, err := st.ListSessions(ctx)
@@ -167,7 +167,7 @@ func blockMounts(ctx context.Context, st *store.Store) error {
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), st.Timeout())
 	defer cancel()
-	if uerr := st.UnblockSessions(uctx); uerr != nil {
+	if uerr := st.Admin().UnblockSessions(uctx); uerr != nil {
 		return fmt.Errorf("%w; and the block on new mounts could not be removed (remove it with esfs config --index %s --unblock): %v", refusal, st.Prefix(), uerr)
 	}
 	return refusal

@@ -39,20 +39,20 @@ func cmdMkfs() *cli.Command {
 				return err
 			}
 			defer s.Close()
-			before, err := s.Inspect(ctx)
+			before, err := s.Admin().Inspect(ctx)
 			if err != nil {
 				return explain(err, c.String("es-url"))
 			}
-			if err := s.Check(before); errors.Is(err, store.ErrFormat) && store.Upgradable(before) {
+			if err := s.Admin().Check(before); errors.Is(err, store.ErrFormat) && store.Upgradable(before) {
 				// Judging the mounts may take their lease: no deadline.
 				if err := upgradeFormat(c.Context, s, before); err != nil {
 					return explain(err, c.String("es-url"))
 				}
-				if before, err = s.Inspect(ctx); err != nil {
+				if before, err = s.Admin().Inspect(ctx); err != nil {
 					return explain(err, c.String("es-url"))
 				}
 			}
-			err = s.Mkfs(ctx, store.MkfsOptions{
+			err = s.Admin().Mkfs(ctx, store.MkfsOptions{
 				Shards:          c.Int("shards"),
 				Replicas:        c.String("replicas"),
 				RefreshInterval: c.String("refresh-interval"),
@@ -72,7 +72,7 @@ func cmdMkfs() *cli.Command {
 // upgradeFormat upgrades a filesystem of an older format in place (see
 // store.Upgradable for the steps and why each is safe to repeat).
 func upgradeFormat(ctx context.Context, s *store.Store, infos []store.IndexInfo) error {
-	if err := s.AddWriteAliases(ctx); err != nil {
+	if err := s.Admin().AddWriteAliases(ctx); err != nil {
 		return err
 	}
 	if err := judgeMounts(ctx, s, false); err != nil {
@@ -85,7 +85,7 @@ func upgradeFormat(ctx context.Context, s *store.Store, infos []store.IndexInfo)
 		}
 	}
 	if first.Format != store.FormatVersion {
-		if err := s.SetFormat(ctx, first); err != nil {
+		if err := s.Admin().SetFormat(ctx, first); err != nil {
 			return err
 		}
 	}
@@ -94,7 +94,7 @@ func upgradeFormat(ctx context.Context, s *store.Store, infos []store.IndexInfo)
 	}
 	for _, i := range infos {
 		if i.Role != "path" && i.Format != store.FormatVersion {
-			if err := s.SetFormat(ctx, i); err != nil {
+			if err := s.Admin().SetFormat(ctx, i); err != nil {
 				return err
 			}
 		}

@@ -89,7 +89,7 @@ func runSearch(c *cli.Context) error {
 	if err := flushWriters(ctx, r); err != nil {
 		return err
 	}
-	if err := st.RefreshForSearch(ctx); err != nil {
+	if err := st.Refresh(ctx, store.SearchedPaths|store.SearchedData); err != nil {
 		return explain(err, c.String("es-url"))
 	}
 	found := map[string]bool{}

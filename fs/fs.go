@@ -177,7 +177,7 @@ func (f *FS) refreshIfDirty(ctx context.Context) error {
 // this mount's and others', visible to search.
 func (f *FS) refreshNow(ctx context.Context) error {
 	start := f.writes.Load()
-	if err := f.st.Refresh(ctx); err != nil {
+	if err := f.st.Refresh(ctx, store.SearchedPaths); err != nil {
 		return err
 	}
 	f.refreshed.Store(start)

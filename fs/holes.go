@@ -168,7 +168,7 @@ func (of *openFile) extendTo(end int64) {
 // hold data here (buffered) or in the store. Caller holds of.mu.
 func (of *openFile) dataChunks(ctx context.Context, from, to int64) ([]int64, error) {
 	if !of.seekFresh {
-		if err := of.f.st.RefreshData(ctx); err != nil {
+		if err := of.f.st.Refresh(ctx, store.SearchedData); err != nil {
 			return nil, err
 		}
 		of.seekFresh = true
@@ -213,7 +213,7 @@ func (of *openFile) nextChunk(ctx context.Context, c int64, data bool) (int64, e
 	cs := of.f.st.ChunkSize()
 	end := (of.size + cs - 1) / cs
 	if !of.seekFresh {
-		if err := of.f.st.RefreshData(ctx); err != nil {
+		if err := of.f.st.Refresh(ctx, store.SearchedData); err != nil {
 			return 0, err
 		}
 		of.seekFresh = true

@@ -220,7 +220,7 @@ func (c *entryChanges) busy(dir uint64) bool {
 // isEmptyDir reports whether a directory has no entries. The search must
 // see every committed child, so it refreshes first.
 func (f *FS) isEmptyDir(ctx context.Context, path string) (bool, error) {
-	if err := f.st.Refresh(ctx); err != nil {
+	if err := f.st.Refresh(ctx, store.SearchedPaths); err != nil {
 		return false, err
 	}
 	f.refreshed.Store(f.writes.Load())

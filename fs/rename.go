@@ -154,7 +154,7 @@ func (f *FS) subtreePaths(ctx context.Context, src string) ([]string, map[string
 	if err != nil || d.Type != store.TypeDir {
 		return nil, nil, nil // the locked re-check reports it
 	}
-	if err := f.st.Refresh(ctx); err != nil {
+	if err := f.st.Refresh(ctx, store.SearchedPaths); err != nil {
 		return nil, nil, err
 	}
 	sc := f.st.ScanTree(src, store.DefaultPageSize)

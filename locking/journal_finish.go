@@ -114,7 +114,7 @@ func (j *Journal) finishDocs(ctx context.Context, sess *Session, rec store.OpRec
 		// Make the finished subtree visible to search before DONE: a
 		// listing of the new directory (found by a realtime lookup) must
 		// not come back empty because search still has the stage's state.
-		if err := j.b.Refresh(ctx); err != nil {
+		if err := j.b.Refresh(ctx, store.SearchedPaths); err != nil {
 			return rec, nil, err
 		}
 	}

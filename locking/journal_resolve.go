@@ -18,7 +18,7 @@ import (
 // write of a former owner) just mean another round.
 func (j *Journal) resolveDocs(ctx context.Context, op string, fix func(store.Dentry) (store.BulkOp, bool, error)) error {
 	for round := 0; ; round++ {
-		if err := j.b.Refresh(ctx); err != nil {
+		if err := j.b.Refresh(ctx, store.SearchedPaths); err != nil {
 			return err
 		}
 		sc := j.b.ScanOp(op, store.DefaultPageSize)

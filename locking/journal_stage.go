@@ -63,7 +63,7 @@ func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]
 	}
 	// The subtree: scan a refreshed snapshot. Nothing can be added below
 	// src while we hold our locks, so the snapshot is the whole subtree.
-	if err := j.b.Refresh(ctx); err != nil {
+	if err := j.b.Refresh(ctx, store.SearchedPaths); err != nil {
 		return nil, err
 	}
 	sc := j.b.ScanTree(src.Path, store.DefaultPageSize)

@@ -43,11 +43,11 @@ func (f *failingAfterCommit) Bulk(ctx context.Context, ops []store.BulkOp) ([]st
 	return f.Store.Bulk(ctx, ops)
 }
 
-func (f *failingAfterCommit) Refresh(ctx context.Context) error {
+func (f *failingAfterCommit) Refresh(ctx context.Context, which store.Searched) error {
 	if f.committed.Load() && f.failing.Load() {
 		return errInjected
 	}
-	return f.Store.Refresh(ctx)
+	return f.Store.Refresh(ctx, which)
 }
 
 func putDentries(t *testing.T, st *store.Store, ds ...store.Dentry) []store.Dentry {
@@ -176,7 +176,7 @@ func TestSweeperCollectsStrays(t *testing.T) {
 		Waiters: []store.Waiter{{Session: sess.ID(), Op: wop, Ticket: "1", Since: time.Now().UnixNano()}}}}})); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Refresh(ctx); err != nil {
+	if err := st.Refresh(ctx, store.SearchedPaths); err != nil {
 		t.Fatal(err)
 	}
 	// Let a heartbeat publish that wop is finished.
@@ -233,9 +233,9 @@ func (r *requests) GetInodes(ctx context.Context, inos []uint64) ([]store.InodeR
 	r.n.Add(1)
 	return r.Store.GetInodes(ctx, inos)
 }
-func (r *requests) Refresh(ctx context.Context) error {
+func (r *requests) Refresh(ctx context.Context, which store.Searched) error {
 	r.n.Add(1)
-	return r.Store.Refresh(ctx)
+	return r.Store.Refresh(ctx, which)
 }
 
 // TestFileRenameRoundTrips: a file rename, locks included, is 6 requests

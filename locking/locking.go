@@ -51,7 +51,7 @@ type Backend interface {
 	// Path documents, for the rename journal, recovery and the view.
 	GetDentry(ctx context.Context, path string) (store.Dentry, error)
 	GetDentries(ctx context.Context, paths []string) ([]store.DentryResult, error)
-	Refresh(ctx context.Context) error
+	Refresh(ctx context.Context, which store.Searched) error
 	ScanTree(root string, pageSize int) *store.Scanner
 	ScanOp(op string, pageSize int) *store.Scanner
 	ScanIntents(pageSize int) *store.Scanner

@@ -126,7 +126,7 @@ const scanRounds = 20
 func (v *View) Scan(ctx context.Context, root string) (*Pages, error) {
 	committed := map[string]bool{} // seen past their commit point before the snapshot
 	for round := 0; ; round++ {
-		if err := v.b.Refresh(ctx); err != nil {
+		if err := v.b.Refresh(ctx, store.SearchedPaths); err != nil {
 			return nil, err
 		}
 		sc := v.b.ScanTree(root, store.DefaultPageSize)

@@ -9,14 +9,9 @@ import (
 
 // StoredChunks returns, in order, the numbers of at most limit chunks of
 // ino stored from chunk from on. Search is near-realtime: refresh with
-// RefreshData first when the answer must include the latest writes.
+// Refresh(SearchedData) first when the answer must include the latest writes.
 func (s *Store) StoredChunks(ctx context.Context, ino uint64, from int64, limit int) ([]int64, error) {
 	return s.storedChunks(ctx, ino, from, limit)
-}
-
-// RefreshData makes every acknowledged chunk write visible to search.
-func (s *Store) RefreshData(ctx context.Context) error {
-	return s.refresh(ctx, "refreshing "+s.idx.Data, s.idx.Data)
 }
 
 func (s *Store) storedChunks(ctx context.Context, ino uint64, from int64, limit int) ([]int64, error) {
@@ -67,7 +62,7 @@ type ChunkRef struct {
 
 // ChunkScanner pages through every chunk of the data index in (inode,
 // chunk) order, reading doc values only: it never loads chunk bytes.
-// Near-realtime: refresh first (RefreshAll).
+// Near-realtime: refresh first (Refresh(SearchedAll)).
 type ChunkScanner struct {
 	s     *Store
 	after []json.Number

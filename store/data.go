@@ -222,7 +222,7 @@ func (s *Store) TryDeleteChunks(ctx context.Context, ino uint64, first, last int
 		err := s.deleteChunkNums(ctx, ino, nums, version, &d)
 		return d, err
 	}
-	if err := s.RefreshData(ctx); err != nil {
+	if err := s.Refresh(ctx, SearchedData); err != nil {
 		return d, err
 	}
 	from := first

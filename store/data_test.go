@@ -178,7 +178,7 @@ func TestChunkScan(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.RefreshAll(ctx); err != nil {
+	if err := s.Refresh(ctx, store.SearchedAll); err != nil {
 		t.Fatal(err)
 	}
 	sc := s.ScanChunks()

@@ -165,7 +165,7 @@ func TestLongPathAndStrangeNames(t *testing.T) {
 			t.Fatalf("read %q: %+v %v", n, d, err)
 		}
 	}
-	if err := s.Refresh(ctx); err != nil {
+	if err := s.Refresh(ctx, store.SearchedPaths); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}

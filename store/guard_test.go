@@ -17,7 +17,7 @@ import (
 func TestNoWriteCreatesAnIndex(t *testing.T) {
 	s := testenv.Store(t)
 	ctx := ctxT(t)
-	if err := s.DeleteFilesystem(ctx); err != nil {
+	if err := s.Admin().DeleteFilesystem(ctx); err != nil {
 		t.Fatal(err)
 	}
 	v := store.Version{SeqNo: 1, PrimaryTerm: 1}
@@ -64,7 +64,7 @@ func TestNoWriteCreatesAnIndex(t *testing.T) {
 	if _, err := s.DeleteChunks(ctx, 9, 0, 3, store.DataVersion(4, 0)); !errors.Is(err, store.ErrNoIndex) {
 		t.Errorf("DeleteChunks: %v, want ErrNoIndex", err)
 	}
-	infos, err := s.Inspect(ctx)
+	infos, err := s.Admin().Inspect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

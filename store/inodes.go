@@ -181,7 +181,7 @@ func SetCtime(ino uint64, ctime int64) BulkOp {
 }
 
 // InodeScanner pages through every inode document in inode number order
-// (for fsck). Near-realtime: refresh the inode index first via RefreshAll.
+// (for fsck). Near-realtime: refresh the inode index first via Refresh(SearchedAll).
 type InodeScanner struct {
 	s     *Store
 	query map[string]any
@@ -244,11 +244,6 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 		page = append(page, n)
 	}
 	return page, bad, nil
-}
-
-// RefreshAll refreshes every index of the filesystem (fsck, tests).
-func (s *Store) RefreshAll(ctx context.Context) error {
-	return s.refresh(ctx, "refreshing the filesystem's indices", s.allIndices()...)
 }
 
 // AddDirLinks adds delta to the link count of directory ino, for a

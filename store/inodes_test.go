@@ -30,7 +30,7 @@ func TestScanInodesExactNumbers(t *testing.T) {
 			t.Fatal(r.Err)
 		}
 	}
-	if err := s.RefreshAll(ctx); err != nil {
+	if err := s.Refresh(ctx, store.SearchedAll); err != nil {
 		t.Fatal(err)
 	}
 	seen := map[uint64]int{}

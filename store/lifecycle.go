@@ -72,11 +72,12 @@ func (i IndexInfo) ReplicasSetting() string {
 }
 
 // Indices are the names of the filesystem's indices.
-func (s *Store) Indices() []string { return s.allIndices() }
+func (a Admin) Indices() []string { s := a.s; return s.allIndices() }
 
 // Inspect reads what each of the filesystem's indices is, in one request,
 // without judging it (see Check).
-func (s *Store) Inspect(ctx context.Context) ([]IndexInfo, error) {
+func (a Admin) Inspect(ctx context.Context) ([]IndexInfo, error) {
+	s := a.s
 	names := s.allIndices()
 	what := "reading the indices of filesystem " + s.idx.Paths
 	res, err := s.do(ctx, what, request{method: "GET", path: "/" + strings.Join(names, ","),
@@ -148,7 +149,8 @@ func formatNumber(v any) (n int, foreign bool) {
 
 // Check judges what Inspect found: nil if this esfs may use the filesystem
 // as it is. The error says what the indices are and what to do.
-func (s *Store) Check(infos []IndexInfo) error {
+func (a Admin) Check(infos []IndexInfo) error {
+	s := a.s
 	fs := s.idx.Paths
 	var missing []string
 	newest, oldest := -1, -1
@@ -236,18 +238,19 @@ func (s *Store) olderError(format int) error {
 
 // Settings returns what Inspect finds, after checking that this esfs reads
 // the filesystem (a newer one may keep its settings elsewhere).
-func (s *Store) Settings(ctx context.Context) ([]IndexInfo, error) {
-	infos, err := s.Inspect(ctx)
+func (a Admin) Settings(ctx context.Context) ([]IndexInfo, error) {
+	infos, err := a.Inspect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return infos, s.Check(infos)
+	return infos, a.Check(infos)
 }
 
 // ChangeSettings sets the replicas (a number, or an auto_expand_replicas
 // range "A-B") and the refresh interval of every index of the filesystem;
 // empty leaves a setting as it is. Both are dynamic: live mounts go on.
-func (s *Store) ChangeSettings(ctx context.Context, replicas, refresh string) error {
+func (a Admin) ChangeSettings(ctx context.Context, replicas, refresh string) error {
+	s := a.s
 	set := map[string]any{}
 	if replicas != "" {
 		if strings.Contains(replicas, "-") {
@@ -279,7 +282,8 @@ func (s *Store) ChangeSettings(ctx context.Context, replicas, refresh string) er
 // BlockSessions stops new sessions (mounts) from registering, and existing
 // ones from heartbeating: a write block on the sessions index, in place
 // on every shard when it returns.
-func (s *Store) BlockSessions(ctx context.Context) error {
+func (a Admin) BlockSessions(ctx context.Context) error {
+	s := a.s
 	what := "blocking writes to index " + s.idx.Sessions
 	res, err := s.do(ctx, what, request{method: "PUT", path: "/" + url.PathEscape(s.idx.Sessions) + "/_block/write"})
 	if err != nil {
@@ -292,7 +296,8 @@ func (s *Store) BlockSessions(ctx context.Context) error {
 }
 
 // UnblockSessions undoes BlockSessions.
-func (s *Store) UnblockSessions(ctx context.Context) error {
+func (a Admin) UnblockSessions(ctx context.Context) error {
+	s := a.s
 	what := "removing the write block of index " + s.idx.Sessions
 	body, _ := json.Marshal(map[string]any{"index.blocks.write": nil})
 	res, err := s.do(ctx, what, request{method: "PUT", path: "/" + url.PathEscape(s.idx.Sessions) + "/_settings", body: body})
@@ -307,7 +312,8 @@ func (s *Store) UnblockSessions(ctx context.Context) error {
 
 // DeleteIndices deletes some of the filesystem's indices (esfs destroy
 // names those it found and judged, never a name it did not look at).
-func (s *Store) DeleteIndices(ctx context.Context, names []string) error {
+func (a Admin) DeleteIndices(ctx context.Context, names []string) error {
+	s := a.s
 	mine := map[string]bool{}
 	for _, n := range s.allIndices() {
 		mine[n] = true

@@ -14,7 +14,7 @@ import (
 func TestBlockSessions(t *testing.T) {
 	s := testenv.Store(t)
 	ctx := ctxT(t)
-	if err := s.BlockSessions(ctx); err != nil {
+	if err := s.Admin().BlockSessions(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, err := s.Write(ctx, store.CreateSession(store.SessionDoc{ID: "blocked", LeaseMs: 1000}))
@@ -24,7 +24,7 @@ func TestBlockSessions(t *testing.T) {
 	if _, err := s.ListSessions(ctx); err != nil {
 		t.Fatalf("listing sessions under the block: %v", err)
 	}
-	infos, err := s.Inspect(ctx)
+	infos, err := s.Admin().Inspect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestBlockSessions(t *testing.T) {
 	if err := s.Open(ctx); !errors.Is(err, store.ErrDestroying) {
 		t.Errorf("Open under the block: %v, want ErrDestroying", err)
 	}
-	if err := s.UnblockSessions(ctx); err != nil {
+	if err := s.Admin().UnblockSessions(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Write(ctx, store.CreateSession(store.SessionDoc{ID: "after", LeaseMs: 1000})); err != nil {

@@ -114,7 +114,8 @@ func (s *Store) allIndices() []string {
 // Mkfs creates the filesystem's indices and its root directory. It is
 // idempotent: existing indices are checked (and missing fields added), an
 // existing root is kept. A mapping esfs cannot use is refused with ErrMapping.
-func (s *Store) Mkfs(ctx context.Context, o MkfsOptions) error {
+func (a Admin) Mkfs(ctx context.Context, o MkfsOptions) error {
+	s := a.s
 	if o.Shards <= 0 {
 		o.Shards = 1
 	}
@@ -132,11 +133,11 @@ func (s *Store) Mkfs(ctx context.Context, o MkfsOptions) error {
 	}
 	// Refuse before creating anything next to an index esfs did not make
 	// or cannot read; missing indices (a half-made filesystem) are made.
-	infos, err := s.Inspect(ctx)
+	infos, err := a.Inspect(ctx)
 	if err != nil {
 		return err
 	}
-	if err := s.Check(infos); err != nil && !errors.Is(err, ErrNoIndex) && !errors.Is(err, ErrIncomplete) {
+	if err := a.Check(infos); err != nil && !errors.Is(err, ErrNoIndex) && !errors.Is(err, ErrIncomplete) {
 		return err
 	}
 	maps := s.mappings(o.ChunkSize)
@@ -146,7 +147,7 @@ func (s *Store) Mkfs(ctx context.Context, o MkfsOptions) error {
 		}
 	}
 	// Before anything is written: the root goes through them too.
-	if err := s.AddWriteAliases(ctx); err != nil {
+	if err := a.AddWriteAliases(ctx); err != nil {
 		return err
 	}
 	if err := s.Open(ctx); err != nil {
@@ -202,7 +203,8 @@ func (s *Store) ensureIndex(ctx context.Context, name string, props map[string]f
 // AddWriteAliases gives indices of the filesystem (names, all five if
 // none) their write aliases (WriteAliasSuffix), in one request; an alias
 // that is there already stays as it is. The indices must exist.
-func (s *Store) AddWriteAliases(ctx context.Context, names ...string) error {
+func (a Admin) AddWriteAliases(ctx context.Context, names ...string) error {
+	s := a.s
 	if len(names) == 0 {
 		names = s.allIndices()
 	}
@@ -225,7 +227,8 @@ func (s *Store) AddWriteAliases(ctx context.Context, names ...string) error {
 // SetFormat records this esfs's format in the _meta of the index info
 // describes (the last step of an upgrade, see Upgradable), keeping the
 // rest of its _meta.
-func (s *Store) SetFormat(ctx context.Context, info IndexInfo) error {
+func (a Admin) SetFormat(ctx context.Context, info IndexInfo) error {
+	s := a.s
 	meta := map[string]any{}
 	for k, v := range info.mapping.Meta {
 		meta[k] = v
@@ -254,7 +257,7 @@ func (s *Store) checkMapping(ctx context.Context, name string, want map[string]f
 	}
 	if f, foreign := formatNumber(got.Meta["esfs_format"]); foreign || f != FormatVersion {
 		// Made meanwhile (Mkfs checked the formats first): judge it alone.
-		return s.Check([]IndexInfo{{Name: name, Exists: true, Format: f, Foreign: foreign, RawFormat: got.Meta["esfs_format"]}})
+		return s.Admin().Check([]IndexInfo{{Name: name, Exists: true, Format: f, Foreign: foreign, RawFormat: got.Meta["esfs_format"]}})
 	}
 	missing := map[string]field{}
 	var conflicts []string
@@ -372,11 +375,11 @@ func (s *Store) getMapping(ctx context.Context, name string) (indexMapping, erro
 // Open checks that the filesystem exists and was made by a compatible esfs,
 // and reads the settings fixed at mkfs time. Every other method needs it.
 func (s *Store) Open(ctx context.Context) error {
-	infos, err := s.Inspect(ctx)
+	infos, err := s.Admin().Inspect(ctx)
 	if err != nil {
 		return err
 	}
-	if err := s.Check(infos); err != nil {
+	if err := s.Admin().Check(infos); err != nil {
 		return err
 	}
 	for _, info := range infos {
@@ -454,7 +457,8 @@ func (s *Store) ensureGCDeletes(ctx context.Context) {
 func (s *Store) ChunkSize() int64 { return s.chunkSize }
 
 // DeleteFilesystem deletes every index of the filesystem (tests, esfs rmfs).
-func (s *Store) DeleteFilesystem(ctx context.Context) error {
+func (a Admin) DeleteFilesystem(ctx context.Context) error {
+	s := a.s
 	what := "deleting filesystem " + s.idx.Paths
 	res, err := s.do(ctx, what, request{method: "DELETE", path: "/" + strings.Join(s.allIndices(), ","), query: url.Values{"ignore_unavailable": {"true"}}})
 	if err != nil {

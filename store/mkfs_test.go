@@ -12,7 +12,7 @@ import (
 func TestMkfsIdempotentStrictAndRoot(t *testing.T) {
 	s := testenv.Store(t) // first mkfs
 	ctx := ctxT(t)
-	if err := s.Mkfs(ctx, store.MkfsOptions{}); err != nil {
+	if err := s.Admin().Mkfs(ctx, store.MkfsOptions{}); err != nil {
 		t.Fatalf("second mkfs: %v", err)
 	}
 	for _, which := range []string{"paths", "inodes", "data", "locks", "sessions"} {
@@ -58,7 +58,7 @@ func TestMkfsRefusesConflictingMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Mkfs(ctx, store.MkfsOptions{})
+	err = s.Admin().Mkfs(ctx, store.MkfsOptions{})
 	if !errors.Is(err, store.ErrMapping) || !strings.Contains(err.Error(), "path is text, want keyword") {
 		t.Fatalf("got %v, want ErrMapping naming the path field", err)
 	}
@@ -70,7 +70,7 @@ func TestMkfsRefusesForeignIndex(t *testing.T) {
 	if err := s.RawCreateIndex(ctx, "inodes", map[string]any{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Mkfs(ctx, store.MkfsOptions{}); !errors.Is(err, store.ErrMapping) {
+	if err := s.Admin().Mkfs(ctx, store.MkfsOptions{}); !errors.Is(err, store.ErrMapping) {
 		t.Fatalf("got %v, want ErrMapping for an index esfs did not make", err)
 	}
 }

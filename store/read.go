@@ -187,10 +187,37 @@ func (s *Store) searchAll(ctx context.Context, index string, query map[string]an
 	}
 }
 
-// Refresh makes every acknowledged write to the path index visible to search.
-// Callers refresh before a search that must be complete, never per write.
-func (s *Store) Refresh(ctx context.Context) error {
-	return s.refresh(ctx, "refreshing "+s.idx.Paths, s.idx.Paths)
+// Searched names the indices Refresh makes current for search.
+type Searched int
+
+const (
+	// SearchedPaths: the path index, for listings and scans of a tree.
+	SearchedPaths Searched = 1 << iota
+	// SearchedData: the data index, for the chunks a file has stored and
+	// searches of contents.
+	SearchedData
+	// SearchedAll: every index of the filesystem (fsck, tests).
+	SearchedAll
+)
+
+// Refresh makes every acknowledged write to the indices which names
+// visible to search. Callers refresh before a search that must be
+// complete, never per write.
+func (s *Store) Refresh(ctx context.Context, which Searched) error {
+	if which&SearchedAll != 0 {
+		return s.refresh(ctx, "refreshing the filesystem's indices", s.allIndices()...)
+	}
+	var names []string
+	if which&SearchedPaths != 0 {
+		names = append(names, s.idx.Paths)
+	}
+	if which&SearchedData != 0 {
+		names = append(names, s.idx.Data)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return s.refresh(ctx, "refreshing "+strings.Join(names, ", "), names...)
 }
 
 // refresh makes every acknowledged write to indices visible to search.

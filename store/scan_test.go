@@ -29,7 +29,7 @@ func TestScanMoreThan10000(t *testing.T) {
 			t.Fatalf("item %d: %v", i, r.Err)
 		}
 	}
-	if err := s.Refresh(ctx); err != nil {
+	if err := s.Refresh(ctx, store.SearchedPaths); err != nil {
 		t.Fatal(err)
 	}
 	count := func(sc *store.Scanner) (int, string) {
@@ -75,7 +75,7 @@ func TestScanOp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_ = s.Refresh(ctx)
+	_ = s.Refresh(ctx, store.SearchedPaths)
 	sc := s.ScanOp("rename-1", 10)
 	defer sc.Close()
 	page, _, err := sc.Next(ctx)

@@ -112,12 +112,6 @@ func (s *Store) SearchPaths(query string, inos []uint64, f SearchFilter, pageSiz
 	return &Scanner{s: s, query: map[string]any{"bool": b}, sortKey: "path", pageSize: pageSize, usePIT: true}, nil
 }
 
-// RefreshForSearch makes every acknowledged write to paths and contents
-// visible to search.
-func (s *Store) RefreshForSearch(ctx context.Context) error {
-	return s.refresh(ctx, "refreshing before a search", s.idx.Paths, s.idx.Data)
-}
-
 // globRegexp turns a shell glob (*, ?, [abc], [!a-z], \x) into a Lucene
 // regular expression matching the whole name.
 func globRegexp(glob string) (string, error) {

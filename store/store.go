@@ -192,7 +192,8 @@ func (s *Store) writeTimeout() string { return strconv.FormatInt(s.timeout.Milli
 
 // Version asks a node which Elasticsearch version it runs. It uses
 // GET /_nodes/_local because some distributions have no "GET /" banner.
-func (s *Store) Version(ctx context.Context) (string, error) {
+func (a Admin) Version(ctx context.Context) (string, error) {
+	s := a.s
 	res, err := s.do(ctx, "asking the cluster's version", request{method: "GET", path: "/_nodes/_local", query: url.Values{"filter_path": {"nodes.*.version"}}})
 	if err != nil {
 		return "", err

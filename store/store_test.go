@@ -32,7 +32,7 @@ func dentry(path string, ino uint64, typ store.FileType) store.Dentry {
 
 func TestVersionReported(t *testing.T) {
 	s := testenv.Unformatted(t)
-	v, err := s.Version(ctxT(t))
+	v, err := s.Admin().Version(ctxT(t))
 	if err != nil {
 		t.Fatal(err)
 	}

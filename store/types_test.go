@@ -62,7 +62,7 @@ func TestOpenUpgradesInodeMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AddWriteAliases(ctx); err != nil { // gone with the index deleted
+	if err := s.Admin().AddWriteAliases(ctx); err != nil { // gone with the index deleted
 		t.Fatal(err)
 	}
 	// The old root: 2 links whatever it held.

@@ -165,7 +165,7 @@ func TestDestroyMountedMeanwhile(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.out, "mounted meanwhile") || !strings.Contains(r.out, m.Dir) {
 		t.Fatalf("destroy with a mount started meanwhile: status %d, want 1 naming it:\n%s", r.code, r.out)
 	}
-	infos, err := f.Store.Inspect(context.Background())
+	infos, err := f.Store.Admin().Inspect(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func existing(t *testing.T, f *mounttest.FS) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	infos, err := f.Store.Inspect(ctx)
+	infos, err := f.Store.Admin().Inspect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestFormatUpgrade(t *testing.T) {
 	}
 	// Format 1, as the esfs before the write aliases left it.
 	var actions []string
-	for _, idx := range f.Store.Indices() {
+	for _, idx := range f.Store.Admin().Indices() {
 		actions = append(actions, fmt.Sprintf(`{"remove":{"index":%q,"alias":%q}}`, idx, idx+store.WriteAliasSuffix))
 		meta := `{"_meta":{"esfs_format":1}}`
 		if strings.HasSuffix(idx, "-data") {
@@ -503,7 +503,7 @@ func TestFormatUpgrade(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "upgraded to format 2") {
 		t.Fatalf("mkfs of a half-upgraded filesystem, its old mount gone: status %d:\n%s", code, out)
 	}
-	infos, err := f.Store.Inspect(context.Background())
+	infos, err := f.Store.Admin().Inspect(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -596,7 +596,7 @@ func lateIntents(t *testing.T, f *mounttest.FS) []store.Dentry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := f.Store.Refresh(ctx); err != nil {
+	if err := f.Store.Refresh(ctx, store.SearchedPaths); err != nil {
 		t.Fatal(err)
 	}
 	sc := f.Store.ScanIntents(store.DefaultPageSize)

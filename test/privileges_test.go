@@ -121,7 +121,7 @@ func TestSecurePrivileges(t *testing.T) {
 	deleted := false
 	t.Cleanup(func() {
 		if !deleted {
-			_ = admin.DeleteFilesystem(context.Background())
+			_ = admin.Admin().DeleteFilesystem(context.Background())
 		}
 		admin.Close()
 	})

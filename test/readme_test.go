@@ -55,7 +55,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = st.DeleteFilesystem(ctx) // only if the script failed before destroy
+		_ = st.Admin().DeleteFilesystem(ctx) // only if the script failed before destroy
 		st.Close()
 	})
 

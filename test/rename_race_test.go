@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 	"golang.org/x/sys/unix"
 )
@@ -48,7 +49,7 @@ func lkSnapFresh(t *testing.T, f *mounttest.FS, root string) map[string]string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := f.Store.Refresh(ctx); err != nil {
+	if err := f.Store.Refresh(ctx, store.SearchedPaths); err != nil {
 		t.Fatal(err)
 	}
 	return lkSnap(t, root)

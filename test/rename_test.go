@@ -570,7 +570,7 @@ func TestRenameListedAtomicallyByOtherMount(t *testing.T) {
 	for i := 0; i < rounds; i++ {
 		r := fmt.Sprintf("/r%02d", i)
 		mounttest.MakeTree(t, b.Path(r), map[string]string{"/a/": "", "/c/": "", "/c/g": "g"})
-		if err := f.Store.Refresh(ctx); err != nil {
+		if err := f.Store.Refresh(ctx, store.SearchedPaths); err != nil {
 			t.Fatal(err)
 		}
 		if err := mounttest.Rename(b.Path(r, "c"), b.Path(r, "a", "c2")); err != nil {

@@ -33,7 +33,7 @@ type callLog struct {
 
 	mu    sync.Mutex
 	lines []string
-	last  time.Time         // when the last request for a call arrived
+	last  time.Time // when the last request for a call arrived
 }
 
 func newCallLog(index string) *callLog {

@@ -118,7 +118,7 @@ func TestSecureClusterCredentials(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := admin.DeleteFilesystem(ctx); err != nil {
+		if err := admin.Admin().DeleteFilesystem(ctx); err != nil {
 			t.Errorf("deleting test filesystem: %v", err)
 		}
 		admin.Close()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 	"github.com/esfs/esfs/test/testenv"
 )
@@ -36,7 +37,7 @@ func TestStatfsReportsClusterDiskAndInodes(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := f.Store.RefreshAll(ctx); err != nil {
+	if err := f.Store.Refresh(ctx, store.SearchedAll); err != nil {
 		t.Fatal(err)
 	}
 	var st syscall.Statfs_t

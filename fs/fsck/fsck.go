@@ -18,7 +18,6 @@ import (
 // Backend is what fsck reads and repairs, beyond what the protocol uses.
 type Backend interface {
 	locking.Backend
-	RefreshAll(ctx context.Context) error
 	ScanInodes(which store.InodeSet) *store.InodeScanner
 	GetInodes(ctx context.Context, inos []uint64) ([]store.InodeResult, error)
 	DeleteChunks(ctx context.Context, ino uint64, first, last int64, version int64) (int64, error)

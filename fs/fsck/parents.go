@@ -123,7 +123,7 @@ func (c *checker) parent(ctx context.Context, n store.Inode, ps []string, dirs m
 
 // pathsNow finds the paths that name inos now, after a refresh.
 func (c *checker) pathsNow(ctx context.Context, inos []uint64) (map[uint64][]string, error) {
-	if err := c.fb.Refresh(ctx); err != nil {
+	if err := c.fb.Refresh(ctx, store.SearchedPaths); err != nil {
 		return nil, err
 	}
 	named := map[uint64][]string{}

@@ -16,7 +16,7 @@ import (
 // reports paths whose parent is missing or no directory (removing them
 // when repairing). It keeps what readers see for the inode checks.
 func (c *checker) scanPaths(ctx context.Context) error {
-	if err := c.fb.RefreshAll(ctx); err != nil {
+	if err := c.fb.Refresh(ctx, store.SearchedAll); err != nil {
 		return err
 	}
 	sc := c.fb.ScanTree("/", store.DefaultPageSize)
@@ -254,7 +254,7 @@ func (c *checker) lookAgain(ctx context.Context) error {
 	if len(suspects) == 0 {
 		return nil
 	}
-	if err := c.fb.Refresh(ctx); err != nil {
+	if err := c.fb.Refresh(ctx, store.SearchedPaths); err != nil {
 		return err
 	}
 	sort.Slice(suspects, func(i, j int) bool { return suspects[i] < suspects[j] })
@@ -309,7 +309,7 @@ func (c *checker) countDirLinks(ctx context.Context, path string, ino uint64) (s
 		return store.Inode{}, 0, res[0].Err
 	}
 	n := res[0].Inode
-	if err := c.fb.Refresh(ctx); err != nil {
+	if err := c.fb.Refresh(ctx, store.SearchedPaths); err != nil {
 		return store.Inode{}, 0, err
 	}
 	sc := c.view.List(path, store.DefaultPageSize)

@@ -112,7 +112,7 @@ func (ex *exporter) countSubdirs(ctx context.Context, dir string, ino uint64) (u
 	if err != nil {
 		return 0, 0, err
 	}
-	if err := ex.st.Refresh(ctx); err != nil {
+	if err := ex.st.Refresh(ctx, store.SearchedPaths); err != nil {
 		return 0, 0, err
 	}
 	sc := ex.view.List(dir, store.DefaultPageSize)

@@ -189,7 +189,7 @@ func (ex *exporter) data(ctx context.Context, f *os.File, a store.Inode) error {
 	if !ex.dataRefreshed {
 		// Search is near-realtime: chunks written before the export began
 		// must all be listed.
-		if err := ex.st.RefreshData(ctx); err != nil {
+		if err := ex.st.Refresh(ctx, store.SearchedData); err != nil {
 			return err
 		}
 		ex.dataRefreshed = true

@@ -207,7 +207,7 @@ func (imp *Import) check(ctx context.Context, view *locking.View, parent string)
 // can see them, and they would refuse our creates. Their inodes are
 // orphans that fsck --repair removes.
 func (imp *Import) clearLeftovers(ctx context.Context) error {
-	if err := imp.st.Refresh(ctx); err != nil {
+	if err := imp.st.Refresh(ctx, store.SearchedPaths); err != nil {
 		return err
 	}
 	sc := imp.st.ScanTree(imp.dest, store.DefaultPageSize)

@@ -218,7 +218,7 @@ func esVersion(t testing.TB) string {
 		return "?"
 	}
 	defer s.Close()
-	v, err := s.Version(context.Background())
+	v, err := s.Admin().Version(context.Background())
 	if err != nil {
 		return "?"
 	}

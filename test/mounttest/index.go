@@ -77,7 +77,7 @@ func CheckIndex(ctx context.Context, f *FS, check IndexCheck) (IndexReport, erro
 	rep := IndexReport{Files: map[string]bool{}}
 	bad := func(format string, a ...any) { rep.Problems = append(rep.Problems, fmt.Sprintf(format, a...)) }
 
-	if err := st.Refresh(ctx); err != nil {
+	if err := st.Refresh(ctx, store.SearchedPaths); err != nil {
 		return rep, err
 	}
 	docs := map[string]store.Dentry{}

@@ -118,7 +118,7 @@ func NewFSOn(t testing.TB, url string) *FS {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := st.DeleteFilesystem(ctx); err != nil {
+		if err := st.Admin().DeleteFilesystem(ctx); err != nil {
 			t.Errorf("deleting test filesystem: %v", err)
 		}
 		st.Close()

@@ -125,7 +125,7 @@ func Populate(t testing.TB, f *FS, root string, names []string, content func(nam
 			t.Fatalf("writing data chunks: %s %.500s", hres.Status, raw)
 		}
 	}
-	if err := f.Store.Refresh(ctx); err != nil {
+	if err := f.Store.Refresh(ctx, store.SearchedPaths); err != nil {
 		t.Fatal(err)
 	}
 }

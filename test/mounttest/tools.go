@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/esfs/esfs/store"
 )
 
 // ESRequest sends one request to the cluster and fails the test unless it
@@ -56,7 +58,7 @@ func StoredChunks(t testing.TB, f *FS, ino uint64) []int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := f.Store.RefreshData(ctx); err != nil {
+	if err := f.Store.Refresh(ctx, store.SearchedData); err != nil {
 		t.Fatal(err)
 	}
 	nums, err := f.Store.StoredChunks(ctx, ino, 0, 10000)
@@ -231,7 +233,7 @@ func ScanPaths(t testing.TB, f *FS, root string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := f.Store.Refresh(ctx); err != nil {
+	if err := f.Store.Refresh(ctx, store.SearchedPaths); err != nil {
 		t.Fatal(err)
 	}
 	sc := f.Store.ScanTree(root, 1000)

@@ -47,7 +47,7 @@ func Store(t testing.TB) *store.Store {
 	s := Unformatted(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.Mkfs(ctx, store.MkfsOptions{}); err != nil {
+	if err := s.Admin().Mkfs(ctx, store.MkfsOptions{}); err != nil {
 		t.Fatalf("mkfs: %v", err)
 	}
 	return s
@@ -64,7 +64,7 @@ func Unformatted(t testing.TB) *store.Store {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := s.DeleteFilesystem(ctx); err != nil {
+		if err := s.Admin().DeleteFilesystem(ctx); err != nil {
 			t.Errorf("deleting test filesystem: %v", err)
 		}
 		s.Close()
@@ -85,7 +85,7 @@ func PrintVersion(pkg string) {
 		return
 	}
 	defer s.Close()
-	v, err := s.Version(context.Background())
+	v, err := s.Admin().Version(context.Background())
 	if err != nil {
 		fmt.Printf("%s: elasticsearch at %s: %v\n", pkg, u, err)
 		return
