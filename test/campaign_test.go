@@ -26,11 +26,11 @@ import (
 var campaignSeeds = []int64{1, 3, 130822589, 215993735, 625586132, 712164965, 78857218, 205007824, 187512168, 717600572, 278378662, 221705407, 189815862, 140690161, 868956585, 450358988, 418038309, 610759803, 371384013, 387179081, 269891804, 814943796, 956352814}
 
 // campaignOpenSeeds found, in the suite's own run, findings still open
-// (issue 26's notes: seed 2, an unknown outcome of a close after a freeze,
-// perhaps a flush landed in part, which the checker now accepts
-// (mixedFlush), not yet seen again; seed 720786204, its fstat finding
-// fixed, then a final tree where one mount saw a file at "a" where the
-// model has a directory): they run only with ESFS_TEST_OPEN_FINDINGS=1,
+// (seed 2: an unknown outcome of a close after a freeze, perhaps a flush
+// landed in part, which the checker now accepts (mixedFlush), not yet
+// seen again; seed 720786204: its fstat finding fixed, then a final tree
+// where one mount saw a file at "a" where the model has a directory;
+// neither seen in reruns since): they run only with ESFS_TEST_OPEN_FINDINGS=1,
 // as the tests of open findings do, and join campaignSeeds once fixed.
 var campaignOpenSeeds = []int64{2, 720786204}
 
