@@ -215,7 +215,7 @@ func (n *node) attrs(ctx context.Context) (store.Inode, error) {
 // directory's own, a file's its directory's); tell records that the
 // kernel is being told them, to be invalidated on recall.
 func (n *node) heldAttrs(tell bool) (store.Inode, bool) {
-	var kn *gofs.Inode
+	var kn kernelNode
 	if tell {
 		kn = n.EmbeddedInode()
 	}

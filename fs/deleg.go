@@ -8,7 +8,6 @@ import (
 
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 )
 
 // Read delegations (see locking.Delegations): while this mount holds one
@@ -76,10 +75,10 @@ type dirState struct {
 	// from an answer given under the delegation, and the kernel node of
 	// the directory to invalidate them through.
 	kernel map[string]bool
-	node   *gofs.Inode
+	node   kernelNode
 	// attrTold: the kernel nodes whose attributes it was told under the
 	// delegation, by inode.
-	attrTold map[uint64]*gofs.Inode
+	attrTold map[uint64]kernelNode
 	// self: the directory's own attributes (its times and link count
 	// change only with its entries, which the delegation covers), read
 	// after the grant.
@@ -115,8 +114,8 @@ func newDelegs(f *FS) *delegs {
 	return &delegs{f: f, by: map[uint64]*dirState{}, asking: map[uint64]bool{}, attrsIn: map[uint64]uint64{}, upgradeTried: map[uint64]time.Time{}}
 }
 
-func newDirState(d *locking.Delegation, node *gofs.Inode) *dirState {
-	return &dirState{d: d, ino: d.Ino, names: map[string]dirEntry{}, kernel: map[string]bool{}, attrTold: map[uint64]*gofs.Inode{}, node: node}
+func newDirState(d *locking.Delegation, node kernelNode) *dirState {
+	return &dirState{d: d, ino: d.Ino, names: map[string]dirEntry{}, kernel: map[string]bool{}, attrTold: map[uint64]kernelNode{}, node: node}
 }
 
 // delegable: attributes a (read in real time) that the delegation of
@@ -157,7 +156,7 @@ func (ds *delegs) heldIn(ino, dir uint64) {
 
 // attr returns the attributes of inode ino, entry name of directory dir,
 // if a delegation holds them; node is the entry's kernel node, told them.
-func (ds *delegs) attr(dir uint64, name string, ino uint64, node *gofs.Inode) (store.Inode, bool) {
+func (ds *delegs) attr(dir uint64, name string, ino uint64, node kernelNode) (store.Inode, bool) {
 	st := ds.state(dir)
 	if st == nil {
 		return store.Inode{}, false
@@ -253,7 +252,7 @@ func (ds *delegs) unhold(inos []uint64) {
 	if ds == nil || len(inos) == 0 {
 		return
 	}
-	var told []*gofs.Inode
+	var told []kernelNode
 	for _, ino := range inos {
 		ds.mu.Lock()
 		st := ds.by[ds.attrsIn[ino]]
@@ -316,7 +315,7 @@ func (ds *delegs) state(ino uint64) *dirState {
 
 // want asks, in the background, for a read delegation on directory ino at
 // path, unless one is held or asked for. node is its kernel node, if any.
-func (ds *delegs) want(ino uint64, path string, node *gofs.Inode) {
+func (ds *delegs) want(ino uint64, path string, node kernelNode) {
 	if ds == nil {
 		return
 	}

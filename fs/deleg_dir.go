@@ -8,8 +8,6 @@ import (
 	"sort"
 
 	"github.com/esfs/esfs/store"
-	gofs "github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // lookup answers name from the state: ok false when nothing is known. A
@@ -29,7 +27,7 @@ func (st *dirState) lookup(name string) (e dirEntry, ok bool) {
 // told notes that the kernel is being told about name under the
 // delegation. It returns false (tell nothing) if the delegation was
 // revoked meanwhile; otherwise the caller must call done after replying.
-func (st *dirState) told(name string, node *gofs.Inode) bool {
+func (st *dirState) told(name string, node kernelNode) bool {
 	st.answering.Add(1)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -51,18 +49,6 @@ func (st *dirState) told(name string, node *gofs.Inode) bool {
 }
 
 func (st *dirState) done() { st.answering.Add(-1) }
-
-// tell is told for an answer about name being built in out: it returns
-// the function to call once the reply is made. If the delegation was
-// revoked meanwhile, the answer may be overtaken by the change that
-// recalled it, so the kernel is told not to keep it.
-func (st *dirState) tell(name string, node *gofs.Inode, out *fuse.EntryOut) func() {
-	if st.told(name, node) {
-		return st.done
-	}
-	uncached(out)
-	return func() {}
-}
 
 // learn records what a read started after the grant found of name.
 func (st *dirState) learn(name string, e dirEntry) {

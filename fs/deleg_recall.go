@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/esfs/esfs/locking"
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 )
 
 // upgrade asks, in the background, for a write delegation on the
@@ -131,7 +130,7 @@ func (ds *delegs) recall(ctx context.Context, d *locking.Delegation) {
 			ds.f.cache.InvalidateInode(e.ino)
 		}
 	}
-	attrNodes := make([]*gofs.Inode, 0, len(st.attrTold))
+	attrNodes := make([]kernelNode, 0, len(st.attrTold))
 	for _, c := range st.attrTold {
 		attrNodes = append(attrNodes, c)
 	}

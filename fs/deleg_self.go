@@ -2,7 +2,6 @@ package fs
 
 import (
 	"github.com/esfs/esfs/store"
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 )
 
 // A delegated directory's own attributes (dirState.self) change only with
@@ -140,7 +139,7 @@ func (st *dirState) dropSelf() {
 
 // selfAttr returns directory ino's own attributes, if its delegation
 // holds them; node, the directory's kernel node, is told them.
-func (ds *delegs) selfAttr(ino uint64, node *gofs.Inode) (store.Inode, bool) {
+func (ds *delegs) selfAttr(ino uint64, node kernelNode) (store.Inode, bool) {
 	st := ds.state(ino)
 	if st == nil {
 		return store.Inode{}, false
@@ -162,7 +161,7 @@ func (ds *delegs) selfAttr(ino uint64, node *gofs.Inode) (store.Inode, bool) {
 // delegation's recall invalidates them, the pending ones too (the
 // directory was born with its delegation), which the kernel would
 // otherwise keep past the flush.
-func (f *FS) ownAttr(ino uint64, node *gofs.Inode) (store.Inode, bool) {
+func (f *FS) ownAttr(ino uint64, node kernelNode) (store.Inode, bool) {
 	held := false
 	a, ok := f.wb.overlay(ino, func() (store.Inode, bool) {
 		held = true

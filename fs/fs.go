@@ -26,7 +26,6 @@ import (
 	"github.com/esfs/esfs/cache"
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
-	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // Options configure a mount.
@@ -110,9 +109,11 @@ type FS struct {
 	// and an unlinked file stays readable until its last close.
 	open map[uint64]*openFile
 
-	statfsMu   sync.Mutex
-	statfsAt   time.Time
-	statfsLast fuse.StatfsOut
+	// usageLast is what statfs last read of the cluster's usage, at
+	// usageAt: read again at most every usageTTL.
+	usageMu   sync.Mutex
+	usageAt   time.Time
+	usageLast store.Usage
 }
 
 // New builds the filesystem over an opened store and the mount's side of
@@ -276,4 +277,23 @@ func (l *attrLock) release() {
 		l.end()
 		l.end = nil
 	}
+}
+
+// usageTTL: how long statfs answers from the usage it read last. df and
+// tools that check for space before each file call it often, and it
+// costs a request to the cluster's stats.
+const usageTTL = 5 * time.Second
+
+// usage returns the filesystem's usage, read at most every usageTTL.
+func (f *FS) usage(ctx context.Context) (store.Usage, error) {
+	f.usageMu.Lock()
+	defer f.usageMu.Unlock()
+	if time.Since(f.usageAt) > usageTTL {
+		u, err := f.st.Usage(ctx)
+		if err != nil {
+			return store.Usage{}, err
+		}
+		f.usageLast, f.usageAt = u, time.Now()
+	}
+	return f.usageLast, nil
 }

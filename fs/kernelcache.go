@@ -115,3 +115,24 @@ func (n *node) dropOldName(known *gofs.Inode, name string) (inTree bool) {
 	}
 	return true
 }
+
+// tell is told for an answer about name being built in out: it returns
+// the function to call once the reply is made. If the delegation was
+// revoked meanwhile, the answer may be overtaken by the change that
+// recalled it, so the kernel is told not to keep it.
+func (st *dirState) tell(name string, node kernelNode, out *fuse.EntryOut) func() {
+	if st.told(name, node) {
+		return st.done
+	}
+	uncached(out)
+	return func() {}
+}
+
+// asKernelNode is in as a kernelNode: none when in is nil (an interface
+// holding a nil pointer is not nil, and the state tests for none).
+func asKernelNode(in *gofs.Inode) kernelNode {
+	if in == nil {
+		return nil
+	}
+	return in
+}

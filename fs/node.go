@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/esfs/esfs/store"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -282,9 +281,9 @@ func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.F
 	}
 	var ok bool
 	if typ == store.TypeDir {
-		_, ok = n.f.ownAttr(ino, child)
+		_, ok = n.f.ownAttr(ino, asKernelNode(child))
 	} else {
-		_, ok = ds.attr(n.ino(), name, ino, child)
+		_, ok = ds.attr(n.ino(), name, ino, asKernelNode(child))
 	}
 	if !ok {
 		out.SetAttrTimeout(notKept)
@@ -352,23 +351,53 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	f := n.f
-	f.statfsMu.Lock()
-	defer f.statfsMu.Unlock()
-	if time.Since(f.statfsAt) > 5*time.Second {
-		u, err := f.st.Usage(ctx)
-		if err != nil {
-			return f.toErrno("statfs", err)
-		}
-		const bs = 4096
-		free := uint64(u.FreeBytes) / bs
-		// Files are bounded only by disk; report a generous inode total so
-		// that tools checking for free inodes never refuse.
-		files := uint64(u.Inodes) + uint64(u.FreeBytes)/512
-		f.statfsLast = fuse.StatfsOut{Blocks: uint64(u.TotalBytes) / bs, Bfree: free, Bavail: free,
-			Files: files, Ffree: files - uint64(u.Inodes), Bsize: bs, Frsize: bs, NameLen: store.MaxName}
-		f.statfsAt = time.Now()
+	u, err := n.f.usage(ctx)
+	if err != nil {
+		return n.f.toErrno("statfs", err)
 	}
-	*out = f.statfsLast
+	const bs = 4096
+	free := uint64(u.FreeBytes) / bs
+	// Files are bounded only by disk; report a generous inode total so
+	// that tools checking for free inodes never refuse.
+	files := uint64(u.Inodes) + uint64(u.FreeBytes)/512
+	*out = fuse.StatfsOut{Blocks: uint64(u.TotalBytes) / bs, Bfree: free, Bavail: free,
+		Files: files, Ffree: files - uint64(u.Inodes), Bsize: bs, Frsize: bs, NameLen: store.MaxName}
 	return 0
+}
+
+// renameat2 flags.
+const (
+	renameNoReplace = 0x1
+	renameExchange  = 0x2
+)
+
+func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	if n.f.opts.ReadOnly {
+		return syscall.EROFS
+	}
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	if flags&renameExchange != 0 || flags&^(renameNoReplace|renameExchange) != 0 {
+		return syscall.EINVAL
+	}
+	// The kernel looked the source and the target up before asking:
+	// their inodes, if directories, are the first guesses at the
+	// directories whose own change locks the rename needs (see rename).
+	var guess renameDirs
+	if c := n.GetChild(name); c != nil && c.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
+		guess.moved = c.StableAttr().Ino
+	}
+	victim := np.GetChild(newName)
+	if victim != nil && victim.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
+		guess.replaced = victim.StableAttr().Ino
+	}
+	err := n.f.rename(ctx, n, name, np, newName, guess, flags&renameNoReplace != 0)
+	if err == nil && guess.replaced != 0 && guess.replaced != guess.moved {
+		markRemoved(victim) // a directory this replaced: removed
+	}
+	return n.f.toErrno("rename", err)
 }

@@ -9,45 +9,7 @@ import (
 
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
-	gofs "github.com/hanwen/go-fuse/v2/fs"
 )
-
-// renameat2 flags.
-const (
-	renameNoReplace = 0x1
-	renameExchange  = 0x2
-)
-
-func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
-	if n.f.opts.ReadOnly {
-		return syscall.EROFS
-	}
-	ctx, cancel := n.f.ctxOf(ctx)
-	defer cancel()
-	np, ok := newParent.(*node)
-	if !ok {
-		return syscall.EXDEV
-	}
-	if flags&renameExchange != 0 || flags&^(renameNoReplace|renameExchange) != 0 {
-		return syscall.EINVAL
-	}
-	// The kernel looked the source and the target up before asking:
-	// their inodes, if directories, are the first guesses at the
-	// directories whose own change locks the rename needs (see rename).
-	var guess renameDirs
-	if c := n.GetChild(name); c != nil && c.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
-		guess.moved = c.StableAttr().Ino
-	}
-	victim := np.GetChild(newName)
-	if victim != nil && victim.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
-		guess.replaced = victim.StableAttr().Ino
-	}
-	err := n.f.rename(ctx, n, name, np, newName, guess, flags&renameNoReplace != 0)
-	if err == nil && guess.replaced != 0 && guess.replaced != guess.moved {
-		markRemoved(victim) // a directory this replaced: removed
-	}
-	return n.f.toErrno("rename", err)
-}
 
 // rename moves a path, and for a directory its whole subtree, to a new
 // path, as one journaled operation under the strategy's locks (see
