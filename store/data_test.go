@@ -49,7 +49,7 @@ func TestChunks(t *testing.T) {
 	if len(got) != 1 || got[0] == nil {
 		t.Fatalf("after delete: %d chunks", len(got))
 	}
-	if err := s.RawPut(ctx, "data", "9.7", map[string]any{"ino": 8, "chunk": 7, "data": "AAAA"}); err != nil {
+	if err := store.RawPut(s, ctx, "data", "9.7", map[string]any{"ino": 8, "chunk": 7, "data": "AAAA"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ReadChunks(ctx, 9, 7, 7); !errors.Is(err, store.ErrCorrupt) {

@@ -60,7 +60,7 @@ func TestGetDentriesMixed(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A corrupt document: its fields disagree with its id and with each other.
-	if err := s.RawPut(ctx, "paths", store.DocID("/bad"), map[string]any{"path": "/bad", "parent": "/elsewhere", "name": "bad", "ino": 5, "type": "file"}); err != nil {
+	if err := store.RawPut(s, ctx, "paths", store.DocID("/bad"), map[string]any{"path": "/bad", "parent": "/elsewhere", "name": "bad", "ino": 5, "type": "file"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.GetDentries(ctx, []string{"/x", "/missing", "/bad", "/"})
@@ -118,7 +118,7 @@ func TestInodeConditionalWritesAndXattrs(t *testing.T) {
 	if _, err := s.Write(ctx, store.DeleteInode(77, v2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RawPut(ctx, "inodes", "99", map[string]any{"ino": 99, "type": "fifo-of-doom", "mode": 0}); err != nil {
+	if err := store.RawPut(s, ctx, "inodes", "99", map[string]any{"ino": 99, "type": "fifo-of-doom", "mode": 0}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.GetInode(ctx, 99); !errors.Is(err, store.ErrCorrupt) {

@@ -9,7 +9,7 @@ import (
 
 // RawPut writes an arbitrary JSON document, bypassing the model, so that tests
 // can plant corrupt documents. which is "paths", "inodes" or "data".
-func (s *Store) RawPut(ctx context.Context, which, id string, doc any) error {
+func RawPut(s *Store, ctx context.Context, which, id string, doc any) error {
 	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data}[which]
 	body, _ := json.Marshal(doc)
 	res, err := s.do(ctx, "raw put", request{method: "PUT", path: "/" + url.PathEscape(index) + "/_doc/" + url.PathEscape(id), body: body})
@@ -23,7 +23,7 @@ func (s *Store) RawPut(ctx context.Context, which, id string, doc any) error {
 }
 
 // RawMapping returns the mapping of one of the filesystem's indices.
-func (s *Store) RawMapping(ctx context.Context, which string) (dynamic string, props map[string]map[string]any, err error) {
+func RawMapping(s *Store, ctx context.Context, which string) (dynamic string, props map[string]map[string]any, err error) {
 	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data, "locks": s.idx.Locks, "sessions": s.idx.Sessions}[which]
 	m, err := s.getMapping(ctx, index)
 	if err != nil {
@@ -37,7 +37,7 @@ func (s *Store) RawMapping(ctx context.Context, which string) (dynamic string, p
 }
 
 // RawCreateIndex creates an index with the given body (to provoke conflicts).
-func (s *Store) RawCreateIndex(ctx context.Context, which string, body any) error {
+func RawCreateIndex(s *Store, ctx context.Context, which string, body any) error {
 	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data, "locks": s.idx.Locks, "sessions": s.idx.Sessions}[which]
 	b, _ := json.Marshal(body)
 	res, err := s.do(ctx, "raw create index", request{method: "PUT", path: "/" + url.PathEscape(index), body: b})
@@ -56,7 +56,7 @@ var DecodeChunkFast = decodeChunkFast
 
 // RawDeleteIndex deletes one of the filesystem's indices (to rebuild it as
 // an older esfs made it).
-func (s *Store) RawDeleteIndex(ctx context.Context, which string) error {
+func RawDeleteIndex(s *Store, ctx context.Context, which string) error {
 	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data, "locks": s.idx.Locks, "sessions": s.idx.Sessions}[which]
 	res, err := s.do(ctx, "raw delete index", request{method: "DELETE", path: "/" + url.PathEscape(index)})
 	if err != nil {
@@ -69,7 +69,7 @@ func (s *Store) RawDeleteIndex(ctx context.Context, which string) error {
 }
 
 // RawSetting reads one setting of one of the filesystem's indices.
-func (s *Store) RawSetting(ctx context.Context, which, name string) (string, error) {
+func RawSetting(s *Store, ctx context.Context, which, name string) (string, error) {
 	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data}[which]
 	res, err := s.do(ctx, "raw setting", request{method: "GET", path: "/" + url.PathEscape(index) + "/_settings/" + name, query: url.Values{"flat_settings": {"true"}}})
 	if err != nil {
@@ -85,7 +85,7 @@ func (s *Store) RawSetting(ctx context.Context, which, name string) (string, err
 }
 
 // RawPutSetting changes one dynamic setting of one of the filesystem's indices.
-func (s *Store) RawPutSetting(ctx context.Context, which, name, value string) error {
+func RawPutSetting(s *Store, ctx context.Context, which, name, value string) error {
 	index := map[string]string{"paths": s.idx.Paths, "inodes": s.idx.Inodes, "data": s.idx.Data}[which]
 	b, _ := json.Marshal(map[string]string{name: value})
 	res, err := s.do(ctx, "raw put setting", request{method: "PUT", path: "/" + url.PathEscape(index) + "/_settings", body: b})

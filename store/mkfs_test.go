@@ -16,7 +16,7 @@ func TestMkfsIdempotentStrictAndRoot(t *testing.T) {
 		t.Fatalf("second mkfs: %v", err)
 	}
 	for _, which := range []string{"paths", "inodes", "data", "locks", "sessions"} {
-		dyn, props, err := s.RawMapping(ctx, which)
+		dyn, props, err := store.RawMapping(s, ctx, which)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,12 +27,12 @@ func TestMkfsIdempotentStrictAndRoot(t *testing.T) {
 			t.Errorf("%s: no properties", which)
 		}
 	}
-	_, props, _ := s.RawMapping(ctx, "paths")
+	_, props, _ := store.RawMapping(s, ctx, "paths")
 	if props["path"]["type"] != "keyword" || props["path"]["ignore_above"] != nil {
 		t.Errorf("path field: %v, want a keyword without ignore_above", props["path"])
 	}
 	// Strict: a document with an unknown field is refused.
-	err := s.RawPut(ctx, "paths", "x", map[string]any{"path": "/x", "surprise": 1})
+	err := store.RawPut(s, ctx, "paths", "x", map[string]any{"path": "/x", "surprise": 1})
 	if !errors.Is(err, store.ErrRejected) {
 		t.Errorf("unknown field: got %v, want ErrRejected", err)
 	}
@@ -52,7 +52,7 @@ func TestMkfsIdempotentStrictAndRoot(t *testing.T) {
 func TestMkfsRefusesConflictingMapping(t *testing.T) {
 	s := testenv.Unformatted(t)
 	ctx := ctxT(t)
-	err := s.RawCreateIndex(ctx, "paths", map[string]any{"mappings": map[string]any{
+	err := store.RawCreateIndex(s, ctx, "paths", map[string]any{"mappings": map[string]any{
 		"dynamic": "strict", "_meta": map[string]any{"esfs_format": store.FormatVersion},
 		"properties": map[string]any{"path": map[string]any{"type": "text"}}}})
 	if err != nil {
@@ -67,7 +67,7 @@ func TestMkfsRefusesConflictingMapping(t *testing.T) {
 func TestMkfsRefusesForeignIndex(t *testing.T) {
 	s := testenv.Unformatted(t)
 	ctx := ctxT(t)
-	if err := s.RawCreateIndex(ctx, "inodes", map[string]any{}); err != nil {
+	if err := store.RawCreateIndex(s, ctx, "inodes", map[string]any{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Admin().Mkfs(ctx, store.MkfsOptions{}); !errors.Is(err, store.ErrMapping) {
@@ -90,7 +90,7 @@ func TestDataIndexKeepsTombstones(t *testing.T) {
 	ctx := ctxT(t)
 	get := func() string {
 		t.Helper()
-		v, err := s.RawSetting(ctx, "data", "index.gc_deletes")
+		v, err := store.RawSetting(s, ctx, "data", "index.gc_deletes")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestDataIndexKeepsTombstones(t *testing.T) {
 	if got := get(); got != store.DataGCDeletes {
 		t.Fatalf("gc_deletes after mkfs: %q, want %q", got, store.DataGCDeletes)
 	}
-	if err := s.RawPutSetting(ctx, "data", "index.gc_deletes", "60s"); err != nil {
+	if err := store.RawPutSetting(s, ctx, "data", "index.gc_deletes", "60s"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Open(ctx); err != nil {

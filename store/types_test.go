@@ -46,7 +46,7 @@ func TestSpecialInodesRoundTrip(t *testing.T) {
 func TestOpenUpgradesInodeMapping(t *testing.T) {
 	s := testenv.Store(t)
 	ctx := ctxT(t)
-	_, props, err := s.RawMapping(ctx, "inodes")
+	_, props, err := store.RawMapping(s, ctx, "inodes")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,10 +54,10 @@ func TestOpenUpgradesInodeMapping(t *testing.T) {
 		t.Fatal("mkfs made no rdev field")
 	}
 	delete(props, "rdev")
-	if err := s.RawDeleteIndex(ctx, "inodes"); err != nil {
+	if err := store.RawDeleteIndex(s, ctx, "inodes"); err != nil {
 		t.Fatal(err)
 	}
-	err = s.RawCreateIndex(ctx, "inodes", map[string]any{"mappings": map[string]any{
+	err = store.RawCreateIndex(s, ctx, "inodes", map[string]any{"mappings": map[string]any{
 		"dynamic": "strict", "_meta": map[string]any{"esfs_format": store.FormatVersion}, "properties": props}})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestOpenUpgradesInodeMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The old root: 2 links whatever it held.
-	if err := s.RawPut(ctx, "inodes", "1", map[string]any{"ino": 1, "type": "dir", "mode": 0o755, "nlink": 2}); err != nil {
+	if err := store.RawPut(s, ctx, "inodes", "1", map[string]any{"ino": 1, "type": "dir", "mode": 0o755, "nlink": 2}); err != nil {
 		t.Fatal(err)
 	}
 	dev := store.Inode{Ino: 600, Type: store.TypeCharDev, Mode: 0o600, Nlink: 1, Rdev: 10<<8 | 200}
@@ -76,7 +76,7 @@ func TestOpenUpgradesInodeMapping(t *testing.T) {
 	if err := s.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, props, _ = s.RawMapping(ctx, "inodes"); props["rdev"] == nil || props["rdev"]["type"] != "long" {
+	if _, props, _ = store.RawMapping(s, ctx, "inodes"); props["rdev"] == nil || props["rdev"]["type"] != "long" {
 		t.Fatalf("after Open, rdev is %v, want a long", props["rdev"])
 	}
 	if _, err := s.Write(ctx, store.CreateInode(dev)); err != nil {
