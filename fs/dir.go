@@ -71,7 +71,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 	}
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	p, err := n.dirPath(ctx, false)
+	p, err := n.f.dirPath(ctx, n, false)
 	if err != nil {
 		if err = n.removedOrStale(ctx, err); n.removed.Load() {
 			return &dirHandle{n: n}, 0, 0

@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"syscall"
 
@@ -81,19 +80,6 @@ func (n *node) path() (string, bool) {
 	return path, true
 }
 
-// dirPath returns the path of this directory node, and checks with a store
-// read that the path still names this inode (fresh: bypassing the cache).
-// Another mount may have renamed the directory away and made a new one at
-// its name; then operations on this (stale) node get ESTALE instead of
-// landing in the other directory.
-func (n *node) dirPath(ctx context.Context, fresh bool) (string, error) {
-	p, ok := n.path()
-	if !ok {
-		return "", errnoErr(syscall.ENOENT, "directory inode %d was removed", n.ino())
-	}
-	return p, n.f.checkDirAt(ctx, n.ino(), p, fresh)
-}
-
 // newChild makes (or finds) the kernel node of a store node.
 func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) *gofs.Inode {
 	child := n.NewInode(ctx, &node{f: n.f}, gofs.StableAttr{Mode: typeBits(sn.Type), Ino: sn.Ino})
@@ -131,143 +117,22 @@ func (n *node) replyCreated(name string, sn store.Node, child *gofs.Inode, out *
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	var kept bool
-	child, errno := n.lookup(ctx, name, out, &kept)
-	if errno == syscall.ENOENT && n.f.delegs != nil && !kept {
-		// go-fuse has the kernel keep a negative answer for
-		// --negative-timeout (an hour under delegations) unless told
-		// otherwise: only one a delegation covers may be kept (kept). Any
-		// other, a parent gone meanwhile say, is not.
+	ans, err := n.f.lookup(ctx, n, n.EmbeddedInode(), name)
+	defer ans.done()
+	if n.f.delegs != nil && !ans.kept {
+		// go-fuse has the kernel keep an answer, a negative one too, for
+		// the mount's timeouts (an hour under delegations) unless told
+		// otherwise: only one a delegation covers may be kept.
 		uncached(out)
 	}
-	return child, errno
-}
-
-// lookup is Lookup; it sets kept when a delegation covers its "no such
-// name", which the kernel may then keep.
-func (n *node) lookup(ctx context.Context, name string, out *fuse.EntryOut, kept *bool) (*gofs.Inode, syscall.Errno) {
-	st := n.f.delegs.state(n.ino())
-	if st != nil {
-		if child, errno, ok := n.lookupDelegated(ctx, st, name, out); ok {
-			*kept = errno == syscall.ENOENT
-			return child, errno
-		}
-	} else if n.f.delegs == nil {
-		if child, errno, ok := n.lookupCached(ctx, name, out); ok {
-			return child, errno
-		}
-	}
-	ctx, cancel := n.f.ctxOf(ctx)
-	defer cancel()
-	if err := store.CheckName(name); err != nil {
-		return nil, n.f.toErrno("lookup", err)
-	}
-	dir, err := n.dirPath(ctx, false)
 	if err != nil {
 		return nil, n.f.toErrno("lookup", err)
 	}
-	path := store.Join(dir, name)
-	if len(path) > store.MaxPath {
-		return nil, syscall.ENAMETOOLONG
+	child := n.newChild(ctx, ans.node, out)
+	if ans.underDelegation {
+		n.tellAttrs(child, name, ans.node.Ino, ans.node.Type, out)
 	}
-	if st == nil && n.f.delegs == nil {
-		var sn store.Node
-		if n.f.opts.ReadOnly {
-			sn, err = n.f.resolveReadOnly(ctx, n.ino(), dir, path)
-		} else {
-			sn, err = n.f.resolve(ctx, path)
-		}
-		if err != nil {
-			return nil, n.f.toErrno("lookup", err)
-		}
-		return n.newChild(ctx, sn, out), 0
-	}
-	if st == nil {
-		// With delegations, what no delegation covers is read in real
-		// time and not kept: nothing would tell us when it changes.
-		n.f.delegs.want(n.ino(), dir, n.EmbeddedInode())
-		uncached(out)
-		if err := n.f.settleDir(ctx, n.ino()); err != nil {
-			return nil, n.f.toErrno("lookup", err)
-		}
-		sn, recalled, err := n.f.resolveWatching(ctx, n.ino(), dir, path)
-		if recalled && err == nil {
-			// Another mount was writing here: now that it flushed, look
-			// again.
-			return n.lookup(ctx, name, out, kept)
-		}
-		if err != nil {
-			return nil, n.f.toErrno("lookup", err)
-		}
-		return n.newChild(ctx, sn, out), 0
-	}
-	// Under the delegation, and read in real time after its grant: what
-	// this read finds stays true until a recall.
-	sn, err := n.f.resolveFresh(ctx, path)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		st.learn(name, dirEntry{absent: true})
-	case err == nil:
-		st.learn(name, dirEntry{ino: sn.Ino, typ: sn.Type})
-		n.f.delegs.learnAttr(st, name, sn.Attr) // read now (resolveFresh)
-	}
-	defer st.tell(name, n.EmbeddedInode(), out)()
-	if err != nil {
-		// Kept if told under the delegation (tell did not make it
-		// uncached).
-		*kept = errors.Is(err, store.ErrNotFound) && out.EntryTimeout() == 0
-		return nil, n.f.toErrno("lookup", err)
-	}
-	child := n.newChild(ctx, sn, out)
-	n.tellAttrs(child, name, sn.Ino, sn.Type, out)
 	return child, 0
-}
-
-// lookupDelegated answers a lookup from what the directory's delegation
-// knows (ok false: it knows nothing of name). Attributes come from the
-// delegation that holds them (the directory's for a file, a
-// subdirectory's own), else from the store, read now.
-func (n *node) lookupDelegated(ctx context.Context, st *dirState, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno, bool) {
-	e, ok := st.lookup(name)
-	if !ok || !st.told(name, n.EmbeddedInode()) {
-		return nil, 0, false
-	}
-	defer st.done()
-	if e.absent {
-		return nil, syscall.ENOENT, true
-	}
-	ds := n.f.delegs
-	a, covered := e.attr, e.hasAttr
-	var sub *dirState // the entry's own delegation, for a directory
-	var changes uint64
-	if e.typ == store.TypeDir {
-		a, covered = n.f.wb.overlay(e.ino, func() (store.Inode, bool) { return ds.selfAttr(e.ino, nil) })
-		if sub = ds.state(e.ino); sub != nil {
-			changes = sub.changeCount()
-		}
-	}
-	if !covered {
-		ctx, cancel := n.f.ctxOf(ctx)
-		defer cancel()
-		var err error
-		path := "" // for display only: a recall is by inode
-		if dir, ok := n.path(); ok {
-			path = store.Join(dir, name)
-		}
-		if a, err = n.f.inodeNow(ctx, e.ino, e.typ, path); err != nil {
-			return nil, 0, false // let the ordinary lookup find out
-		}
-		ds.learnAttr(st, name, a)
-		if sub != nil {
-			sub.learnSelf(a, changes)
-		}
-	}
-	if a.Type != e.typ {
-		return nil, 0, false
-	}
-	child := n.newChild(ctx, store.Node{Dentry: store.Dentry{Ino: e.ino, Type: e.typ, Name: name}, Attr: a}, out)
-	n.tellAttrs(child, name, e.ino, e.typ, out)
-	return child, 0, true
 }
 
 // tellAttrs settles what the kernel may keep of the attributes of child
@@ -288,41 +153,6 @@ func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.F
 	if !ok {
 		out.SetAttrTimeout(notKept)
 	}
-}
-
-// lookupCached answers a lookup from the daemon's cache alone, when both
-// this directory's path and the name are cached (ok false: go to the
-// store). It makes the same checks as the full lookup, against the cache;
-// it exists because most lookups are such hits, and the full path's
-// deadline timer costs as much as the hit itself.
-func (n *node) lookupCached(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno, bool) {
-	if store.CheckName(name) != nil {
-		return nil, 0, false
-	}
-	dir, ok := n.path()
-	if !ok {
-		return nil, 0, false
-	}
-	if dir != "/" {
-		d, neg, ok := n.f.cache.Lookup(dir)
-		if !ok || neg || d.Ino != n.ino() || d.Type != store.TypeDir {
-			return nil, 0, false
-		}
-	}
-	path := store.Join(dir, name)
-	if len(path) > store.MaxPath {
-		return nil, 0, false
-	}
-	sn, neg, ok := n.f.cache.Lookup(path)
-	switch {
-	case !ok:
-		return nil, 0, false
-	case neg && n.f.opts.ReadOnly:
-		return nil, 0, false // see resolveReadOnly
-	case neg:
-		return nil, syscall.ENOENT, true
-	}
-	return n.newChild(ctx, sn, out), 0, true
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {

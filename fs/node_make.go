@@ -103,7 +103,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	created := err == nil
 	if errors.Is(err, store.ErrExists) && flags&syscall.O_EXCL == 0 {
 		// Another process created it since the kernel's lookup: open that one.
-		dir, derr := n.dirPath(ctx, false)
+		dir, derr := n.f.dirPath(ctx, n, false)
 		if derr != nil {
 			return nil, nil, 0, n.f.toErrno("create", derr)
 		}
