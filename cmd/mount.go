@@ -12,6 +12,7 @@ import (
 
 	"github.com/esfs/esfs/cache"
 	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	"github.com/urfave/cli/v2"
@@ -35,7 +36,7 @@ func cmdMount() *cli.Command {
 			&cli.IntFlag{Name: "cache-size", Value: 64, EnvVars: []string{"ESFS_CACHE_SIZE"}, Usage: "daemon metadata cache size in MiB"},
 			&cli.BoolFlag{Name: "delegations", Value: true, EnvVars: []string{"ESFS_DELEGATIONS"}, Usage: "hold read delegations on directories: names and listings are answered from memory until another mount changes the directory, which recalls them first (--delegations=false: cache for the timeouts below instead)"},
 			&cli.BoolFlag{Name: "write-delegations", Value: true, EnvVars: []string{"ESFS_WRITE_DELEGATIONS"}, Usage: "directories this mount made or changes alone are written in memory and flushed as one atomic batch every --flush-interval, and on fsync, unmount, or when another mount looks in (needs --delegations, off with it; a crash loses at most the last interval's calls, never what fsync returned)"},
-			&cli.DurationFlag{Name: "flush-interval", Value: fs.DefaultFlushInterval, EnvVars: []string{"ESFS_FLUSH_INTERVAL"}, Usage: "with --write-delegations, how long a call made in memory may wait for its flush"},
+			&cli.DurationFlag{Name: "flush-interval", Value: vfs.DefaultFlushInterval, EnvVars: []string{"ESFS_FLUSH_INTERVAL"}, Usage: "with --write-delegations, how long a call made in memory may wait for its flush"},
 			&cli.StringFlag{Name: "locking", Value: "tree", EnvVars: []string{"ESFS_LOCKING"}, Usage: "cross-mount locking strategy: tree, document or global"},
 			&cli.DurationFlag{Name: "lease", Value: 10 * time.Second, EnvVars: []string{"ESFS_LEASE"}, Usage: "session lease: a mount silent this long (plus half of it) is declared dead and its work recovered"},
 			&cli.DurationFlag{Name: "lock-timeout", Value: 30 * time.Second, EnvVars: []string{"ESFS_LOCK_TIMEOUT"}, Usage: "how long an operation waits for locks before failing with EAGAIN"},
@@ -186,7 +187,7 @@ func serve(c *cli.Context, mp string) error {
 			return stop.explain(explain(err, c.String("es-url")))
 		}
 	}
-	fsys := fs.New(st, co, ch, fs.Options{
+	core := vfs.New(st, co, ch, vfs.Options{
 		ReadOnly:         c.Bool("read-only"),
 		AllowOther:       c.Bool("allow-other"),
 		AttrTimeout:      kernelTimeout(c, "attr-timeout"),
@@ -202,9 +203,9 @@ func serve(c *cli.Context, mp string) error {
 		FsName:           fsName(st.Prefix(), root.Path),
 		Root:             root.Path,
 		RootIno:          root.Ino,
-		Metrics:          fs.NewMetrics(reg),
+		Metrics:          vfs.NewMetrics(reg),
 	})
-	srv, err := fs.Mount(mp, fsys)
+	srv, err := fs.Mount(mp, core, reg)
 	if err != nil {
 		return oneLine(err)
 	}

@@ -7,13 +7,13 @@ import (
 	"path"
 	"strings"
 
-	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 )
 
 // Mounting a subdirectory (--subdir): the mount's root is that directory of
-// the filesystem. The daemon still works on stored paths (fs.Options.Root
+// the filesystem. The daemon still works on stored paths (vfs.Options.Root
 // is the prefix of every path it asks about), so locks, logs and
 // `esfs locks` show full stored paths, the same on every mount.
 
@@ -42,11 +42,11 @@ func subdirPath(s string) (string, error) {
 }
 
 // subdirRoot looks up the directory at stored path p to be a mount's root
-// (as the mount's lookups would find it, see fs.FindRoot): it must exist
+// (as the mount's lookups would find it, see vfs.FindRoot): it must exist
 // and be a directory. The mount does not create it: a typing mistake
 // would otherwise mount a new empty directory.
 func subdirRoot(ctx context.Context, st *store.Store, co *locking.Coordinator, p string) (store.Dentry, error) {
-	d, err := fs.FindRoot(ctx, st, co, p)
+	d, err := vfs.FindRoot(ctx, st, co, p)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Dentry{}, fmt.Errorf("no directory %s in filesystem %s: create it first (mkdir on a mount of the whole filesystem)", p, st.Prefix())
 	}

@@ -3,10 +3,12 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"syscall"
 	"time"
 
+	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/store"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -53,9 +55,7 @@ func fileType(mode uint32) store.FileType {
 
 // fillAttr converts store attributes for the kernel.
 func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
-	if of := f.openState(a.Ino); of != nil {
-		a = of.current(a)
-	}
+	a = f.core.Current(a)
 	size, chunks := a.Size, a.Chunks
 	out.Ino = a.Ino
 	out.Size = uint64(size)
@@ -64,14 +64,14 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 		// What the file stores, in whole chunks: cp, tar and rsync take
 		// fewer blocks than the size for a sparse file, and then find its
 		// holes with SEEK_HOLE instead of reading them.
-		out.Blocks = min(out.Blocks, uint64(chunks)*uint64(f.st.ChunkSize())/512)
+		out.Blocks = min(out.Blocks, uint64(chunks)*uint64(f.core.ChunkSize())/512)
 	}
 	// The allocation unit is the chunk: st_blocks counts whole chunks,
 	// holes are whole absent chunks, and SEEK_DATA answers a chunk's start
 	// (Lseek); the size Linux lets a filesystem report data at is the
 	// block size it reports. It is also the I/O size that costs one
 	// request of the store, and the kernel's largest read and write here.
-	out.Blksize = uint32(f.st.ChunkSize())
+	out.Blksize = uint32(f.core.ChunkSize())
 	out.Mode = typeBits(a.Type) | a.Mode
 	if a.Type.IsDevice() {
 		out.Rdev = a.Rdev
@@ -100,34 +100,19 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		n.f.fillAttr(a, &out.Attr)
 		return 0
 	}
-	if of := n.f.openState(n.ino()); of != nil {
-		// The size an open file shows is its own (fillAttr): up to the
-		// store first if a lock grant left that to be done.
-		octx, cancel := n.f.ctxOf(ctx)
-		of.mu.Lock()
-		err := of.owed(octx)
-		of.mu.Unlock()
-		cancel()
-		if err != nil {
-			return n.f.toErrno("getattr", err)
-		}
-	}
-	if n.f.delegs != nil {
-		return n.getattrDelegated(ctx, out)
-	}
-	if a, ok := n.f.cache.Inode(n.ino()); ok {
-		n.answerAttr(a, &out.Attr)
-		return 0
-	}
-	ctx, cancel := n.f.ctxOf(ctx)
-	defer cancel()
-	a, err := n.f.inode(ctx, n.ino(), n.f.cache.Gen())
+	a, kept, err := n.f.core.Getattr(ctx, n, n.EmbeddedInode())
 	if errors.Is(err, store.ErrNotFound) {
 		if a, err = n.gone(); err != nil {
 			return syscall.ESTALE
 		}
-	} else if err != nil {
+		n.f.fillAttr(a, &out.Attr)
+		return 0
+	}
+	if err != nil {
 		return n.f.toErrno("getattr", err)
+	}
+	if !kept {
+		out.SetTimeout(notKept)
 	}
 	n.answerAttr(a, &out.Attr)
 	return 0
@@ -184,8 +169,8 @@ func (n *node) removedAttr() (store.Inode, bool) {
 // (openFile.lastAttr), a directory the kernel holds too (removedAttr);
 // anything else is stale.
 func (n *node) gone() (store.Inode, error) {
-	if of := n.f.openState(n.ino()); of != nil {
-		return of.lastAttr(), nil
+	if a, ok := n.f.core.OpenAttr(n.Ino()); ok {
+		return a, nil
 	}
 	if n.told.Load() != nil {
 		n.removed.Store(true) // inode numbers are never reused
@@ -193,92 +178,7 @@ func (n *node) gone() (store.Inode, error) {
 			return a, nil
 		}
 	}
-	return store.Inode{}, errnoErr(syscall.ESTALE, "inode %d is gone", n.ino())
-}
-
-// attrs returns this node's attributes for an answer to the kernel: from
-// the delegation that holds them; with delegations, else read in real
-// time (the daemon's cache may be older than a change no recall told us
-// of); without, from the cache or the store.
-func (n *node) attrs(ctx context.Context) (store.Inode, error) {
-	ds := n.f.delegs
-	if ds == nil {
-		return n.f.inode(ctx, n.ino(), n.f.cache.Gen())
-	}
-	if a, ok := n.heldAttrs(false); ok {
-		return a, nil
-	}
-	return n.f.freshInode(ctx, n.ino())
-}
-
-// heldAttrs returns this node's attributes if a delegation holds them (a
-// directory's own, a file's its directory's); tell records that the
-// kernel is being told them, to be invalidated on recall.
-func (n *node) heldAttrs(tell bool) (store.Inode, bool) {
-	var kn kernelNode
-	if tell {
-		kn = n.EmbeddedInode()
-	}
-	if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
-		return n.f.ownAttr(n.ino(), kn)
-	}
-	if name, parent := n.Parent(); parent != nil {
-		return n.f.delegs.attr(parent.StableAttr().Ino, name, n.ino(), kn)
-	}
-	return store.Inode{}, false
-}
-
-// getattrDelegated is Getattr with delegations: from the delegation that
-// holds the attributes (the directory's own for a directory, its
-// parent's for a file), else read in real time and not kept by the
-// kernel, since nothing would tell us when they change.
-func (n *node) getattrDelegated(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
-	if a, ok := n.heldAttrs(true); ok {
-		n.answerAttr(a, &out.Attr)
-		return 0
-	}
-	ds := n.f.delegs
-	isDir := n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR
-	ctx, cancel := n.f.ctxOf(ctx)
-	defer cancel()
-	var st *dirState
-	var changes uint64
-	if isDir {
-		if st = ds.state(n.ino()); st != nil {
-			changes = st.changeCount()
-		}
-	}
-	var a store.Inode
-	var err error
-	if isDir {
-		if err := n.f.settleDir(ctx, n.ino()); err != nil {
-			return n.f.toErrno("getattr", err)
-		}
-		path, _ := n.path() // for display only: the recall is by inode
-		a, err = n.f.inodeNow(ctx, n.ino(), store.TypeDir, path)
-	} else {
-		a, err = n.f.freshInode(ctx, n.ino())
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		gone, gerr := n.gone()
-		if gerr != nil {
-			return syscall.ESTALE
-		}
-		n.f.fillAttr(gone, &out.Attr)
-		return 0
-	} else if err != nil {
-		return n.f.toErrno("getattr", err)
-	}
-	if st != nil {
-		st.learnSelf(a, changes)
-		if _, ok := n.heldAttrs(true); ok {
-			n.answerAttr(a, &out.Attr)
-			return 0
-		}
-	}
-	out.SetTimeout(notKept)
-	n.answerAttr(a, &out.Attr)
-	return 0
+	return store.Inode{}, fmt.Errorf("inode %d is gone: %w", n.Ino(), syscall.ESTALE)
 }
 
 func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -288,59 +188,32 @@ func (n *node) Setattr(ctx context.Context, fh gofs.FileHandle, in *fuse.SetAttr
 	if n.removed.Load() {
 		return n.setattrRemoved(in, out)
 	}
-	ctx, cancel := n.f.ctxOf(ctx)
-	defer cancel()
-	if size, ok := in.GetSize(); ok {
-		if n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
-			return syscall.EISDIR
-		}
-		if err := n.f.truncate(ctx, n.ino(), int64(size), nil); err != nil {
-			return n.f.toErrno("truncate", err)
-		}
-	}
-	t := now()
-	mode, hasMode := in.GetMode()
-	uid, hasUid := in.GetUID()
-	gid, hasGid := in.GetGID()
+	var c vfs.AttrChange
+	c.Mode, c.HasMode = in.GetMode()
+	c.Uid, c.HasUid = in.GetUID()
+	c.Gid, c.HasGid = in.GetGID()
 	atime, hasAtime := in.GetATime()
 	mtime, hasMtime := in.GetMTime()
-	if !hasMode && !hasUid && !hasGid && !hasAtime && !hasMtime {
-		if _, ok := in.GetSize(); ok {
+	c.Atime, c.HasAtime = clampedNano(atime), hasAtime
+	c.Mtime, c.HasMtime = clampedNano(mtime), hasMtime
+	if size, ok := in.GetSize(); ok {
+		if err := n.f.core.Truncate(ctx, n, int64(size)); err != nil {
+			return n.f.toErrno("truncate", err)
+		}
+		if c.Empty() {
 			return n.Getattr(ctx, fh, out)
 		}
 	}
-	a, err := n.f.updateInode(ctx, n.ino(), func(a *store.Inode) error {
-		if hasMode {
-			a.Mode = mode & 0o7777
-		}
-		if hasUid {
-			a.Uid = uid
-		}
-		if hasGid {
-			a.Gid = gid
-		}
-		if hasAtime {
-			a.Atime = clampedNano(atime)
-		}
-		if hasMtime {
-			a.Mtime = clampedNano(mtime)
-			if of := n.f.openState(a.Ino); of != nil {
-				of.setMtime(a.Mtime) // an explicit mtime wins over the write's
-			}
-		}
-		a.Ctime = t
-		return nil
-	})
-	if errors.Is(err, store.ErrNotFound) && n.told.Load() != nil && n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
+	a, kept, err := n.f.core.Setattr(ctx, n, c)
+	if errors.Is(err, store.ErrNotFound) && n.told.Load() != nil && n.IsDir() {
 		n.removed.Store(true) // removed by another mount
 		return n.setattrRemoved(in, out)
 	}
 	if err != nil {
 		return n.f.toErrno("setattr", err)
 	}
-	n.f.noteInode(a)
-	if n.f.delegs != nil {
-		out.SetTimeout(notKept) // see getattrDelegated
+	if !kept {
+		out.SetTimeout(notKept)
 	}
 	n.answerAttr(a, &out.Attr)
 	return 0
@@ -370,7 +243,7 @@ func (n *node) setattrRemoved(in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Err
 	if mtime, ok := in.GetMTime(); ok {
 		a.Mtime = clampedNano(mtime)
 	}
-	a.Ctime = now()
+	a.Ctime = time.Now().UnixNano()
 	n.told.Store(&a)
 	a.Nlink = 0
 	n.f.fillAttr(a, &out.Attr)

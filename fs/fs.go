@@ -1,6 +1,8 @@
-// Package fs is the FUSE face of esfs: it turns kernel requests into store
-// reads and writes through the cache. It is the only package that imports
-// go-fuse, and the only place where errors become errno (toErrno).
+// Package fs is the FUSE face of esfs: it turns kernel requests into calls
+// of the mount's core (package vfs), and the core's answers and errors into
+// replies (toErrno). It is the only package that imports go-fuse. What the
+// kernel must forget when another mount's change makes it wrong, the core
+// tells it through the kernel nodes (vfs.KernelNode) this adapter makes.
 //
 // Paths and inodes: the kernel addresses inodes, the store addresses paths.
 // A node learns its path from go-fuse's tree (parent + name, updated by
@@ -16,172 +18,51 @@ package fs
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"syscall"
-	"time"
 
-	"github.com/esfs/esfs/cache"
+	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// Options configure a mount.
-type Options struct {
-	ReadOnly        bool
-	AllowOther      bool
-	AttrTimeout     time.Duration // kernel attribute cache
-	EntryTimeout    time.Duration // kernel name cache
-	NegativeTimeout time.Duration // kernel cache of "no such name"
-	CacheTTL        time.Duration // daemon cache (ristretto) entries
-	CacheBytes      int64
-	// LockTimeout is how long an operation may wait for locks; a request's
-	// deadline leaves room for it, so that a lock wait ends in EAGAIN.
-	LockTimeout time.Duration
-	// DirtyLimit is how many bytes of written data a file may buffer before
-	// they are sent to the store (they always are on flush, fsync and close).
-	DirtyLimit int64
-	Debug      bool
-	Logger     *slog.Logger
-	FsName     string
-	// Metrics times FUSE requests; nil makes a private set.
-	Metrics *Metrics
-	// Delegations: hold read delegations on directories, and answer
-	// lookups and listings of those from memory (see deleg.go).
-	Delegations bool
-	// WriteDelegations: directories made here are born write-delegated,
-	// and what is made in them is flushed in batches (see writeback.go).
-	// Needs Delegations.
-	WriteDelegations bool
-	// FlushInterval is how often the pending batch is flushed (default
-	// DefaultFlushInterval).
-	FlushInterval time.Duration
-	// Root is the stored path of the directory mounted as the mount's
-	// root, and RootIno its inode ("" and 0: the filesystem's root). A
-	// node's path is its names below Root joined to Root, so everything
-	// the daemon asks the store (and every lock it takes, on the stored
-	// paths up to "/") is about stored paths, as on a mount of the whole
-	// filesystem; the kernel keeps ".." at the mount's root inside it.
-	Root    string
-	RootIno uint64
-}
-
-// FS is one mounted filesystem.
+// FS is the kernel's side of one mount: the core, and what the kernel
+// holds of it.
 type FS struct {
+	core *vfs.Mount
+	opts vfs.Options
+	log  *slog.Logger
 	// dirNodes: the kernel node of each directory the kernel knows, by
 	// inode (see node.dropOldName).
 	dirNodes sync.Map
-	st       *store.Store
-	co       *locking.Coordinator
-	cache    *cache.Cache
-	opts     Options
-	log      *slog.Logger
-	metrics  *Metrics
-	// delegs is nil when delegations are off, wb when write delegations
-	// are.
-	delegs *delegs
-	wb     *writeback
-	// errs: write-back errors, for every open file description to
-	// report (errseq.go).
-	errs errSeq
-	// flushOwners: the lock owner of each FLUSH under way (filelock.go).
+	// flushOwners: the lock owner of each FLUSH under way (flushOwner).
 	flushOwners sync.Map
-	// changing: this mount's entry changes under way, by directory.
-	changing entryChanges
-
-	// writes counts path-index writes of this mount and refreshed the value
-	// of writes when the last refresh started: a listing refreshes first
-	// only when this mount wrote since, which gives read-your-writes without
-	// a refresh per operation.
-	writes    atomic.Uint64
-	refreshed atomic.Uint64
-	refreshMu sync.Mutex // one refresh at a time; waiters reuse its result
-
-	// closed is set when the daemon stops serving a detached mount:
-	// writes then fail instead of filling buffers nobody will flush.
-	closed atomic.Bool
-
-	mu sync.Mutex // protects the following
-	// open holds the shared state of every inode with open handles in this
-	// mount (data buffers, size), so that handles see each other's writes
-	// and an unlinked file stays readable until its last close.
-	open map[uint64]*openFile
-
-	// usageLast is what statfs last read of the cluster's usage, at
-	// usageAt: read again at most every usageTTL.
-	usageMu   sync.Mutex
-	usageAt   time.Time
-	usageLast store.Usage
+	metrics     *requestMetrics
 }
 
-// New builds the filesystem over an opened store and the mount's side of
-// the locking protocol.
-func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *FS {
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.DirtyLimit <= 0 {
-		o.DirtyLimit = 32 << 20
-	}
-	if o.Metrics == nil {
-		o.Metrics = NewMetrics(nil)
-	}
-	if o.FlushInterval <= 0 {
-		o.FlushInterval = DefaultFlushInterval
-	}
-	if o.Root == "" || o.RootIno == 0 {
-		o.Root, o.RootIno = "/", store.RootIno
-	}
-	f := &FS{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}}
-	co.Journal.SetDropLink(f.dropReplacedLink)
-	if o.Delegations {
-		f.delegs = newDelegs(f)
-		co.Delegations.Recall = f.delegs.recall
-		if o.WriteDelegations {
-			f.wb = newWriteback(f)
-		}
-	}
-	return f
-}
-
-// ctxOf gives a kernel request its own deadline, a small multiple of the
-// store's timeout, so that no operation can hang however the cluster
-// behaves. It deliberately drops the kernel's cancellation: the Go runtime
-// preempts threads with SIGURG, and a thread blocked in a FUSE call turns
-// each one into an INTERRUPT, so honouring them would fail close() and
-// friends at random. A request runs to its end or to its deadline.
+// ctxOf is the context a kernel request runs under (vfs.Mount.CallContext),
+// with the process that made it.
 func (f *FS) ctxOf(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), 2*f.st.Timeout()+f.opts.LockTimeout)
+	return f.core.CallContext(withCaller(ctx))
 }
 
-// noteWrite records a write to the path index (see writes).
-func (f *FS) noteWrite() { f.writes.Add(1) }
-
-// refreshIfDirty makes this mount's own path writes visible to search.
-func (f *FS) refreshIfDirty(ctx context.Context) error {
-	w := f.writes.Load()
-	if f.refreshed.Load() >= w {
-		return nil
-	}
-	f.refreshMu.Lock()
-	defer f.refreshMu.Unlock()
-	if f.refreshed.Load() >= w {
-		return nil // someone refreshed after our writes while we waited
-	}
-	return f.refreshNow(ctx)
+// withCaller is ctx with the process that made the request, for the core.
+func withCaller(ctx context.Context) context.Context {
+	uid, gid := caller(ctx)
+	return vfs.WithCaller(ctx, vfs.Caller{Uid: uid, Gid: gid})
 }
 
-// refreshNow makes every path write that completed before it was called,
-// this mount's and others', visible to search.
-func (f *FS) refreshNow(ctx context.Context) error {
-	start := f.writes.Load()
-	if err := f.st.Refresh(ctx, store.SearchedPaths); err != nil {
-		return err
+// caller returns the uid and gid of the process making the request.
+func caller(ctx context.Context) (uint32, uint32) {
+	if c, ok := ctx.(*fuse.Context); ok {
+		return c.Uid, c.Gid
 	}
-	f.refreshed.Store(start)
-	return nil
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Uid, c.Gid
+	}
+	return 0, 0
 }
 
 // toErrno is the one place where errors become errno. Unknown errors are
@@ -219,81 +100,4 @@ func (f *FS) toErrno(op string, err error) syscall.Errno {
 	}
 	f.log.Error("operation failed", "op", op, "err", err)
 	return syscall.EIO
-}
-
-// errnoErr lets inner functions return an errno through error values.
-func errnoErr(e syscall.Errno, format string, a ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, a...), e)
-}
-
-// end releases a transaction's locks; a failed release turns success into
-// the release's error (a lost session means someone may have undone us).
-func (f *FS) end(ctx context.Context, txn *locking.Txn, err *error) {
-	if rerr := txn.End(ctx); rerr != nil && *err == nil {
-		*err = rerr
-	}
-}
-
-func now() int64 { return time.Now().UnixNano() }
-
-// attrLock is the change lock of the directory whose delegations may hold
-// the attributes a change overwrites (store.Inode.HeldBy: a directory's
-// own, a file's with one link the one its inode records), joining this
-// mount's lease on it: taking it recalls other mounts' delegations there,
-// and holding it keeps new ones from being granted until the write is
-// done; a mount granted one afterwards reads the attributes anew. The
-// directory is decided by what is stored (the inode the write replaces, at
-// its version), never by where this mount found the file: another mount
-// may have renamed it since, or linked it elsewhere and removed the name
-// this mount knows. A rename moves the record with a compare-and-set
-// (locking/journal_parents.go), so a change that read the inode before
-// the move fails its compare-and-set, reads again, and recalls the new
-// directory. One copy of the fact, in the store: this mount keeps none.
-type attrLock struct {
-	dir uint64
-	end func()
-}
-
-// hold makes the lock held that of directory dir (0: none), releasing
-// the one held before if it was another's.
-func (l *attrLock) hold(ctx context.Context, f *FS, dir uint64) error {
-	if l.end != nil && l.dir == dir {
-		return nil
-	}
-	l.release()
-	if dir == 0 {
-		return nil
-	}
-	h, err := f.co.Share(ctx, []locking.Request{locking.Change(dir, "")})
-	if err != nil {
-		return err
-	}
-	l.dir, l.end = dir, h.End
-	return nil
-}
-
-func (l *attrLock) release() {
-	if l.end != nil {
-		l.end()
-		l.end = nil
-	}
-}
-
-// usageTTL: how long statfs answers from the usage it read last. df and
-// tools that check for space before each file call it often, and it
-// costs a request to the cluster's stats.
-const usageTTL = 5 * time.Second
-
-// usage returns the filesystem's usage, read at most every usageTTL.
-func (f *FS) usage(ctx context.Context) (store.Usage, error) {
-	f.usageMu.Lock()
-	defer f.usageMu.Unlock()
-	if time.Since(f.usageAt) > usageTTL {
-		u, err := f.st.Usage(ctx)
-		if err != nil {
-			return store.Usage{}, err
-		}
-		f.usageLast, f.usageAt = u, time.Now()
-	}
-	return f.usageLast, nil
 }

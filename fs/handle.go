@@ -1,28 +1,21 @@
 package fs
 
-// Open file descriptions (handle): OPEN and RELEASE, as the kernel asks
-// them; the state they share is openFile (file.go).
+// Open file descriptions: the kernel's OPEN, READ, WRITE, FLUSH, FSYNC and
+// RELEASE of a file, answered by the core's description (vfs.Handle).
 
 import (
 	"context"
-	"errors"
 	"syscall"
 
-	"github.com/esfs/esfs/store"
+	"github.com/esfs/esfs/fs/vfs"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
 // handle is one open file description.
 type handle struct {
-	of     *openFile
-	append bool
-	write  bool
-	// locks: the owners that took advisory locks through this open file
-	// (filelock.go).
-	locks lockOwners
-	// since: the write-back errors this description has reported
-	// (errseq.go).
-	since errSince
+	h *vfs.Handle
+	f *FS
 }
 
 var (
@@ -34,101 +27,95 @@ var (
 	_ = (gofs.FileLseeker)((*handle)(nil))
 )
 
-// openHandle opens ino: it reads the inode afresh (close-to-open
-// consistency: an open sees everything flushed before it, on any mount).
-// created says that this mount has just made the inode, with the first
-// data generation (store.Inode.Dgen 1): nobody else can have written it,
-// so its first writer owns that generation without a round trip. Counter
-// 1 of it is the pending batch's (the chunks it holds, see
-// writeback.take): the writer starts above it, or those chunks would
-// refuse its writes and truncates as their equals.
-func (f *FS) openHandle(ctx context.Context, a store.Inode, flags uint32, created bool) (*handle, error) {
-	f.mu.Lock()
-	of := f.open[a.Ino]
-	if of == nil {
-		of = &openFile{f: f, ino: a.Ino, attr: a, size: a.Size, clean: map[int64][]byte{}, dirty: map[int64][]byte{}}
-		if created && a.Dgen == 1 {
-			of.w.gen, of.w.counter = 1, 1
-		}
-		f.open[a.Ino] = of
-	}
-	of.refs++
-	f.mu.Unlock()
-
-	of.mu.Lock()
-	if !of.changed && len(of.dirty) == 0 {
-		// Nothing buffered here: take the stored state as it is now, and
-		// forget cached chunks, which another mount may have rewritten.
-		of.attr, of.size = a, a.Size
-		of.clean, of.cleanLRU = map[int64][]byte{}, nil
-		of.cgen++
-	}
-	of.mu.Unlock()
-	h := &handle{of: of, append: flags&syscall.O_APPEND != 0, write: flags&syscall.O_ACCMODE != syscall.O_RDONLY,
-		since: f.errs.sample(a.Ino)}
-	return h, nil
-}
-
 func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	writing := flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0
-	if n.f.opts.ReadOnly && writing {
-		return nil, 0, syscall.EROFS
-	}
-	a, err := n.f.freshInode(ctx, n.ino())
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, 0, syscall.ESTALE
-	}
+	h, err := n.f.core.Open(ctx, n.Ino(), flags)
 	if err != nil {
 		return nil, 0, n.f.toErrno("open", err)
 	}
-	h, err := n.f.openHandle(ctx, a, flags, false)
+	return &handle{h: h, f: n.f}, 0, 0
+}
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	b, err := h.h.Read(ctx, dest, off)
 	if err != nil {
-		return nil, 0, n.f.toErrno("open", err)
+		return nil, h.f.toErrno("read", err)
 	}
-	if flags&syscall.O_TRUNC != 0 && a.Size > 0 {
-		// Through the open state, whose data generation the writes that
-		// usually follow then reuse.
-		if err := n.f.truncate(ctx, a.Ino, 0, &a); err != nil {
-			h.Release(ctx)
-			return nil, 0, n.f.toErrno("open", err)
-		}
-	}
-	return h, 0, 0
+	return fuse.ReadResultData(b), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx, cancel := h.f.ctxOf(ctx)
+	defer cancel()
+	n, err := h.h.Write(ctx, data, off)
+	return n, h.f.toErrno("write", err)
+}
+
+// Flush is a close(2): the closing process's record locks on the file go
+// once what it wrote has landed.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	owner, ok := h.f.flushOwner(ctx)
+	return h.f.toErrno("flush", h.h.Flush(ctx, owner, ok))
+}
+
+// Fsync makes the file durable, and with it everything this mount made in
+// memory: the file's name may be pending.
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return h.f.toErrno("fsync", h.h.Fsync(ctx))
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
-	of := h.of
-	f := of.f
-	ctx, cancel := context.WithTimeout(context.Background(), 4*f.st.Timeout())
+	return h.f.toErrno("release", h.h.Release())
+}
+
+func (n *node) Fsync(ctx context.Context, fh gofs.FileHandle, flags uint32) syscall.Errno {
+	if h, ok := fh.(*handle); ok {
+		return h.Fsync(ctx, flags)
+	}
+	var since *vfs.ErrSince
+	if d, ok := fh.(*dirHandle); ok && d.l != nil {
+		since = d.l.Reported()
+	}
+	return n.f.toErrno("fsync", n.f.core.SyncInode(ctx, n.Ino(), since))
+}
+
+// flushOwner returns the lock owner of the FLUSH being served under ctx
+// (timedFS records it by the request's cancel channel, the one thing of
+// the request go-fuse hands on).
+func (f *FS) flushOwner(ctx context.Context) (uint64, bool) {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok {
+		return 0, false
+	}
+	v, ok := f.flushOwners.Load(fc.Cancel)
+	if !ok {
+		return 0, false
+	}
+	return v.(uint64), true
+}
+
+// Lseek answers SEEK_DATA and SEEK_HOLE (vfs.Handle.Lseek); the kernel
+// answers the others.
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	pos, err := h.h.Lseek(ctx, off, whence)
+	return pos, h.f.toErrno("lseek", err)
+}
+
+var _ = (gofs.NodeCopyFileRanger)((*node)(nil))
+
+// CopyFileRange copies between two open files of this mount
+// (vfs.Mount.CopyRange); EOPNOTSUPP leaves the rest to the kernel, which
+// then reads and writes.
+func (n *node) CopyFileRange(ctx context.Context, fhIn gofs.FileHandle, offIn uint64, out *gofs.Inode,
+	fhOut gofs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
+	in, ok1 := fhIn.(*handle)
+	dst, ok2 := fhOut.(*handle)
+	if !ok1 || !ok2 || flags != 0 {
+		return 0, syscall.EOPNOTSUPP
+	}
+	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	if h.locks.any() {
-		f.releaseHandleLocks(ctx, of.ino, &h.locks)
-		f.co.FileLocks.Forget(of.ino)
-	}
-	of.mu.Lock()
-	err := of.flush(ctx)
-	f.mu.Lock()
-	of.refs--
-	last := of.refs == 0
-	if last {
-		delete(f.open, of.ino)
-	}
-	f.mu.Unlock()
-	unlinked, attr := of.unlinked, of.attr
-	of.mu.Unlock()
-	if err != nil {
-		f.log.Error("data lost at close: flush failed", "ino", of.ino, "err", err)
-	}
-	if last {
-		f.errs.forget(of.ino)
-	}
-	if last && unlinked {
-		attr.Size = max(attr.Size, of.size, of.extent)
-		if derr := f.deleteInode(ctx, attr); derr != nil {
-			f.log.Warn("could not delete an unlinked inode at last close", "ino", of.ino, "err", derr)
-		}
-	}
-	return f.toErrno("release", err)
+	written, err := n.f.core.CopyRange(ctx, in.h, offIn, dst.h, offOut, length)
+	return written, n.f.toErrno("copy_file_range", err)
 }

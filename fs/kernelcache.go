@@ -3,6 +3,7 @@ package fs
 import (
 	"time"
 
+	"github.com/esfs/esfs/fs/vfs"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -21,26 +22,10 @@ import (
 // into its buffer itself, carries no attributes instead (dir.go).
 const notKept = time.Nanosecond
 
-// keptAtMost bounds how long the kernel may keep an answer given under a
-// delegation (ok false: no bound, delegations are off and the timeouts
-// are the configured ones): no longer than this mount's lease runs
-// without a renewal. A mount frozen or cut off past its lease is declared
-// dead, and others then change what it had delegated without recalling
-// it: nothing invalidates what its kernel was told, which must have
-// expired by then (others wait a lease plus grace), and the daemon no
-// longer answers from the delegation either (Delegation.Revoked). The
-// kernel asks again once a lease (10 s by default), answered from memory.
-func (f *FS) keptAtMost() (time.Duration, bool) {
-	if f.delegs == nil {
-		return 0, false
-	}
-	return f.co.Session().LeaseLeft(), true
-}
-
 // boundKept bounds the timeouts of out, an answer go-fuse has not given
-// its defaults yet (0 stands for the mount's), by keptAtMost.
+// its defaults yet (0 stands for the mount's), by vfs.Mount.KeptAtMost.
 func (f *FS) boundKept(out *fuse.EntryOut) {
-	most, ok := f.keptAtMost()
+	most, ok := f.core.KeptAtMost()
 	if !ok {
 		return
 	}
@@ -101,7 +86,7 @@ func (n *node) dropOldName(known *gofs.Inode, name string) (inTree bool) {
 	if oldParent == nil {
 		return false
 	}
-	if oldParent == n.EmbeddedInode() && oldName == name || n.f.closed.Load() {
+	if oldParent == n.EmbeddedInode() && oldName == name || n.f.core.Closed() {
 		return true
 	}
 	done := make(chan struct{})
@@ -116,21 +101,9 @@ func (n *node) dropOldName(known *gofs.Inode, name string) (inTree bool) {
 	return true
 }
 
-// tell is told for an answer about name being built in out: it returns
-// the function to call once the reply is made. If the delegation was
-// revoked meanwhile, the answer may be overtaken by the change that
-// recalled it, so the kernel is told not to keep it.
-func (st *dirState) tell(name string, node kernelNode, out *fuse.EntryOut) func() {
-	if st.told(name, node) {
-		return st.done
-	}
-	uncached(out)
-	return func() {}
-}
-
-// asKernelNode is in as a kernelNode: none when in is nil (an interface
+// asKernelNode is in as a KernelNode: none when in is nil (an interface
 // holding a nil pointer is not nil, and the state tests for none).
-func asKernelNode(in *gofs.Inode) kernelNode {
+func asKernelNode(in *gofs.Inode) vfs.KernelNode {
 	if in == nil {
 		return nil
 	}

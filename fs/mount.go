@@ -11,8 +11,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/esfs/esfs/fs/vfs"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,7 +25,7 @@ type Server struct {
 	mountpoint string
 }
 
-// Mount mounts f at mountpoint and serves it in the background.
+// Mount mounts core, the state of a mount, at mountpoint and serves it in the background.
 //
 // The daemon never opens, stats or walks anything below its own mount
 // point, at any time: such a call waits in the kernel for an answer from
@@ -35,13 +37,18 @@ type Server struct {
 // poll check, an open of a file below the mount point, which matters only
 // to a program that also opens files in the mount it serves (every POLL
 // request is answered ENOSYS regardless).
-func Mount(mountpoint string, f *FS) (*Server, error) {
+//
+// reg registers the FUSE request metrics (nil: they count but nobody
+// scrapes them).
+func Mount(mountpoint string, core *vfs.Mount, reg prometheus.Registerer) (*Server, error) {
+	o := core.Options()
+	f := &FS{core: core, opts: o, log: o.Logger, metrics: newRequestMetrics(reg)}
 	root := &node{f: f}
 	opts := MountOptions(f.opts, log.New(logWriter{f}, "", 0))
 	// flock and fcntl locks come to esfs (filelock.go), which holds them
 	// across mounts; without this the kernel keeps them to this mount.
 	opts.EnableLocks = true
-	var raw fuse.RawFileSystem = timedFS{RawFileSystem: gofs.NewNodeFS(root, opts), m: f.metrics, owners: &f.flushOwners, keptAtMost: f.keptAtMost}
+	var raw fuse.RawFileSystem = timedFS{RawFileSystem: gofs.NewNodeFS(root, opts), m: f.metrics, owners: &f.flushOwners, keptAtMost: core.KeptAtMost}
 	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)
@@ -52,7 +59,7 @@ func Mount(mountpoint string, f *FS) (*Server, error) {
 
 // MountOptions are the kernel and go-fuse options of an esfs mount (the
 // benchmarks' floor mounts with them too).
-func MountOptions(o Options, logger *log.Logger) *gofs.Options {
+func MountOptions(o vfs.Options, logger *log.Logger) *gofs.Options {
 	// go-fuse uses zero timeouts whenever Options is non-nil, so every
 	// kernel cache timeout is set explicitly here.
 	entry, attr, neg := o.EntryTimeout, o.AttrTimeout, o.NegativeTimeout
@@ -115,7 +122,7 @@ func (s *Server) Wait() { s.srv.Wait() }
 // used: as root it falls back to running fusermount3 without -z on a busy
 // mount, several times, for nothing.
 func (s *Server) Unmount(ctx context.Context) (detached bool, err error) {
-	flushErr := s.fs.FlushAll(ctx)
+	flushErr := s.fs.core.FlushAll(ctx)
 	for delay := 50 * time.Millisecond; ; delay *= 2 {
 		err = Unmount(s.mountpoint, false)
 		if err == nil || errors.Is(err, syscall.EINVAL) {
@@ -137,12 +144,7 @@ func (s *Server) Unmount(ctx context.Context) (detached bool, err error) {
 // durable. Once the process exits, the kernel fails every later request
 // of the mount with ENOTCONN.
 func (s *Server) Close(ctx context.Context) error {
-	s.fs.closed.Store(true)
-	err := s.fs.FlushAll(ctx)
-	if err == nil {
-		s.fs.wb.close() // the last batch has landed
-	}
-	return err
+	return s.fs.core.Close(ctx)
 }
 
 // Unmount unmounts the mount at mountpoint, or detaches it if lazy (it

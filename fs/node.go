@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/store"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -50,12 +51,24 @@ var (
 	_ = (gofs.NodeFsyncer)((*node)(nil))
 )
 
-func (n *node) ino() uint64 { return n.StableAttr().Ino }
+func (n *node) Ino() uint64 { return n.StableAttr().Ino }
+
+// IsDir reports whether the node is a directory's.
+func (n *node) IsDir() bool { return n.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR }
+
+// InDir returns the node's name and directory in go-fuse's tree.
+func (n *node) InDir() (string, uint64, bool) {
+	name, parent := n.Parent()
+	if parent == nil {
+		return "", 0, false
+	}
+	return name, parent.StableAttr().Ino, true
+}
 
 // path returns the node's path in the store, from go-fuse's tree below the
 // mount's root (Options.Root). ok is false when the node is no longer in
 // the tree (unlinked or forgotten).
-func (n *node) path() (string, bool) {
+func (n *node) StorePath() (string, bool) {
 	var names []string
 	var p *gofs.Inode = n.EmbeddedInode()
 	for !p.IsRoot() {
@@ -105,21 +118,21 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 // kept; so are the attributes (tellAttrs). Call the result once the reply
 // is made.
 func (n *node) replyCreated(name string, sn store.Node, child *gofs.Inode, out *fuse.EntryOut) func() {
-	if n.f.delegs == nil {
+	if !n.f.core.Delegations() {
 		return func() {}
 	}
 	n.tellAttrs(child, name, sn.Ino, sn.Type, out)
-	if st := n.f.delegs.state(n.ino()); st != nil {
-		return st.tell(name, n.EmbeddedInode(), out)
+	kept, done := n.f.core.TellEntry(n.Ino(), name, n.EmbeddedInode())
+	if !kept {
+		uncached(out)
 	}
-	uncached(out)
-	return func() {}
+	return done
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ans, err := n.f.lookup(ctx, n, n.EmbeddedInode(), name)
-	defer ans.done()
-	if n.f.delegs != nil && !ans.kept {
+	ans, err := n.f.core.LookupAt(ctx, n, n.EmbeddedInode(), name)
+	defer ans.Done()
+	if n.f.core.Delegations() && !ans.Kept {
 		// go-fuse has the kernel keep an answer, a negative one too, for
 		// the mount's timeouts (an hour under delegations) unless told
 		// otherwise: only one a delegation covers may be kept.
@@ -128,9 +141,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if err != nil {
 		return nil, n.f.toErrno("lookup", err)
 	}
-	child := n.newChild(ctx, ans.node, out)
-	if ans.underDelegation {
-		n.tellAttrs(child, name, ans.node.Ino, ans.node.Type, out)
+	child := n.newChild(ctx, ans.Node, out)
+	if ans.UnderDelegation {
+		n.tellAttrs(child, name, ans.Node.Ino, ans.Node.Type, out)
 	}
 	return child, 0
 }
@@ -140,17 +153,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 // told under it (and they are invalidated on recall); if none does, it
 // must not keep them.
 func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.FileType, out *fuse.EntryOut) {
-	ds := n.f.delegs
-	if ds == nil {
-		return
-	}
-	var ok bool
-	if typ == store.TypeDir {
-		_, ok = n.f.ownAttr(ino, asKernelNode(child))
-	} else {
-		_, ok = ds.attr(n.ino(), name, ino, asKernelNode(child))
-	}
-	if !ok {
+	if !n.f.core.TellAttrs(n.Ino(), name, ino, typ == store.TypeDir, asKernelNode(child)) {
 		out.SetAttrTimeout(notKept)
 	}
 }
@@ -158,7 +161,7 @@ func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.F
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	return n.f.toErrno("unlink", n.f.remove(ctx, n, name, false, 0))
+	return n.f.toErrno("unlink", n.f.core.RemoveAt(ctx, n, name, false, 0))
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
@@ -171,7 +174,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if victim != nil {
 		sub = victim.StableAttr().Ino
 	}
-	err := n.f.remove(ctx, n, name, true, sub)
+	err := n.f.core.RemoveAt(ctx, n, name, true, sub)
 	if err == nil {
 		markRemoved(victim)
 	}
@@ -181,7 +184,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	u, err := n.f.usage(ctx)
+	u, err := n.f.core.Usage(ctx)
 	if err != nil {
 		return n.f.toErrno("statfs", err)
 	}
@@ -217,17 +220,37 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	// The kernel looked the source and the target up before asking:
 	// their inodes, if directories, are the first guesses at the
 	// directories whose own change locks the rename needs (see rename).
-	var guess renameDirs
+	var guess vfs.RenameDirs
 	if c := n.GetChild(name); c != nil && c.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
-		guess.moved = c.StableAttr().Ino
+		guess.Moved = c.StableAttr().Ino
 	}
 	victim := np.GetChild(newName)
 	if victim != nil && victim.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
-		guess.replaced = victim.StableAttr().Ino
+		guess.Replaced = victim.StableAttr().Ino
 	}
-	err := n.f.rename(ctx, n, name, np, newName, guess, flags&renameNoReplace != 0)
-	if err == nil && guess.replaced != 0 && guess.replaced != guess.moved {
+	err := n.f.core.RenameAt(ctx, n, name, np, newName, guess, flags&renameNoReplace != 0)
+	if err == nil && guess.Replaced != 0 && guess.Replaced != guess.Moved {
 		markRemoved(victim) // a directory this replaced: removed
 	}
 	return n.f.toErrno("rename", err)
+}
+
+// Extended attributes (vfs.Mount.Getxattr and the others say which).
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	size, err := n.f.core.Getxattr(withCaller(ctx), n, attr, dest)
+	return size, n.f.toErrno("getxattr", err)
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	return n.f.toErrno("setxattr", n.f.core.Setxattr(withCaller(ctx), n, attr, data, flags))
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	return n.f.toErrno("removexattr", n.f.core.Removexattr(withCaller(ctx), n, attr))
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	size, err := n.f.core.Listxattr(withCaller(ctx), n, dest)
+	return size, n.f.toErrno("listxattr", err)
 }

@@ -5,9 +5,9 @@ package fs
 
 import (
 	"context"
-	"errors"
 	"syscall"
 
+	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/store"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -15,26 +15,15 @@ import (
 
 // callerEntry is what a kernel request to create asks for, owned by the
 // process that asks.
-func callerEntry(ctx context.Context, typ store.FileType, mode uint32) Entry {
+func callerEntry(ctx context.Context, typ store.FileType, mode uint32) vfs.Entry {
 	uid, gid := caller(ctx)
-	return Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid}
-}
-
-// caller returns the uid and gid of the process making the request.
-func caller(ctx context.Context) (uint32, uint32) {
-	if c, ok := ctx.(*fuse.Context); ok {
-		return c.Uid, c.Gid
-	}
-	if c, ok := fuse.FromContext(ctx); ok {
-		return c.Uid, c.Gid
-	}
-	return 0, 0
+	return vfs.Entry{Type: typ, Mode: mode, Uid: uid, Gid: gid}
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	sn, err := n.f.create(ctx, n, name, callerEntry(ctx, store.TypeDir, mode))
+	sn, err := n.f.core.MakeAt(ctx, n, name, callerEntry(ctx, store.TypeDir, mode))
 	if err != nil {
 		return nil, n.f.toErrno("mkdir", err)
 	}
@@ -48,7 +37,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	defer cancel()
 	e := callerEntry(ctx, store.TypeSymlink, 0o777)
 	e.Target = target
-	sn, err := n.f.create(ctx, n, name, e)
+	sn, err := n.f.core.MakeAt(ctx, n, name, e)
 	if err != nil {
 		return nil, n.f.toErrno("symlink", err)
 	}
@@ -74,7 +63,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	}
 	e := callerEntry(ctx, typ, mode)
 	e.Rdev = dev
-	sn, err := n.f.create(ctx, n, name, e)
+	sn, err := n.f.core.MakeAt(ctx, n, name, e)
 	if err != nil {
 		return nil, n.f.toErrno("mknod", err)
 	}
@@ -84,58 +73,23 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	ctx, cancel := n.f.ctxOf(ctx)
-	defer cancel()
-	a, err := n.attrs(ctx)
+	target, err := n.f.core.Readlink(ctx, n)
 	if err != nil {
 		return nil, n.f.toErrno("readlink", err)
 	}
-	if a.Type != store.TypeSymlink {
-		return nil, syscall.EINVAL
-	}
-	return []byte(a.Target), 0
+	return []byte(target), 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
-	sn, err := n.f.create(ctx, n, name, callerEntry(ctx, store.TypeFile, mode))
-	created := err == nil
-	if errors.Is(err, store.ErrExists) && flags&syscall.O_EXCL == 0 {
-		// Another process created it since the kernel's lookup: open that one.
-		dir, derr := n.f.dirPath(ctx, n, false)
-		if derr != nil {
-			return nil, nil, 0, n.f.toErrno("create", derr)
-		}
-		sn, err = n.f.resolveFresh(ctx, store.Join(dir, name))
-		if err == nil && sn.Type == store.TypeDir {
-			return nil, nil, 0, syscall.EISDIR
-		}
-		if err == nil && sn.Type != store.TypeFile {
-			// A symlink or a special file, made since the kernel looked:
-			// the kernel opens those itself, and would take a handle
-			// from us for an EIO.
-			return nil, nil, 0, syscall.EEXIST
-		}
-		if err == nil && n.f.opts.ReadOnly && (flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0) {
-			// The existing file, open for writing on a read-only
-			// filesystem: as Open.
-			return nil, nil, 0, syscall.EROFS
-		}
-		if err == nil && flags&syscall.O_TRUNC != 0 {
-			err = n.f.truncate(ctx, sn.Ino, 0, nil)
-		}
-	}
+	sn, h, err := n.f.core.CreateAt(ctx, n, name, callerEntry(ctx, store.TypeFile, mode), flags)
 	if err != nil {
 		return nil, nil, 0, n.f.toErrno("create", err)
 	}
 	child := n.newChild(ctx, sn, out)
 	defer n.replyCreated(name, sn, child, out)()
-	fh, err := n.f.openHandle(ctx, sn.Attr, flags, created)
-	if err != nil {
-		return nil, nil, 0, n.f.toErrno("create", err)
-	}
-	return child, fh, 0, 0
+	return child, &handle{h: h, f: n.f}, 0, 0
 }
 
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
@@ -148,7 +102,7 @@ func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string,
 	if tn.StableAttr().Mode&syscall.S_IFMT == syscall.S_IFDIR {
 		return nil, syscall.EPERM
 	}
-	sn, err := n.f.link(ctx, n, name, tn.ino())
+	sn, err := n.f.core.LinkAt(ctx, n, name, tn.Ino())
 	if err != nil {
 		return nil, n.f.toErrno("link", err)
 	}

@@ -10,12 +10,92 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 )
 
+// requestMetrics times every FUSE request the daemon answers, by opcode.
+type requestMetrics struct {
+	duration *prometheus.HistogramVec
+	errors   *prometheus.CounterVec
+	// byOp caches the histogram of each opcode: a request must not pay a
+	// label lookup.
+	byOp [opCount]prometheus.Observer
+}
+
+// newRequestMetrics makes the FUSE request collectors and registers them
+// with reg (nil: they count but nobody scrapes them).
+func newRequestMetrics(reg prometheus.Registerer) *requestMetrics {
+	m := &requestMetrics{
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "esfs_fuse_request_duration_seconds",
+			Help:    "FUSE requests answered by the daemon, by opcode (the kernel's own caches answer many more).",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 20), // 50 µs .. 26 s
+		}, []string{"op"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "esfs_fuse_errors_total",
+			Help: "FUSE requests answered with an error, by opcode and errno (ENOENT from LOOKUP is a normal miss).",
+		}, []string{"op", "errno"}),
+	}
+	for i := range m.byOp {
+		m.byOp[i] = m.duration.WithLabelValues(opNames[i])
+	}
+	if reg != nil {
+		reg.MustRegister(m.duration, m.errors)
+	}
+	return m
+}
+
+type opcode int
+
+const (
+	opLookup opcode = iota
+	opGetAttr
+	opSetAttr
+	opMknod
+	opMkdir
+	opUnlink
+	opRmdir
+	opRename
+	opLink
+	opSymlink
+	opReadlink
+	opAccess
+	opGetXAttr
+	opListXAttr
+	opSetXAttr
+	opRemoveXAttr
+	opCreate
+	opOpen
+	opRead
+	opLseek
+	opRelease
+	opWrite
+	opCopyFileRange
+	opFlush
+	opFsync
+	opFallocate
+	opOpenDir
+	opReadDir
+	opReadDirPlus
+	opReleaseDir
+	opFsyncDir
+	opStatFs
+	opStatx
+	opGetLk
+	opSetLk
+	opSetLkw
+	opCount
+)
+
+var opNames = [opCount]string{"LOOKUP", "GETATTR", "SETATTR", "MKNOD", "MKDIR", "UNLINK", "RMDIR", "RENAME",
+	"LINK", "SYMLINK", "READLINK", "ACCESS", "GETXATTR", "LISTXATTR", "SETXATTR", "REMOVEXATTR", "CREATE",
+	"OPEN", "READ", "LSEEK", "RELEASE", "WRITE", "COPY_FILE_RANGE", "FLUSH", "FSYNC", "FALLOCATE", "OPENDIR",
+	"READDIR", "READDIRPLUS", "RELEASEDIR", "FSYNCDIR", "STATFS", "STATX", "GETLK", "SETLK", "SETLKW"}
+
 // since records one request; st points at the method's named result, so
 // that a deferred call sees the final status.
-func (m *Metrics) since(op opcode, start time.Time, st *fuse.Status) {
+func (m *requestMetrics) since(op opcode, start time.Time, st *fuse.Status) {
 	m.byOp[op].Observe(time.Since(start).Seconds())
 	if *st != fuse.OK {
 		m.errors.WithLabelValues(opNames[op], errnoName(*st)).Inc()
@@ -37,7 +117,7 @@ func errnoName(st fuse.Status) string {
 // not list (FORGET, INIT, locks, ioctl...) pass through untimed.
 type timedFS struct {
 	fuse.RawFileSystem
-	m *Metrics
+	m *requestMetrics
 	// owners: the lock owner of each FLUSH under way, by its request's
 	// cancel channel (see flushOwner).
 	owners *sync.Map

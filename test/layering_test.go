@@ -9,12 +9,14 @@ import (
 	"github.com/esfs/esfs/test/mounttest"
 )
 
-// TestLayering keeps the dependency direction (main -> cmd -> fs -> cache,
-// locking, store) true without anyone remembering it: only fs imports
-// go-fuse, only store imports go-elasticsearch, and the lower layers never
-// import the upper ones. A package below one of the layers (fs/floor)
-// follows that layer's rules; fs/transfer and fs/fsck (import, export and
-// fsck, which run without a mount) may not import go-fuse either.
+// TestLayering keeps the dependency direction (main -> cmd -> fs -> fs/vfs
+// -> cache, locking, store) true without anyone remembering it: only fs
+// (the FUSE adapter) imports go-fuse, only store imports go-elasticsearch,
+// and the lower layers never import the upper ones. The mount's core
+// (fs/vfs) knows no FUSE and no adapter. A package below one of the
+// layers (fs/floor) follows that layer's rules; fs/transfer and fs/fsck
+// (import, export and fsck, which run without a mount) may not import
+// go-fuse either.
 func TestLayering(t *testing.T) {
 	cmd := exec.Command("go", "list", "-json", "./...")
 	cmd.Dir = mounttest.RepoRoot()
@@ -28,6 +30,8 @@ func TestLayering(t *testing.T) {
 		mod + "/cache":   {"github.com/hanwen/go-fuse", "github.com/elastic/", mod + "/fs", mod + "/locking", mod + "/cmd"},
 		mod + "/locking": {"github.com/hanwen/go-fuse", "github.com/elastic/", mod + "/fs", mod + "/cache", mod + "/cmd"},
 		mod + "/fs":      {"github.com/elastic/", mod + "/cmd"},
+		// The mount's core: no FUSE, and nothing of the adapter above it.
+		mod + "/fs/vfs": {"github.com/hanwen/go-fuse", "github.com/elastic/", mod + "/fs", mod + "/cmd"},
 		// The tools that work without a mount call fs's logic, never FUSE.
 		mod + "/fs/transfer": {"github.com/hanwen/go-fuse", "github.com/elastic/", mod + "/cmd"},
 		mod + "/fs/fsck":     {"github.com/hanwen/go-fuse", "github.com/elastic/", mod + "/cmd"},

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/fs/vfs"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -25,7 +26,7 @@ type Floor struct {
 // Mount mounts a Floor at mountpoint with o's kernel options. dirs
 // maps the name of each directory below the root to the names of the empty
 // files it holds.
-func Mount(mountpoint string, o fs.Options, dirs map[string][]string) (*Floor, error) {
+func Mount(mountpoint string, o vfs.Options, dirs map[string][]string) (*Floor, error) {
 	o.ReadOnly = true
 	root := &floorDir{}
 	next := uint64(2)

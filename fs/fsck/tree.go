@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 )
@@ -149,7 +149,7 @@ func (c *checker) dirLinks(ctx context.Context) error {
 	}
 	for _, d := range c.docs {
 		n, ok := c.inodes[d.Ino]
-		if d.Type != store.TypeDir || !ok || n.Type != store.TypeDir || n.Nlink == fs.DirLinks(subdirs[d.Path]) {
+		if d.Type != store.TypeDir || !ok || n.Type != store.TypeDir || n.Nlink == vfs.DirLinks(subdirs[d.Path]) {
 			continue
 		}
 		// The snapshots are older than now: a mkdir or rmdir since moved
@@ -158,16 +158,16 @@ func (c *checker) dirLinks(ctx context.Context) error {
 		if errors.Is(err, store.ErrNotFound) {
 			continue // removed meanwhile
 		}
-		if err == nil && n.Type == store.TypeDir && n.Nlink == fs.DirLinks(subs) {
+		if err == nil && n.Type == store.TypeDir && n.Nlink == vfs.DirLinks(subs) {
 			continue
 		}
 		if err != nil {
 			n, subs = c.inodes[d.Ino], subdirs[d.Path]
 		}
 		p := Problem{Kind: "directory link count", Subject: d.Path,
-			Detail: fmt.Sprintf("nlink %d, want %d (2 + %d subdirectories)", n.Nlink, fs.DirLinks(subs), subs)}
+			Detail: fmt.Sprintf("nlink %d, want %d (2 + %d subdirectories)", n.Nlink, vfs.DirLinks(subs), subs)}
 		if !n.DirLinksCounted() {
-			p.Detail = fmt.Sprintf("not counted (made by an esfs that did not count; reported as 1), want %d (2 + %d subdirectories)", fs.DirLinks(subs), subs)
+			p.Detail = fmt.Sprintf("not counted (made by an esfs that did not count; reported as 1), want %d (2 + %d subdirectories)", vfs.DirLinks(subs), subs)
 		}
 		if err != nil {
 			p.Detail += ": cannot count again: " + err.Error()
@@ -175,7 +175,7 @@ func (c *checker) dirLinks(ctx context.Context) error {
 			// Written at the version read before the count, so that a
 			// mkdir or rmdir that lands meanwhile makes the write fail
 			// rather than be undone by it.
-			n.Nlink = fs.DirLinks(subs)
+			n.Nlink = vfs.DirLinks(subs)
 			werr := c.changeDir(ctx, d.Ino, d.Path, store.PutInode(n, n.Ver))
 			p.Repaired = werr == nil
 			if werr != nil {

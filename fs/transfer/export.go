@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 )
@@ -83,7 +83,7 @@ func Export(ctx context.Context, st *store.Store, view *locking.View, src, local
 		}
 		if !dirLinksAgree(nlink, now) {
 			ex.problems++
-			ex.note(fmt.Sprintf("esfs export: %s: directory with %d links, but its listing shows %d subdirectories (want %d links): a subdirectory may be missing from the listing", d.path, nlink, now, fs.DirLinks(now)))
+			ex.note(fmt.Sprintf("esfs export: %s: directory with %d links, but its listing shows %d subdirectories (want %d links): a subdirectory may be missing from the listing", d.path, nlink, now, vfs.DirLinks(now)))
 		}
 	}
 	// Directories last, deepest first: writing into them changed their times.
@@ -143,7 +143,7 @@ func (ex *exporter) countSubdirs(ctx context.Context, dir string, ino uint64) (u
 // compared: filesystems made before directories counted their
 // subdirectories store 1.
 func dirLinksAgree(nlink uint32, listedSubdirs uint32) bool {
-	return nlink < 2 || nlink == fs.DirLinks(listedSubdirs)
+	return nlink < 2 || nlink == vfs.DirLinks(listedSubdirs)
 }
 
 // maxReported bounds the problem and warning lines export keeps to print.

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/esfs/esfs/fs"
+	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/store"
 	"golang.org/x/sys/unix"
 )
@@ -34,7 +34,7 @@ func (imp *Import) entry(p string) error {
 	}
 	// The inode a create would make of it, with the local file's times,
 	// size and link counts.
-	e := fs.Entry{Mode: st.Mode, Uid: st.Uid, Gid: st.Gid}
+	e := vfs.Entry{Mode: st.Mode, Uid: st.Uid, Gid: st.Gid}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		e.Type = store.TypeDir
@@ -80,7 +80,7 @@ func (imp *Import) entry(p string) error {
 	}
 	// Directories were numbered by count, which met each before what it
 	// holds: the number is its entries' Parents.
-	a := fs.NewInode(e, imp.dirInos[filepath.Dir(p)], unix.TimespecToNsec(st.Ctim))
+	a := vfs.NewInode(e, imp.dirInos[filepath.Dir(p)], unix.TimespecToNsec(st.Ctim))
 	a.Atime, a.Mtime = unix.TimespecToNsec(st.Atim), unix.TimespecToNsec(st.Mtim)
 	switch a.Type {
 	case store.TypeDir:
@@ -89,7 +89,7 @@ func (imp *Import) entry(p string) error {
 		} else {
 			imp.dirInos[p] = a.Ino // made since count
 		}
-		a.Nlink = fs.DirLinks(imp.subdirs[p])
+		a.Nlink = vfs.DirLinks(imp.subdirs[p])
 	case store.TypeFile:
 		a.Size = st.Size
 	}
@@ -124,7 +124,7 @@ func (imp *Import) entry(p string) error {
 		imp.root = a.Ino // its path document is written last
 		return nil
 	}
-	o := store.CreateDentry(fs.NewDentry(path, a))
+	o := store.CreateDentry(vfs.NewDentry(path, a))
 	if err := o.Err(); err != nil {
 		return err
 	}

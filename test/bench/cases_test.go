@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/esfs/esfs/fs"
 	"github.com/esfs/esfs/fs/floor"
+	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
@@ -109,7 +109,7 @@ func mountTmpfs(t testing.TB) string {
 	return dir
 }
 
-func mountFloor(t testing.TB, o fs.Options, dirs map[string][]string) string {
+func mountFloor(t testing.TB, o vfs.Options, dirs map[string][]string) string {
 	dir := t.TempDir()
 	fl, err := floor.Mount(dir, o, dirs)
 	if err != nil {
@@ -159,7 +159,7 @@ func benchStat(s *suite) {
 	// stat_warm: no kernel caching, the daemon's cache holds everything;
 	// the floor is a no-op go-fuse filesystem with the same options.
 	warm := f.MountAt(t, t.TempDir(), nil, append(noKernelCache, "--cache-ttl=1h")...)
-	floor := mountFloor(t, fs.Options{}, map[string][]string{"s": ns})
+	floor := mountFloor(t, vfs.Options{}, map[string][]string{"s": ns})
 	as, bs = s.ab(passesOf(under(warm.Path("s"), ns)), passesOf(under(filepath.Join(floor, "s"), ns)))
 	s.add(row{name: "stat_warm", workload: fmt.Sprintf("lstat of %d paths × %d passes, kernel caching off, daemon cache hit", n, passes),
 		floor: "no-op go-fuse fs, same options", esfs: as, base: bs, target: "≤ 1.15", limit: 1.15})
@@ -168,7 +168,7 @@ func benchStat(s *suite) {
 	// options, and the kernel's dentries and inodes dropped), then each
 	// path is looked at once. The floor is a no-op FUSE lstat with the
 	// same options plus one raw realtime GET per path.
-	floorDefault := mountFloor(t, fs.Options{EntryTimeout: time.Second, AttrTimeout: time.Second, NegativeTimeout: time.Second},
+	floorDefault := mountFloor(t, vfs.Options{EntryTimeout: time.Second, AttrTimeout: time.Second, NegativeTimeout: time.Second},
 		map[string][]string{"s": ns})
 	m := s.n(n)
 	as, bs = s.ab(func() time.Duration {
@@ -220,7 +220,7 @@ func benchReaddir(s *suite) {
 	for _, n := range sizes {
 		floorDirs[fmt.Sprintf("r%d", n)] = names(n, "f")
 	}
-	floor := mountFloor(t, fs.Options{AttrTimeout: time.Second, EntryTimeout: time.Second, NegativeTimeout: time.Second}, floorDirs)
+	floor := mountFloor(t, vfs.Options{AttrTimeout: time.Second, EntryTimeout: time.Second, NegativeTimeout: time.Second}, floorDirs)
 	for _, n := range sizes {
 		dir := m.Path(fmt.Sprintf("r%d", n))
 		if _, lines := ls(t, dir, "-f"); lines != n+2 {

@@ -1,0 +1,85 @@
+package vfs
+
+import (
+	"context"
+	"syscall"
+	"time"
+)
+
+// KernelNode is what the kernel holds of one inode, as the mount's state
+// sees it: what it must make the kernel forget when another mount's
+// change makes it wrong, a name under a directory (NotifyEntry) or the
+// attributes and pages of a file (NotifyContent with offset -1). The
+// adapter's nodes (go-fuse's *Inode) are kernelNodes; the state keeps
+// them as this, never as go-fuse's type.
+type KernelNode interface {
+	NotifyEntry(name string) syscall.Errno
+	NotifyContent(off, size int64) syscall.Errno
+}
+
+// KeptAtMost bounds how long the kernel may keep an answer given under a
+// delegation (ok false: no bound, delegations are off and the timeouts
+// are the configured ones): no longer than this mount's lease runs
+// without a renewal. A mount frozen or cut off past its lease is declared
+// dead, and others then change what it had delegated without recalling
+// it: nothing invalidates what its kernel was told, which must have
+// expired by then (others wait a lease plus grace), and the daemon no
+// longer answers from the delegation either (Delegation.Revoked). The
+// kernel asks again once a lease (10 s by default), answered from memory.
+func (f *Mount) KeptAtMost() (time.Duration, bool) {
+	if f.delegs == nil {
+		return 0, false
+	}
+	return f.co.Session().LeaseLeft(), true
+}
+
+// Delegations reports whether the mount holds delegations: then what the
+// kernel may keep is decided answer by answer (TellEntry, TellAttrs), and
+// an answer none covers must not be kept.
+func (f *Mount) Delegations() bool { return f.delegs != nil }
+
+// TellEntry is told that the kernel's node kn of directory dir is being
+// given an answer about name (found or not): kept says whether the kernel
+// may keep it (a delegation on dir covers it, whose recall makes kn forget
+// it), and done is to be called once the reply is made (a recall waits
+// for the answers under way). If the delegation was revoked meanwhile,
+// the answer may be overtaken by the change that recalled it: not kept.
+func (f *Mount) TellEntry(dir uint64, name string, kn KernelNode) (kept bool, done func()) {
+	st := f.delegs.state(dir)
+	if st == nil || !st.told(name, kn) {
+		return false, noDone
+	}
+	return true, st.done
+}
+
+// TellAttrs is told that kn, the kernel's node of inode ino (entry name
+// of directory dir), is being given its attributes: kept says whether the
+// kernel may keep them, which it may if a delegation holds them (a
+// directory's own, a file's its directory's), whose recall makes kn
+// forget them, or if delegations are off.
+func (f *Mount) TellAttrs(dir uint64, name string, ino uint64, isDir bool, kn KernelNode) (kept bool) {
+	if f.delegs == nil {
+		return true
+	}
+	if isDir {
+		_, kept = f.ownAttr(ino, kn)
+	} else {
+		_, kept = f.delegs.attr(dir, name, ino, kn)
+	}
+	return kept
+}
+
+// Closed reports whether the daemon stopped serving the mount (Close).
+func (f *Mount) Closed() bool { return f.closed.Load() }
+
+// Close ends the service of a detached mount that is still in use: from
+// now on writes fail with EIO, and what was written before is made
+// durable.
+func (f *Mount) Close(ctx context.Context) error {
+	f.closed.Store(true)
+	err := f.FlushAll(ctx)
+	if err == nil {
+		f.wb.close() // the last batch has landed
+	}
+	return err
+}
