@@ -70,7 +70,7 @@ except OSError as e:
 // TestFindingTruncateFailedHalfway (campaign seed 2, class
 // truncate-partial; fixed): a truncate whose write of the inode with its
 // new size failed (refused once with 503) answered EIO, having cut the
-// file's bytes past the new size already (fs/write.go: truncate cuts the
+// file's bytes past the new size already (fs/vfs/write.go: truncate cuts the
 // chunks, then writes the inode): every mount then read the old size with
 // zeros past the new one, neither the file before the call nor after it.
 // Now the size follows the cut: it is written again within the call when
@@ -228,7 +228,7 @@ func TestFindingMkdirAnswerLost(t *testing.T) {
 // Nothing removed such a chunk: a later truncate that grew the file
 // (another mount's, here) exposed its bytes, which the writer had been
 // told were lost, where the file must read zeros. Now the failed flush
-// takes back what it sent past the stored end (fs/flush.go undoPastEnd):
+// takes back what it sent past the stored end (fs/vfs/flush.go undoPastEnd):
 // a chunk wholly past it is deleted, the one the end falls in is written
 // again without its bytes past the end.
 func TestFindingChunksBeyondSizeExposedByGrowth(t *testing.T) {

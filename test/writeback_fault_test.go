@@ -1,6 +1,6 @@
 package test
 
-// Write-behind under faults (fs/writeback.go, fs/errseq.go): a batch whose
+// Write-behind under faults (fs/vfs/writeback.go, fs/vfs/errseq.go): a batch whose
 // stage lands but whose answer is lost is rolled back and tried again, and
 // nothing close or fsync acknowledged is replaced by zeros or dropped; a
 // batch that can never land (its mount was declared dead) is reported to

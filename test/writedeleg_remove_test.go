@@ -1,6 +1,6 @@
 package test
 
-// Removals under write delegations (fs/writeback_remove.go): an unlink of
+// Removals under write delegations (fs/vfs/writeback_remove.go): an unlink of
 // a stored file, or an rmdir of a stored empty directory, in a directory
 // the mount holds for writing, is made in memory and lands with the batch
 // (the name staged as the old side of the batch, its inode dropped once

@@ -1,6 +1,6 @@
 package test
 
-// Write delegations (fs/writeback.go): a directory made on a mount is
+// Write delegations (fs/vfs/writeback.go): a directory made on a mount is
 // written in that mount's memory and flushed in journaled batches. These
 // tests hold the delegations' invariants against real mounts: what another
 // mount sees is a prefix of the writer's calls (a batch lands whole or not

@@ -104,7 +104,15 @@ type delegs struct {
 	by map[uint64]*dirState
 	// asking: grants under way.
 	asking map[uint64]bool
-	// attrsIn: the directory whose state holds the attributes of an inode.
+	// attrsIn: the directory whose state holds the attributes of an
+	// inode. An index, not a second copy: the attributes are kept once,
+	// in that state's entry (dirEntry.attr), and this says where to look
+	// so that a change by inode (updateAttr, forgetAttr, unhold) finds
+	// them without visiting every state. learnAttr and heldIn set it,
+	// forgetAttr drops it. It may point at a state that no longer holds
+	// them (recalled, or the entry replaced): every use checks the entry
+	// it finds (its inode, hasAttr), so a stale pointer costs a miss,
+	// never a wrong answer.
 	attrsIn map[uint64]uint64
 	// upgradeTried: when an upgrade of a directory was last asked for.
 	upgradeTried map[uint64]time.Time

@@ -14,7 +14,7 @@ import (
 // in time that follows what it holds. Holes are whole absent chunks; a
 // short chunk reads as data, so SEEK_DATA from a hole answers the start of
 // the next chunk that holds some: at the block size files report
-// (st_blksize is the chunk size, see fillAttr), as Linux lets a
+// (st_blksize is the chunk size: the adapter's fs.FS.fillAttr), as Linux lets a
 // filesystem answer. SEEK_SET, SEEK_CUR and SEEK_END never get here: the
 // kernel answers them.
 func (h *Handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, error) {

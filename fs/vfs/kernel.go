@@ -10,7 +10,7 @@ import (
 // sees it: what it must make the kernel forget when another mount's
 // change makes it wrong, a name under a directory (NotifyEntry) or the
 // attributes and pages of a file (NotifyContent with offset -1). The
-// adapter's nodes (go-fuse's *Inode) are kernelNodes; the state keeps
+// adapter's nodes (go-fuse's *Inode) are KernelNodes; the state keeps
 // them as this, never as go-fuse's type.
 type KernelNode interface {
 	NotifyEntry(name string) syscall.Errno

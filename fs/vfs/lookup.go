@@ -24,7 +24,7 @@ type LookupAnswer struct {
 	Kept bool
 	// UnderDelegation: the entry found was read under the directory's
 	// delegation; its attributes are to be told under the delegation
-	// that holds them (tellAttrs) once the kernel's node is made.
+	// that holds them (TellAttrs) once the kernel's node is made.
 	UnderDelegation bool
 	// Done ends the answer once the reply is made: a recall waits for the
 	// answers told under the delegation to end (dirState.told).

@@ -13,7 +13,7 @@ import (
 // request it corresponds to, and returns Go errors: store's sentinels
 // (store.ErrExists for a name taken, store.ErrNotFound for a missing one)
 // or syscall.Errno values (ENOTEMPTY, ENOTDIR, ...), which a mount answers
-// as toErrno maps them. Paths are absolute and clean. The parent directory
+// as the adapter (fs.FS.toErrno) maps them. Paths are absolute and clean. The parent directory
 // is looked up first, in real time: a directory replaced by another one at
 // its path before the locks are taken fails the operation with ESTALE.
 
