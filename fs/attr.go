@@ -14,7 +14,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-func typeBits(t store.FileType) uint32 {
+// TypeBits are the S_IFMT bits of a file type, as the kernel is told them.
+func TypeBits(t store.FileType) uint32 {
 	switch t {
 	case store.TypeDir:
 		return syscall.S_IFDIR
@@ -72,7 +73,7 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 	// block size it reports. It is also the I/O size that costs one
 	// request of the store, and the kernel's largest read and write here.
 	out.Blksize = uint32(f.core.ChunkSize())
-	out.Mode = typeBits(a.Type) | a.Mode
+	out.Mode = TypeBits(a.Type) | a.Mode
 	if a.Type.IsDevice() {
 		out.Rdev = a.Rdev
 	}

@@ -94,7 +94,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	e := d.page[d.pos]
 	d.pos++
 	d.off++
-	return &fuse.DirEntry{Name: e.Name, Mode: typeBits(e.Type), Ino: e.Ino, Off: d.off}, 0
+	return &fuse.DirEntry{Name: e.Name, Mode: TypeBits(e.Type), Ino: e.Ino, Off: d.off}, 0
 }
 
 // fill reads the listing's next page.

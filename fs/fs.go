@@ -65,39 +65,51 @@ func caller(ctx context.Context) (uint32, uint32) {
 	return 0, 0
 }
 
-// toErrno is the one place where errors become errno. Unknown errors are
+// toErrno is the one place where errors become errno (Errno), and where
+// the errors an operator must hear of are logged. Unknown errors are
 // logged and become EIO.
 func (f *FS) toErrno(op string, err error) syscall.Errno {
-	if err == nil {
-		return 0
+	e, level, what := classify(err)
+	if what != "" {
+		f.log.Log(context.Background(), level, what, "op", op, "err", err)
 	}
-	var e syscall.Errno
+	return e
+}
+
+// Errno is the errno a kernel request is answered with for err, an error
+// of the core (0 for nil).
+func Errno(err error) syscall.Errno {
+	e, _, _ := classify(err)
+	return e
+}
+
+// classify maps err to its errno, and says what to log of it (what ""
+// for nothing).
+func classify(err error) (e syscall.Errno, level slog.Level, what string) {
+	if err == nil {
+		return 0, 0, ""
+	}
 	switch {
 	case errors.As(err, &e):
-		return e
+		return e, 0, ""
 	case errors.Is(err, store.ErrNotFound):
-		return syscall.ENOENT
+		return syscall.ENOENT, 0, ""
 	case errors.Is(err, store.ErrExists):
-		return syscall.EEXIST
+		return syscall.EEXIST, 0, ""
 	case errors.Is(err, locking.ErrLocked):
-		f.log.Warn("lock wait timed out", "op", op, "err", err)
-		return syscall.EAGAIN
+		return syscall.EAGAIN, slog.LevelWarn, "lock wait timed out"
 	case errors.Is(err, locking.ErrLeaseLost), errors.Is(err, locking.ErrAborted):
-		f.log.Error("operation fenced: this mount lost its session", "op", op, "err", err)
-		return syscall.EIO
+		return syscall.EIO, slog.LevelError, "operation fenced: this mount lost its session"
 	case errors.Is(err, store.ErrNameTooLong):
-		return syscall.ENAMETOOLONG
+		return syscall.ENAMETOOLONG, 0, ""
 	case errors.Is(err, store.ErrInvalid):
-		return syscall.EINVAL
+		return syscall.EINVAL, 0, ""
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, store.ErrUnavailable):
-		f.log.Warn("store unavailable", "op", op, "err", err)
-		return syscall.EIO
+		return syscall.EIO, slog.LevelWarn, "store unavailable"
 	case errors.Is(err, context.Canceled):
-		return syscall.EINTR
+		return syscall.EINTR, 0, ""
 	case errors.Is(err, store.ErrCorrupt):
-		f.log.Error("corrupt document", "op", op, "err", err)
-		return syscall.EIO
+		return syscall.EIO, slog.LevelError, "corrupt document"
 	}
-	f.log.Error("operation failed", "op", op, "err", err)
-	return syscall.EIO
+	return syscall.EIO, slog.LevelError, "operation failed"
 }

@@ -95,7 +95,7 @@ func (n *node) StorePath() (string, bool) {
 
 // newChild makes (or finds) the kernel node of a store node.
 func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) *gofs.Inode {
-	child := n.NewInode(ctx, &node{f: n.f}, gofs.StableAttr{Mode: typeBits(sn.Type), Ino: sn.Ino})
+	child := n.NewInode(ctx, &node{f: n.f}, gofs.StableAttr{Mode: TypeBits(sn.Type), Ino: sn.Ino})
 	if cn, ok := child.Operations().(*node); ok {
 		cn.remember(sn.Attr)
 	}

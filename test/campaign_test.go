@@ -5,8 +5,10 @@ package test
 // ESFS_CAMPAIGN_DURATION the time per seed, ESFS_CAMPAIGN_MOUNTS the
 // number of mounts, ESFS_CAMPAIGN_FAULTS=0 turns the faults off,
 // ESFS_CAMPAIGN_EXCLUDE (comma-separated) names finding classes of known
-// open bugs, ESFS_CAMPAIGN_DEBUG=1 has the mounts log every FUSE request; test/campaign.sh runs it on fresh seeds for as long as
-// asked.
+// open bugs, ESFS_CAMPAIGN_DEBUG=1 has the mounts log every FUSE request,
+// ESFS_CAMPAIGN_CORES=1 runs the mounts as cores in the test process
+// (TestCampaignCores does, on seeds of its own); test/campaign.sh runs it
+// on fresh seeds for as long as asked.
 
 import (
 	"fmt"
@@ -47,6 +49,26 @@ func TestCampaign(t *testing.T) {
 	if os.Getenv("ESFS_TEST_OPEN_FINDINGS") == "1" {
 		seeds = append(append([]int64{}, seeds...), campaignOpenSeeds...)
 	}
+	runCampaign(t, seeds, campaignTime, os.Getenv("ESFS_CAMPAIGN_CORES") == "1")
+}
+
+// campaignCoreSeeds are TestCampaignCores's seeds, which share
+// campaignCoreTime: mounts as cores in the test process, request faults
+// only, several times the operations a second of kernel mounts.
+var campaignCoreSeeds = []int64{11, 12, 13}
+
+const campaignCoreTime = 90 * time.Second
+
+// TestCampaignCores is the campaign through cores (test/campaign/core.go)
+// instead of kernel mounts: what the cores hold in memory, its flushes,
+// recalls, locks and lost answers, at many more operations a minute.
+func TestCampaignCores(t *testing.T) {
+	runCampaign(t, campaignCoreSeeds, campaignCoreTime, true)
+}
+
+// runCampaign runs seeds for total (each at least 20 s) unless the
+// environment says otherwise (see the top of this file).
+func runCampaign(t *testing.T, seeds []int64, total time.Duration, cores bool) {
 	if s := os.Getenv("ESFS_CAMPAIGN_SEED"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
@@ -54,7 +76,7 @@ func TestCampaign(t *testing.T) {
 		}
 		seeds = []int64{n}
 	}
-	d := max(campaignTime/time.Duration(len(seeds)), 20*time.Second)
+	d := max(total/time.Duration(len(seeds)), 20*time.Second)
 	if s := os.Getenv("ESFS_CAMPAIGN_DURATION"); s != "" {
 		var err error
 		if d, err = time.ParseDuration(s); err != nil {
@@ -71,7 +93,7 @@ func TestCampaign(t *testing.T) {
 		}
 	}
 	cfg := campaign.Config{Duration: d, Faults: os.Getenv("ESFS_CAMPAIGN_FAULTS") != "0", Exclude: exclude,
-		Mounts: envInt(t, "ESFS_CAMPAIGN_MOUNTS", 3), Debug: os.Getenv("ESFS_CAMPAIGN_DEBUG") == "1"}
+		Mounts: envInt(t, "ESFS_CAMPAIGN_MOUNTS", 3), Debug: os.Getenv("ESFS_CAMPAIGN_DEBUG") == "1", Cores: cores}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			cfg := cfg

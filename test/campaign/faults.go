@@ -57,8 +57,8 @@ func isSession(method, path string, body []byte) bool {
 }
 
 // injectFaults arms faults until the run stops: a request fault every
-// second or two on a random mount, and now and then a mount frozen past
-// its lease or killed.
+// second or two on a random mount, and now and then (not for cores) a
+// mount frozen past its lease or killed.
 func (r *Runner) injectFaults() {
 	rnd := rand.New(rand.NewSource(r.cfg.Seed ^ 0x5eed_fa17))
 	nextDeath := time.Now().Add(time.Duration(10+rnd.Intn(15)) * time.Second)
@@ -67,7 +67,7 @@ func (r *Runner) injectFaults() {
 			return
 		}
 		live := r.liveSlots()
-		if time.Now().After(nextDeath) && len(live) >= 2 {
+		if time.Now().After(nextDeath) && len(live) >= 2 && !r.cfg.Cores {
 			sl := live[rnd.Intn(len(live))]
 			if rnd.Intn(3) == 0 {
 				r.kill(sl, rnd.Intn(2) == 0)
@@ -510,7 +510,14 @@ func (r *Runner) closeAfterDeath(sl *slot, fd *FD) {
 // checkSurpriseDeath: a mount that lost its session on its own (r.mu
 // held) makes the model wrong about what it did.
 func (r *Runner) checkSurpriseDeath(sl *slot) {
-	if n := strings.Count(sl.m.Log(), "session lost"); n > sl.lost {
+	log := ""
+	switch {
+	case sl.m != nil:
+		log = sl.m.Log()
+	case sl.core != nil:
+		log = sl.core.Log()
+	}
+	if n := strings.Count(log, "session lost"); n > sl.lost {
 		sl.lost = n
 		r.finding("surprise-death", "m%d lost its session without being frozen or killed", sl.idx)
 	}

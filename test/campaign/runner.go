@@ -57,6 +57,11 @@ type Config struct {
 	// Debug has the mounts log every FUSE request (--debug): a finding
 	// keeps their logs, which then say which request answered what.
 	Debug bool
+	// Cores: the mounts are cores in this test process (fs/vfs, see
+	// core.go), each through its own fault proxy, instead of esfs mount
+	// processes: many more operations a minute, request faults only (a
+	// freeze or a kill needs a process).
+	Cores bool
 }
 
 // Finding is one check that failed.
@@ -125,8 +130,9 @@ const opLimit = 3 * time.Minute
 type slot struct {
 	idx   int
 	root  string
-	w     *worker
+	w     executor
 	m     *mounttest.Mount
+	core  *coreMount         // instead of m, with Config.Cores
 	past  []*mounttest.Mount // the slot's earlier mounts, killed
 	proxy *mounttest.FaultProxy
 	rnd   *rand.Rand
@@ -317,7 +323,12 @@ func (r *Runner) setup() {
 		for i := 0; i < r.cfg.Mounts; i++ {
 			sl := &slot{idx: i, rnd: rand.New(rand.NewSource(r.cfg.Seed*1000 + int64(i)))}
 			sl.proxy = mounttest.NewFaultProxy(t, r.fs.URL)
-			r.mount(sl)
+			if r.cfg.Cores {
+				sl.core = startCore(t, r.fs, sl.proxy.URL, r.cfg.Lease, r.cfg.Timeout, fmt.Sprintf("(campaign core m%d)", i))
+				sl.w = newCoreWorker(sl.core.m, uint32(1000+i))
+			} else {
+				r.mount(sl)
+			}
 			r.slots = append(r.slots, sl)
 		}
 	}
@@ -421,6 +432,12 @@ func (r *Runner) keepMountLogs() string {
 		}
 	}
 	for _, sl := range r.slots {
+		if sl.core != nil {
+			name := strings.TrimSuffix(r.res.History, ".log") + fmt.Sprintf(".m%d", sl.idx)
+			if err := os.WriteFile(name, []byte(sl.core.Log()), 0o644); err == nil {
+				kept = append(kept, name)
+			}
+		}
 		keep(sl.m, fmt.Sprintf(".m%d", sl.idx))
 		for i, m := range sl.past {
 			keep(m, fmt.Sprintf(".m%d-killed%d", sl.idx, i+1))
@@ -1051,6 +1068,9 @@ func Replay(cfg Config) string {
 	s := fmt.Sprintf("test/campaign.sh --seed %d --duration %s --mounts %d", cfg.Seed, cfg.Duration, cfg.Mounts)
 	if !cfg.Faults {
 		s += " --no-faults"
+	}
+	if cfg.Cores {
+		s += " --cores"
 	}
 	return s
 }
