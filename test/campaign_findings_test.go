@@ -1316,3 +1316,60 @@ func TestFindingLateCreateAfterUnlink(t *testing.T) {
 	}
 	fsckClean(t, f, "after the held tries landed")
 }
+
+// TestFindingFailedChangeKeptInKernel (campaign seed 189815862, class
+// errno; fixed): an unlink on a mount holding a read delegation on the
+// directory, whose removal landed but whose outcome the mount could not
+// learn (its answer lost, and the read that settles it refused), answered
+// EIO; the mount's state dropped the name, but its kernel kept the entry
+// it had been told under the delegation, which only a recall makes it
+// forget, and no recall comes for a mount's own change: a stat there
+// found the file every other mount saw gone, for up to a lease. Now a
+// change that fails makes the kernel forget the name too (delegs.untell),
+// once the failed call's request has ended.
+func TestFindingFailedChangeKeptInKernel(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	// A lease of a minute: the kernel would keep the stale entry that
+	// long, well past the wait below.
+	a, metrics := delegMount(t, f, "--es-url", fp.URL, "--es-timeout", mounttest.LateTimeout.String(),
+		"--write-delegations=false", "--lease=60s")
+	b := f.Mount(t)
+	if err := os.Mkdir(b.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.Path("d/x"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitDelegated(t, metrics, 2, func() { _, _ = os.ReadDir(a.Path("d")); _, _ = os.Stat(a.Path("d/x")) })
+	if _, err := os.Stat(a.Path("d/x")); err != nil { // told under d's delegation
+		t.Fatal(err)
+	}
+	var deleted atomic.Bool
+	lost := &mounttest.Fault{Reset: true, Match: func(m, p string, body []byte) bool {
+		ok := mounttest.BulkTo("", `"delete"`, `"_id":"`+store.DocID("/d/x")+`"`)(m, p, body)
+		if ok {
+			deleted.Store(true)
+		}
+		return ok
+	}}
+	refused := &mounttest.Fault{Refuse: 503, Match: func(m, p string, _ []byte) bool {
+		return deleted.Load() && m == http.MethodGet && strings.HasSuffix(p, "/_doc/"+store.DocID("/d/x"))
+	}}
+	fp.Add(lost)
+	fp.Add(refused)
+	// unlink(2) alone: os.Remove tries rmdir after a failed unlink, which
+	// may already find the name gone.
+	if err := syscall.Unlink(a.Path("d/x")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("unlink whose outcome could not be learnt: %v, want EIO", err)
+	}
+	lost.WaitFired(t)
+	refused.WaitFired(t)
+	if _, err := os.Stat(b.Path("d/x")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the other mount after the unlink: %v, want ENOENT (the removal landed)", err)
+	}
+	mounttest.WaitFor(t, "the mount that removed d/x to see it gone", 20*time.Second, func() bool {
+		_, err := os.Stat(a.Path("d/x"))
+		return errors.Is(err, os.ErrNotExist)
+	})
+}

@@ -131,8 +131,10 @@ func (f *Mount) readOnlyRefusal(ctx context.Context, parent Dir, name string) er
 }
 
 func (f *Mount) createEntry(ctx context.Context, parent Dir, name string, e Entry) (store.Node, error) {
-	if sn, handled, err := f.createPending(ctx, parent, name, e); handled {
-		return sn, err
+	if st, how := f.holdOf(parent.Ino()); how == holdWrite {
+		if sn, handled, err := f.createPending(ctx, st, parent, name, e); handled {
+			return sn, err
+		}
 	}
 	if err := f.settle(ctx); err != nil {
 		return store.Node{}, err

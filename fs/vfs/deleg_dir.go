@@ -133,6 +133,9 @@ func (st *dirState) changeCount() uint64 {
 func (ds *delegs) changedHere(dir uint64, name string, e dirEntry, ok bool) {
 	if st := ds.state(dir); st != nil {
 		st.changedHere(name, e, ok, false)
+		if !ok {
+			ds.untell(st, name)
+		}
 		ds.upgrade(st)
 	}
 	if e.typ == store.TypeDir && e.ino != 0 {
@@ -150,6 +153,29 @@ func (ds *delegs) changedHere(dir uint64, name string, e dirEntry, ok bool) {
 func (ds *delegs) changedThroughDirLinks(dir uint64, name string, e dirEntry, ok bool) {
 	if st := ds.state(dir); st != nil {
 		st.changedHere(name, e, ok, true)
+		if !ok {
+			ds.untell(st, name)
+		}
 		ds.upgrade(st)
 	}
+}
+
+// untell makes the kernel forget name of st's directory, if it was told
+// it under the delegation: a change of the name that failed, perhaps
+// after it landed (an answer lost), leaves the state not knowing the
+// name, and the kernel, which keeps what it was told under a delegation
+// until a recall, must not answer from it either (a recall would not come:
+// the change is this mount's own). The change's request holds the
+// directory's lock in the kernel, which the notification waits for: it is
+// sent in the background and goes in once the request has ended.
+func (ds *delegs) untell(st *dirState, name string) {
+	st.mu.Lock()
+	told := st.kernel[name]
+	delete(st.kernel, name)
+	kn := st.node
+	st.mu.Unlock()
+	if !told || kn == nil || ds.f.closed.Load() {
+		return
+	}
+	go func() { _ = kn.NotifyEntry(name) }() // ENOENT: the kernel had dropped it
 }

@@ -16,12 +16,13 @@
 //   - by path, for callers without a kernel: Create, Link, Unlink, Rmdir,
 //     Rename (ops.go).
 //
-// How a call runs is decided by what the mount holds of the directory it
-// is made in (see deleg.go): nothing (the call takes the tree-locking
-// protocol's locks and writes the store, or reads in real time), a read
-// delegation (lookups, listings and attributes answered from what the
-// delegation knows, kept true by recalls), or a write delegation (names
-// made, removed and renamed in memory, flushed in batches by writeback).
+// How a call runs is decided once, at its start, by what the mount holds
+// of the directory it is made in (holdOf, hold.go): nothing (the call
+// takes the tree-locking protocol's locks and writes the store, or reads
+// in real time), a read delegation (lookups, listings and attributes
+// answered from what the delegation knows, kept true by recalls, deleg.go),
+// or a write delegation (names made, removed and renamed in memory,
+// flushed in batches, writeback.go).
 //
 // What the kernel keeps of an answer is the adapter's to set, and the
 // core's to decide: each answer says whether it may be kept (LookupAnswer,

@@ -29,8 +29,10 @@ func (f *Mount) RemoveAt(ctx context.Context, parent Dir, name string, wantDir b
 	if !wantDir && (f.removePending(parent, name) || f.removeMoved(parent, name)) {
 		return nil // made or moved in memory: forgotten there
 	}
-	if handled, err := f.removeStored(ctx, parent, name, wantDir); handled {
-		return err // removed in memory, flushed with the batch
+	if st, how := f.holdOf(parent.Ino()); how == holdWrite {
+		if handled, err := f.removeStored(ctx, st, parent, name, wantDir); handled {
+			return err // removed in memory, flushed with the batch
+		}
 	}
 	defer f.changing.begin(parent.Ino())()
 	var err error

@@ -31,11 +31,17 @@ func (f *Mount) RenameAt(ctx context.Context, from Dir, name string, to Dir, new
 	if err := store.CheckName(newName); err != nil {
 		return err
 	}
-	if handled, err := f.renamePending(from, name, to, newName, noReplace); handled {
-		return err // a file made in memory, moved there
-	}
-	if handled, err := f.renameStored(ctx, from, name, to, newName, noReplace); handled {
-		return err // a stored file, moved in memory
+	src, srcHold := f.holdOf(from.Ino())
+	dst, dstHold := f.holdOf(to.Ino())
+	if dstHold == holdWrite {
+		if handled, err := f.renamePending(from, name, to, dst, newName, noReplace); handled {
+			return err // a file made in memory, moved there
+		}
+		if srcHold == holdWrite {
+			if handled, err := f.renameStored(ctx, from, src, name, to, dst, newName, noReplace); handled {
+				return err // a stored file, moved in memory
+			}
+		}
 	}
 	if err := f.settle(ctx); err != nil {
 		return err

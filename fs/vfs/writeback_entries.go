@@ -12,18 +12,11 @@ import (
 	"github.com/esfs/esfs/store"
 )
 
-// createPending makes name in directory parent in memory, if parent is
-// write-delegated here with every name known (handled false: the caller
-// takes the synchronous path, after a settle).
-func (f *Mount) createPending(ctx context.Context, parent Dir, name string, e Entry) (sn store.Node, handled bool, err error) {
+// createPending makes name in directory parent, which this mount holds
+// for writing (st, see holdOf), in memory if every name is known there
+// (handled false: the caller takes the synchronous path, after a settle).
+func (f *Mount) createPending(ctx context.Context, st *dirState, parent Dir, name string, e Entry) (sn store.Node, handled bool, err error) {
 	wb := f.wb
-	if wb == nil {
-		return store.Node{}, false, nil
-	}
-	st := f.delegs.state(parent.Ino())
-	if st == nil || !st.d.Writable() {
-		return store.Node{}, false, nil
-	}
 	dir, ok := parent.StorePath()
 	if !ok {
 		return store.Node{}, false, nil
@@ -256,14 +249,15 @@ func (f *Mount) removePending(parent Dir, name string) bool {
 // with a pending entry of its own): it happens in memory. A pending file
 // at the destination is replaced. handled false: the synchronous path
 // decides.
-func (f *Mount) renamePending(from Dir, name string, to Dir, newName string, noReplace bool) (handled bool, err error) {
+// dst is the destination's state, which this mount holds for writing
+// (see holdOf).
+func (f *Mount) renamePending(from Dir, name string, to Dir, dst *dirState, newName string, noReplace bool) (handled bool, err error) {
 	src, ok := f.pendingFile(from, name, true)
 	if !ok {
 		return false, nil
 	}
-	dst := f.delegs.state(to.Ino())
 	dstDir, ok := to.StorePath()
-	if dst == nil || !dst.d.Writable() || !ok || store.CheckPath(store.Join(dstDir, newName)) != nil {
+	if !ok || store.CheckPath(store.Join(dstDir, newName)) != nil {
 		return false, nil
 	}
 	wb := f.wb

@@ -73,16 +73,13 @@ func (wb *writeback) storedName(dir uint64, path, name string) bool {
 	return !pending && !wb.storedPaths[path]
 }
 
-// removeStored removes name of directory parent in memory, if it is a
-// stored entry this mount may remove there (see the file's comment).
-// handled false: the synchronous path decides (after a settle).
-func (f *Mount) removeStored(ctx context.Context, parent Dir, name string, wantDir bool) (handled bool, err error) {
+// removeStored removes name of directory parent, which this mount holds
+// for writing (st, see holdOf), in memory, if it is a stored entry this
+// mount may remove there (see the file's comment). handled false: the
+// synchronous path decides (after a settle).
+func (f *Mount) removeStored(ctx context.Context, st *dirState, parent Dir, name string, wantDir bool) (handled bool, err error) {
 	wb := f.wb
-	if wb == nil {
-		return false, nil
-	}
-	st := f.delegs.state(parent.Ino())
-	if st == nil || !st.d.Writable() || wb.pending(parent.Ino()) {
+	if wb.pending(parent.Ino()) {
 		return false, nil
 	}
 	dir, ok := parent.StorePath()

@@ -13,13 +13,12 @@ import (
 // writeback_remove.go): the old name is moved away, the new one made, or
 // a stored file there replaced, in the batch. handled false: the
 // synchronous path decides (after a settle).
-func (f *Mount) renameStored(ctx context.Context, from Dir, name string, to Dir, newName string, noReplace bool) (handled bool, err error) {
+//
+// src and dst are the directories' states, which this mount holds for
+// writing (see holdOf).
+func (f *Mount) renameStored(ctx context.Context, from Dir, src *dirState, name string, to Dir, dst *dirState, newName string, noReplace bool) (handled bool, err error) {
 	wb := f.wb
-	if wb == nil {
-		return false, nil
-	}
-	src, dst := f.delegs.state(from.Ino()), f.delegs.state(to.Ino())
-	if src == nil || dst == nil || !src.d.Writable() || !dst.d.Writable() || wb.pending(from.Ino()) || wb.pending(to.Ino()) {
+	if wb.pending(from.Ino()) || wb.pending(to.Ino()) {
 		return false, nil
 	}
 	srcDir, ok1 := from.StorePath()
