@@ -14,7 +14,7 @@
 # --debug has the mounts log every FUSE request; a finding keeps the
 # mounts' logs next to its history either way. --cores runs the mounts as
 # cores in the test process (test/campaign/core.go): request faults only,
-# many more operations a minute. At the
+# more operations a minute. At the
 # end it prints the totals: operations by kind, faults by kind (freezes
 # and kills among them), findings by class, and each finding's seed.
 #

@@ -54,14 +54,14 @@ func TestCampaign(t *testing.T) {
 
 // campaignCoreSeeds are TestCampaignCores's seeds, which share
 // campaignCoreTime: mounts as cores in the test process, request faults
-// only, several times the operations a second of kernel mounts.
+// only, more operations a minute than kernel mounts make.
 var campaignCoreSeeds = []int64{11, 12, 13}
 
 const campaignCoreTime = 90 * time.Second
 
 // TestCampaignCores is the campaign through cores (test/campaign/core.go)
 // instead of kernel mounts: what the cores hold in memory, its flushes,
-// recalls, locks and lost answers, at many more operations a minute.
+// recalls, locks and lost answers, with no kernel in the way.
 func TestCampaignCores(t *testing.T) {
 	runCampaign(t, campaignCoreSeeds, campaignCoreTime, true)
 }

@@ -59,8 +59,8 @@ type Config struct {
 	Debug bool
 	// Cores: the mounts are cores in this test process (fs/vfs, see
 	// core.go), each through its own fault proxy, instead of esfs mount
-	// processes: many more operations a minute, request faults only (a
-	// freeze or a kill needs a process).
+	// processes: more operations a minute, request faults only (a freeze
+	// or a kill needs a process).
 	Cores bool
 }
 
