@@ -690,3 +690,87 @@ func TestWriteDelegationsRecallRacingCreates(t *testing.T) {
 	}
 	mounttest.FsckClean(t, f)
 }
+
+// TestWriteDelegationsUtimesWhileClosing: a file made in memory, closed on
+// one descriptor while utimes sets its mtime (rsync does both: it closes
+// the file it received and sets its mtime, and the kernel sends the
+// release after close returns). The close's flush held the open file and
+// then asked the batch whether the file is pending, while the utimes held
+// the batch and then asked for the open file: both waited for ever (CI,
+// TestToolsRsyncBothWays). Every call must return, and the mtime set last
+// must stand.
+func TestWriteDelegationsUtimesWhileClosing(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, _ := writerMount(t, f, nil)
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var progress atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 2; w++ {
+		wg.Add(2)
+		path := a.Path("d", fmt.Sprintf("f%d", w))
+		if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		go func() { // writes and closes, again and again
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				fd, err := os.OpenFile(path, os.O_WRONLY, 0)
+				if err != nil {
+					t.Errorf("open %s: %v", path, err)
+					return
+				}
+				_, werr := fd.WriteAt([]byte(fmt.Sprint(i)), int64(i%4096))
+				if err := fd.Close(); werr != nil || err != nil {
+					t.Errorf("write and close %s: %v, %v", path, werr, err)
+					return
+				}
+				progress.Add(1)
+			}
+		}()
+		go func() { // sets its mtime, again and again
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				when := time.Unix(1_000_000_000+int64(i), 0)
+				if err := os.Chtimes(path, when, when); err != nil {
+					t.Errorf("utimes %s: %v", path, err)
+					return
+				}
+				progress.Add(1)
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	time.Sleep(5 * time.Second)
+	close(stop)
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		// A deadlock: the calls under way never return. The mount's
+		// cleanup aborts its connection, which fails them.
+		t.Fatalf("the calls under way did not return within a minute; %d did before", progress.Load())
+	}
+	last := progress.Load()
+	t.Logf("%d writes and closes, and utimes, returned", last)
+	when := time.Unix(2_000_000_000, 0)
+	path := a.Path("d", "f0")
+	if err := os.Chtimes(path, when, when); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || !st.ModTime().Equal(when) {
+		t.Fatalf("mtime after the last utimes: %v, %v; want %v", st.ModTime(), err, when)
+	}
+}

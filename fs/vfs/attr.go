@@ -138,6 +138,15 @@ func (f *Mount) Setattr(ctx context.Context, n Node, c AttrChange) (store.Inode,
 	ctx, cancel := f.ctxOf(ctx)
 	defer cancel()
 	t := now()
+	if c.HasMtime {
+		// An explicit mtime wins over the writes made before it: set
+		// before the inode, so that no flush in between writes theirs.
+		// (Not in change: that may run under the pending batch's lock,
+		// which a flush takes while it holds the open file.)
+		if of := f.openState(n.Ino()); of != nil {
+			of.setMtime(c.Mtime)
+		}
+	}
 	a, err := f.updateInode(ctx, n.Ino(), func(a *store.Inode) error {
 		if c.HasMode {
 			a.Mode = c.Mode & 0o7777
@@ -153,9 +162,6 @@ func (f *Mount) Setattr(ctx context.Context, n Node, c AttrChange) (store.Inode,
 		}
 		if c.HasMtime {
 			a.Mtime = c.Mtime
-			if of := f.openState(a.Ino); of != nil {
-				of.setMtime(a.Mtime) // an explicit mtime wins over the write's
-			}
 		}
 		a.Ctime = t
 		return nil

@@ -307,7 +307,9 @@ func (f *Mount) settleDir(ctx context.Context, ino uint64) error {
 var errOutcomeUnknown = errors.New("the outcome of the pending batch is not known yet")
 
 // update applies change to a pending inode in memory (ok false: ino is
-// not pending; errOutcomeUnknown: settle, then ask again).
+// not pending; errOutcomeUnknown: settle, then ask again). change runs
+// under gate and mu, and must take no other lock: a flush holds an open
+// file's lock and then asks the batch (pending, hold).
 func (wb *writeback) update(ino uint64, change func(*store.Inode) error) (a store.Inode, ok bool, err error) {
 	if wb == nil || wb.count.Load() == 0 {
 		return store.Inode{}, false, nil
