@@ -5,9 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -52,13 +52,13 @@ type Coordinator struct {
 	// View is how this session reads the tree: only what readers see.
 	View *View
 
-	mu   sync.Mutex // protects sess and obs
+	mu   lockorder.Mutex // protects sess and obs
 	sess *Session
 	obs  *Observer
 	// renewing is held while a new session is started, so that the
 	// sweeper and operations that meet the lost one start one between
 	// them.
-	renewing sync.Mutex
+	renewing lockorder.Mutex
 
 	shares  *shares
 	tending chan struct{} // closed when the shares' tending has returned

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -75,7 +76,7 @@ type Delegation struct {
 	given    sync.Once
 	// mu protects held's document between a batch's marks (see
 	// Journal.Flush) and the release.
-	mu sync.Mutex
+	mu lockorder.Mutex
 }
 
 // Writable reports whether d is a write delegation.
@@ -146,7 +147,7 @@ type Delegations struct {
 	used     atomic.Int64
 	lastPoll time.Duration
 
-	mu      sync.Mutex
+	mu      lockorder.Mutex
 	held    map[uint64]*Delegation
 	pending map[uint64]chan struct{} // grants under way
 	recalls map[uint64][]time.Time   // recent recalls, by directory

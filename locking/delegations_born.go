@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -175,7 +176,7 @@ func (ds *Delegations) RecallWriters(ctx context.Context) (int, error) {
 	var (
 		wg    sync.WaitGroup
 		slots = make(chan struct{}, recallWritersAtOnce)
-		mu    sync.Mutex
+		mu    lockorder.Mutex
 		first error
 		n     int
 	)

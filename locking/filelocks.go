@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -64,7 +64,7 @@ var ErrWouldBlock = errors.New("a conflicting lock is held")
 type FileLocks struct {
 	c *Coordinator
 
-	mu sync.Mutex // protects the following; never held across a request
+	mu lockorder.Mutex // protects the following; never held across a request
 	// sess and op are the session and lease operation of the entries
 	// held now; a new session means they were lost.
 	sess *Session

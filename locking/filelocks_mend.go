@@ -11,9 +11,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -22,7 +22,7 @@ import (
 // and a request that settles an unknown outcome must not have the
 // mender undo what it is about to learn it holds.
 type inoTurn struct {
-	mu    sync.Mutex
+	mu    lockorder.Mutex
 	users int
 }
 

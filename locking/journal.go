@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -49,7 +50,7 @@ type Journal struct {
 	// writes nothing (no session, no lock manager).
 	readOnly bool
 
-	mu sync.Mutex // protects dropLink, done, unfinished and recovering
+	mu lockorder.Mutex // protects dropLink, done, unfinished and recovering
 	// dropLink removes one link from the inode a rename replaced, at most
 	// once per rename (see SetDropLink).
 	dropLink   func(ctx context.Context, ino, dir uint64) error

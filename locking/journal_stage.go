@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -72,7 +73,7 @@ func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]
 	// time: a subtree of N documents costs about N/1000/stageInFlight
 	// round trips instead of N/1000 scans and bulks one after the other.
 	var (
-		mu       sync.Mutex // protects out and firstErr
+		mu       lockorder.Mutex // protects out and firstErr
 		firstErr error
 		wg       sync.WaitGroup
 		inflight = make(chan struct{}, stageInFlight)

@@ -11,10 +11,10 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -87,7 +87,7 @@ type Manager struct {
 	// first attempt sends its writes against without reading them.
 	known knownDocs
 	// owed: entries whose removal failed, for the mender (locks_owed.go).
-	owedMu   sync.Mutex
+	owedMu   lockorder.Mutex
 	owed     map[owedKey]*owedRelease
 	owedKick chan struct{}
 }

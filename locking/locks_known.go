@@ -4,8 +4,7 @@
 package locking
 
 import (
-	"sync"
-
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -18,7 +17,7 @@ import (
 // cannot grant anything: its write fails, and costs the round trip it
 // tried to save before the read-then-write path runs.
 type knownDocs struct {
-	mu   sync.Mutex
+	mu   lockorder.Mutex
 	docs map[string]store.LockDoc
 }
 

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -27,7 +27,7 @@ type Observer struct {
 	// verdict being written (a Reader, which writes nothing).
 	judgeOnly bool
 
-	mu   sync.Mutex // protects seen
+	mu   lockorder.Mutex // protects seen
 	seen map[string]sighting
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -124,7 +125,7 @@ func (r *Reader) RecallWriters(ctx context.Context) (int, error) {
 	}
 	var (
 		wg    sync.WaitGroup
-		mu    sync.Mutex
+		mu    lockorder.Mutex
 		first error
 	)
 	for _, w := range writers {

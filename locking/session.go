@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -52,7 +52,7 @@ type Session struct {
 	cfg SessionConfig
 	id  string
 
-	mu sync.Mutex // protects the following
+	mu lockorder.Mutex // protects the following
 	// doc is the session document as it is known to be stored: Ver is the
 	// version the next heartbeat is conditional on.
 	doc store.SessionDoc

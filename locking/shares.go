@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -49,7 +50,7 @@ func SharedPart(reqs []Request, path string) ([]Request, bool) {
 // shares are this mount's leases, by lock set.
 type shares struct {
 	c  *Coordinator
-	mu sync.Mutex // protects byKey and every share's mutable fields
+	mu lockorder.Mutex // protects byKey and every share's mutable fields
 	by map[string]*share
 }
 

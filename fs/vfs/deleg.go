@@ -2,11 +2,11 @@ package vfs
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -65,7 +65,7 @@ type dirState struct {
 	d   *locking.Delegation
 	ino uint64
 
-	mu       sync.Mutex
+	mu       lockorder.Mutex
 	complete bool // names lists every entry
 	names    map[string]dirEntry
 	// changed counts this mount's own changes, so that a listing that
@@ -100,7 +100,7 @@ type dirState struct {
 // delegs is the mount's side of read delegations.
 type delegs struct {
 	f  *Mount
-	mu sync.Mutex
+	mu lockorder.Mutex
 	by map[uint64]*dirState
 	// asking: grants under way.
 	asking map[uint64]bool

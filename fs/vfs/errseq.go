@@ -2,8 +2,9 @@ package vfs
 
 import (
 	"fmt"
-	"sync"
 	"syscall"
+
+	"github.com/esfs/esfs/locking/lockorder"
 )
 
 // Write-back errors are reported as Linux reports them (errseq_t, see
@@ -43,7 +44,7 @@ type ErrSince struct {
 
 // errSeq holds the marks of a mount; the zero value is ready.
 type errSeq struct {
-	mu     sync.Mutex // protects the following, and every ErrSince
+	mu     lockorder.Mutex // protects the following, and every ErrSince
 	last   uint64
 	mount  errMark
 	inodes map[uint64]*errMark // made on the first error

@@ -3,8 +3,8 @@ package vfs
 import (
 	"context"
 	"fmt"
-	"sync"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -15,7 +15,7 @@ type openFile struct {
 	f   *Mount
 	ino uint64
 
-	mu sync.Mutex // protects the following; held across store I/O of this file
+	mu lockorder.Mutex // protects the following; held across store I/O of this file
 	// INVARIANT: refs > 0 while the openFile is in FS.open.
 	refs     int
 	attr     store.Inode // as last read or written

@@ -3,10 +3,10 @@ package vfs
 import (
 	"context"
 	"errors"
-	"sync"
 	"syscall"
 
 	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/locking/lockorder"
 )
 
 // Advisory locks (flock(2), fcntl record and OFD locks) are held across
@@ -27,7 +27,7 @@ import (
 
 // LockOwners are the owners that took locks through one open file.
 type LockOwners struct {
-	mu     sync.Mutex
+	mu     lockorder.Mutex
 	owners map[lockKey]bool
 }
 

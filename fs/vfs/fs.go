@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/esfs/esfs/cache"
 	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -82,13 +82,13 @@ type Mount struct {
 	// a refresh per operation.
 	writes    atomic.Uint64
 	refreshed atomic.Uint64
-	refreshMu sync.Mutex // one refresh at a time; waiters reuse its result
+	refreshMu lockorder.Mutex // one refresh at a time; waiters reuse its result
 
 	// closed is set when the daemon stops serving a detached mount:
 	// writes then fail instead of filling buffers nobody will flush.
 	closed atomic.Bool
 
-	mu sync.Mutex // protects the following
+	mu lockorder.Mutex // protects the following
 	// open holds the shared state of every inode with open handles in this
 	// mount (data buffers, size), so that handles see each other's writes
 	// and an unlinked file stays readable until its last close.
@@ -96,7 +96,7 @@ type Mount struct {
 
 	// usageLast is what statfs last read of the cluster's usage, at
 	// usageAt: read again at most every usageTTL.
-	usageMu   sync.Mutex
+	usageMu   lockorder.Mutex
 	usageAt   time.Time
 	usageLast store.Usage
 }

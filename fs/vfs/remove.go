@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"syscall"
 
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -187,7 +187,7 @@ func (f *Mount) knownEmpty(ino uint64) bool {
 // entryChanges counts this mount's entry changes under way (from before
 // their locks to after their outcome is recorded), by directory inode.
 type entryChanges struct {
-	mu sync.Mutex
+	mu lockorder.Mutex
 	n  map[uint64]int
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/esfs/esfs/locking"
+	"github.com/esfs/esfs/locking/lockorder"
 	"github.com/esfs/esfs/store"
 )
 
@@ -87,8 +88,8 @@ type writeback struct {
 	f *Mount
 	// gate is held by a flush for its whole run, and by every change of
 	// the pending state: a change waits for the flush under way.
-	gate sync.Mutex
-	mu   sync.Mutex // protects the fields below; never held across a request
+	gate lockorder.Mutex
+	mu   lockorder.Mutex // protects the fields below; never held across a request
 	// inodes: the pending inodes, in the order made.
 	inodes map[uint64]*store.Inode
 	order  []uint64

@@ -38,7 +38,8 @@ func RepoRoot() string {
 }
 
 // Binary builds esfs once per test process and returns its path.
-// ESFS_TEST_BINARY names a binary to use instead (say, one built from an
+// ESFS_TEST_LOCKORDER builds it with lock order checked. ESFS_TEST_BINARY
+// names a binary to use instead (say, one built from an
 // older commit, to see a new test fail before its fix).
 func Binary(t testing.TB) string {
 	t.Helper()
@@ -55,6 +56,12 @@ func Binary(t testing.TB) string {
 		args := []string{"build", "-o", binPath}
 		if raceEnabled {
 			args = append(args, "-race")
+		}
+		if os.Getenv("ESFS_TEST_LOCKORDER") != "" {
+			// Every lock's order is checked (locking/lockorder): a mount
+			// that takes two locks in both orders exits, with both stacks
+			// in its log, and its test fails.
+			args = append(args, "-tags", "lockorder")
 		}
 		cmd := exec.Command("go", append(args, ".")...)
 		cmd.Dir = RepoRoot()
