@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -39,6 +43,7 @@ func cmdMount() *cli.Command {
 			&cli.DurationFlag{Name: "flush-interval", Value: vfs.DefaultFlushInterval, EnvVars: []string{"ESFS_FLUSH_INTERVAL"}, Usage: "with --write-delegations, how long a call made in memory may wait for its flush"},
 			&cli.StringFlag{Name: "locking", Value: "tree", EnvVars: []string{"ESFS_LOCKING"}, Usage: "cross-mount locking strategy: tree, document or global"},
 			&cli.DurationFlag{Name: "lease", Value: 10 * time.Second, EnvVars: []string{"ESFS_LEASE"}, Usage: "session lease: a mount silent this long (plus half of it) is declared dead and its work recovered"},
+			&cli.StringFlag{Name: "nudge-addr", Value: "auto", EnvVars: []string{"ESFS_NUDGE_ADDR"}, Usage: "UDP address (host:port) this mount takes nudges on: other mounts tell it at once when they recall its delegations or release a lock it waits for, instead of waiting for its next poll. auto: any port, published with the address this machine reaches Elasticsearch from; off: poll only"},
 			&cli.DurationFlag{Name: "lock-timeout", Value: 30 * time.Second, EnvVars: []string{"ESFS_LOCK_TIMEOUT"}, Usage: "how long an operation waits for locks before failing with EAGAIN"},
 			&cli.BoolFlag{Name: "debug", EnvVars: []string{"ESFS_DEBUG"}, Usage: "log every FUSE request (implies --log-level debug)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ESFS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
@@ -159,10 +164,15 @@ func serve(c *cli.Context, mp string) error {
 	ch.Register(reg)
 	ctx, cancel = context.WithTimeout(stop.ctx, 2*c.Duration("es-timeout"))
 	b := thisBuild()
+	nudgeListen, nudgeHost, err := nudgeAddr(c.String("nudge-addr"), c.String("es-url"))
+	if err != nil {
+		cancel()
+		return err
+	}
 	co, err := locking.Start(ctx, st, locking.Config{Strategy: c.String("locking"), Lease: c.Duration("lease"),
 		LockTimeout: c.Duration("lock-timeout"), Mount: mp, Log: log,
 		Metrics: locking.NewMetrics(reg), Stats: func() map[string]float64 { return statsOf(reg) },
-		Build: b.String(), Options: mountOptions(c)})
+		Build: b.String(), Options: mountOptions(c), NudgeListen: nudgeListen, NudgeHost: nudgeHost})
 	cancel()
 	if err != nil && stop.ctx.Err() != nil {
 		return stop.explain(err)
@@ -257,6 +267,7 @@ func mountOptions(c *cli.Context) map[string]string {
 		"entry-timeout":     kernelTimeout(c, "entry-timeout").String(),
 		"negative-timeout":  kernelTimeout(c, "negative-timeout").String(),
 		"es-timeout":        c.Duration("es-timeout").String(),
+		"nudge-addr":        c.String("nudge-addr"),
 	}
 	if writeDeleg {
 		o["flush-interval"] = c.Duration("flush-interval").String()
@@ -271,7 +282,7 @@ func mountOptions(c *cli.Context) map[string]string {
 // what changes what the mount may do first, then its caches and timeouts.
 func mountOptionOrder() []string {
 	return []string{"read-only", "subdir", "delegations", "write-delegations", "flush-interval", "locking",
-		"lease", "lock-timeout", "cache-ttl", "cache-size", "attr-timeout", "entry-timeout", "negative-timeout", "es-timeout", "allow-other"}
+		"lease", "lock-timeout", "cache-ttl", "cache-size", "attr-timeout", "entry-timeout", "negative-timeout", "es-timeout", "nudge-addr", "allow-other"}
 }
 
 // kernelTimeout is the kernel cache timeout flag name asks for: the one
@@ -350,3 +361,49 @@ func cmdUmount() *cli.Command {
 
 // esfsType is the filesystem type of esfs mounts in the mount table.
 const esfsType = "fuse.esfs"
+
+// nudgeAddr is where --nudge-addr (flag) says to listen for nudges, and
+// the host to publish (empty: the listening one). auto listens on every
+// interface, on any port, and publishes the address this machine reaches
+// the cluster from (esURL's host): what other mounts of the cluster can
+// most likely reach too. A host given but unspecified (":7000",
+// "0.0.0.0:7000") is published the same way.
+func nudgeAddr(flag, esURL string) (listen, host string, err error) {
+	switch flag {
+	case "off", "":
+		return "", "", nil
+	case "auto":
+		flag = ":0"
+	}
+	h, port, err := net.SplitHostPort(flag)
+	if err != nil {
+		return "", "", usagef("--nudge-addr %q: want host:port, auto or off (%v)", flag, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return "", "", usagef("--nudge-addr %q: the port must be a number up to 65535", flag)
+	}
+	if ip := net.ParseIP(h); h != "" && (ip == nil || !ip.IsUnspecified()) {
+		return flag, h, nil
+	}
+	return flag, routeTo(esURL), nil
+}
+
+// routeTo returns this machine's address on the way to the host of url
+// (a UDP socket's local address once connected: no packet is sent), or
+// empty if there is none.
+func routeTo(url string) string {
+	u, err := neturl.Parse(strings.Split(url, ",")[0])
+	if err != nil || u.Hostname() == "" {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		port = "9200"
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(u.Hostname(), port))
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}

@@ -3,6 +3,7 @@ package locking
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -32,11 +33,20 @@ type Config struct {
 	// operator.
 	Build   string
 	Options map[string]string
+	// NudgeListen is the UDP address the mount takes nudges on (see
+	// nudge.go; port 0: any), NudgeHost the host others send them to
+	// (empty: NudgeListen's). No NudgeListen: the mount is only polled,
+	// and polls.
+	NudgeListen, NudgeHost string
 }
 
 // sessionConfig is the configuration of this coordinator's sessions.
-func (c Config) sessionConfig() SessionConfig {
-	return SessionConfig{Lease: c.Lease, Grace: c.Grace, Mount: c.Mount, Log: c.Log, Stats: c.Stats, Build: c.Build, Options: c.Options}
+func (c Config) sessionConfig(n *nudger) SessionConfig {
+	sc := SessionConfig{Lease: c.Lease, Grace: c.Grace, Mount: c.Mount, Log: c.Log, Stats: c.Stats, Build: c.Build, Options: c.Options}
+	if n != nil {
+		sc.Nudge = n.public
+	}
+	return sc
 }
 
 // Coordinator is one mount's side of the protocol: its session, lock
@@ -55,6 +65,8 @@ type Coordinator struct {
 	mu   lockorder.Mutex // protects sess and obs
 	sess *Session
 	obs  *Observer
+	// nudge sends and takes nudges (nudge.go); nil: off.
+	nudge *nudger
 	// renewing is held while a new session is started, so that the
 	// sweeper and operations that meet the lost one start one between
 	// them.
@@ -93,14 +105,26 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	sess, err := StartSession(ctx, b, cfg.sessionConfig())
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	var nudge *nudger
+	if cfg.NudgeListen != "" {
+		if nudge, err = newNudger(cfg.NudgeListen, cfg.NudgeHost, cfg.Log, cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("listening for nudges on %s: %w", cfg.NudgeListen, err)
+		}
+	}
+	sess, err := StartSession(ctx, b, cfg.sessionConfig(nudge))
 	if err != nil {
+		nudge.close()
 		return nil, err
 	}
-	c := &Coordinator{b: b, cfg: cfg, log: cfg.Log, Strategy: strategy, sess: sess,
+	c := &Coordinator{b: b, cfg: cfg, log: cfg.Log, Strategy: strategy, sess: sess, nudge: nudge,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	c.obs = NewObserver(b, sess.ID(), cfg.Grace, cfg.Log)
+	c.obs.nudge = nudge
 	c.Locks = NewManager(b, c.obs, cfg.LockTimeout, cfg.Log)
+	c.Locks.nudge = nudge
 	if cfg.Metrics != nil {
 		c.Locks.metrics = cfg.Metrics
 	}
@@ -116,8 +140,12 @@ func Start(ctx context.Context, b Backend, cfg Config) (*Coordinator, error) {
 	go c.FileLocks.mend(c.stop, c.mending)
 	c.owing = make(chan struct{})
 	go c.Locks.mendReleases(c.stop, c.owing, cfg.Lease)
-	go c.every(sharePoll, c.tending, c.shares.tend)
-	go c.every(recallPoll, c.answering, c.Delegations.answer)
+	go c.every(sharePoll, c.tending, c.shares.tend, nil)
+	var nudged <-chan struct{}
+	if nudge != nil {
+		nudged = nudge.recall
+	}
+	go c.every(recallPoll, c.answering, c.Delegations.answer, nudged)
 	return c, nil
 }
 
@@ -155,7 +183,7 @@ func (c *Coordinator) renewSession(ctx context.Context) {
 	if !old.Declared() {
 		return // started by someone else meanwhile
 	}
-	sess, err := StartSession(ctx, c.b, c.cfg.sessionConfig())
+	sess, err := StartSession(ctx, c.b, c.cfg.sessionConfig(c.nudge))
 	if errors.Is(err, store.ErrNoIndex) {
 		// Destroyed: said once by the lost session; asked again at every
 		// sweep, in case it is made anew.
@@ -169,6 +197,7 @@ func (c *Coordinator) renewSession(ctx context.Context) {
 	c.mu.Lock()
 	c.sess = sess
 	c.obs = NewObserver(c.b, sess.ID(), c.cfg.Grace, c.cfg.Log)
+	c.obs.nudge = c.nudge
 	c.Locks.obs.Store(c.obs)
 	c.mu.Unlock()
 	c.log.Warn("started a new session after the old one was declared dead", "old", old.ID(), "new", sess.ID())
@@ -460,6 +489,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 	<-c.done
 	<-c.tending
 	<-c.answering
+	defer c.nudge.close() // after the last release, which may wake others
 	<-c.mending
 	<-c.owing
 	c.shares.closeAll()
@@ -476,18 +506,32 @@ func (c *Coordinator) Close(ctx context.Context) error {
 // by the lease, and closes done when it returns. The shared leases are
 // looked after this way (shares.go), and recalls answered
 // (delegations.go).
-func (c *Coordinator) every(period time.Duration, done chan struct{}, fn func(context.Context)) {
+//
+// A receive on now runs fn at once (a nudge), marked so in its context
+// (nudgedNow).
+func (c *Coordinator) every(period time.Duration, done chan struct{}, fn func(context.Context), now <-chan struct{}) {
 	defer close(done)
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
+		nudged := false
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
+		case <-now:
+			nudged = true
 		}
 		ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), c.cfg.Lease)
+		if nudged {
+			ctx = context.WithValue(ctx, nudgedKey{}, true)
+		}
 		fn(ctx)
 		cancel()
 	}
 }
+
+type nudgedKey struct{}
+
+// nudgedNow reports whether every runs fn for a nudge.
+func nudgedNow(ctx context.Context) bool { return ctx.Value(nudgedKey{}) != nil }

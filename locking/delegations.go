@@ -77,6 +77,9 @@ type Delegation struct {
 	// mu protects held's document between a batch's marks (see
 	// Journal.Flush) and the release.
 	mu lockorder.Mutex
+	// recaller: the session that recalled it, to nudge once it is given
+	// back (set under Delegations.mu, read by the goroutine that gives it).
+	recaller string
 }
 
 // Writable reports whether d is a write delegation.
@@ -384,7 +387,7 @@ func (ds *Delegations) answer(ctx context.Context) {
 		return
 	}
 	now := bootNow()
-	if now-time.Duration(ds.used.Load()) > activeFor && now-ds.lastPoll < idlePoll {
+	if !nudgedNow(ctx) && now-time.Duration(ds.used.Load()) > activeFor && now-ds.lastPoll < idlePoll {
 		return
 	}
 	ds.lastPoll = now
@@ -403,6 +406,7 @@ func (ds *Delegations) answer(ctx context.Context) {
 		found := false
 		for ino, d := range ds.held {
 			if store.DelegLockID(ino) == id {
+				d.recaller = r.By[id]
 				give = append(give, d)
 				ds.noteRecallLocked(ino, seen)
 				found = true
@@ -420,6 +424,9 @@ func (ds *Delegations) answer(ctx context.Context) {
 			defer wg.Done()
 			ds.Give(ctx, d)
 			ds.c.Locks.metrics.recallAnswered(time.Since(seen))
+			if d.recaller != "" && d.recaller != sess.ID() {
+				ds.c.nudge.send(d.recaller, nudgeWake, ds.c.b.GetSession)
+			}
 		}()
 	}
 	for _, id := range stray {

@@ -90,6 +90,9 @@ type Manager struct {
 	owedMu   lockorder.Mutex
 	owed     map[owedKey]*owedRelease
 	owedKick chan struct{}
+	// nudge tells holders of their recalls and waiters of releases, and
+	// wakes this mount's waiters (nudge.go); nil: off.
+	nudge *nudger
 }
 
 // NewManager returns a lock manager.
@@ -153,6 +156,9 @@ func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []
 		if err := sess.Check(); err != nil {
 			return nil, err
 		}
+		// Taken before the documents are read: a release nudged after
+		// this read wakes the pause below.
+		woken := m.nudge.woken()
 		if attempt == 0 {
 			if docs, ok := m.known.guess(sess.ID(), op, reqs); ok {
 				held, _, err := m.tryGrant(ctx, sess, op, reqs, docs, w)
@@ -181,11 +187,20 @@ func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []
 		if w.recalling {
 			// A holder answers a recall within about recallPoll: look
 			// again soon rather than at the lock backoff's pace.
-			store.Backoff(ctx, attempt, recallBackoff)
+			store.BackoffOr(ctx, attempt, recallBackoff, woken)
 			continue
 		}
-		store.Backoff(ctx, attempt, lockBackoff)
+		store.BackoffOr(ctx, attempt, lockBackoff, woken)
 	}
+}
+
+// nudgeBy is the session a recall names for the holder to nudge once it
+// gave the lock back: sess, if this mount takes nudges.
+func (m *Manager) nudgeBy(sess *Session) string {
+	if m.nudge == nil {
+		return ""
+	}
+	return sess.ID()
 }
 
 // hasMarker reports whether d carries the waiting marker of session's
@@ -205,6 +220,7 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 	writes := make([]store.LockWrite, 0, len(docs))
 	blocked := ""
 	var recalls []store.BulkOp
+	var recalled []string // the sessions recalls go to
 	w.recalling = false
 	// Our waiting markers from earlier attempts, as read (plan drops
 	// them from what it returns).
@@ -229,7 +245,8 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 			key := h.Session + " " + reqs[i].ID
 			if last, ok := w.recalled[key]; !ok || w.attempt-last >= 8 {
 				w.recalled[key] = w.attempt
-				recalls = append(recalls, store.RecallDeleg(h.Session, reqs[i].ID, time.Now().UnixNano()))
+				recalls = append(recalls, store.RecallDelegBy(h.Session, reqs[i].ID, time.Now().UnixNano(), m.nudgeBy(sess)))
+				recalled = append(recalled, h.Session)
 			}
 		}
 	}
@@ -263,6 +280,9 @@ func (m *Manager) tryGrant(ctx context.Context, sess *Session, op string, reqs [
 			if _, err := m.b.Bulk(ctx, ops); err != nil {
 				m.log.Debug("writing waiting markers", "op", op, "err", err)
 			}
+		}
+		for _, s := range recalled {
+			m.nudge.send(s, nudgeRecall, m.b.GetSession)
 		}
 		return nil, blocked, nil
 	}

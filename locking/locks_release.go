@@ -71,6 +71,7 @@ func (m *Manager) release(ctx context.Context, h *Held, partial bool, pre []stor
 				d := writes[i].Doc
 				d.Found, d.Ver = true, r.Ver
 				m.known.wrote(d, writes[i].Delete)
+				m.wakeWaiters(d, h.Session)
 			case errors.Is(r.Err, store.ErrNotFound):
 				m.known.wrote(writes[i].Doc, true)
 			default:
@@ -172,4 +173,20 @@ func (m *Manager) clearMarkers(sess *Session, op string, reqs []Request, marked 
 		return
 	}
 	m.releaseUnknown(sess, op, rs)
+}
+
+// wakeWaiters nudges the other mounts whose waiting markers are in d, a
+// document this mount just released its entry from: their next attempt
+// need not wait for its backoff.
+func (m *Manager) wakeWaiters(d store.LockDoc, self string) {
+	if m.nudge == nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, w := range d.Waiters {
+		if w.Session != self && !seen[w.Session] {
+			seen[w.Session] = true
+			m.nudge.send(w.Session, nudgeWake, m.b.GetSession)
+		}
+	}
 }

@@ -22,6 +22,7 @@ type Metrics struct {
 	grants       *prometheus.CounterVec
 	recallsSent  prometheus.Counter
 	recallAnswer prometheus.Histogram
+	nudges       *prometheus.CounterVec
 }
 
 // NewMetrics makes the protocol's collectors and registers them with reg
@@ -50,10 +51,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		recallAnswer: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "esfs_recall_answer_seconds",
 			Help:    "Time this mount took to give a delegation back once it read the recall: its flush, dropping its caches and the release.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		nudges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "esfs_nudges_total",
+			Help: "Nudges (datagrams that make another mount look at once at what it polls) by kind (recall, wake) and result: sent, received, refused (a wrong token or malformed)."}, []string{"kind", "result"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.held, m.wait, m.inFlight, m.renamed, m.renames, m.recovered,
-			m.delegs, m.grants, m.recallsSent, m.recallAnswer)
+			m.delegs, m.grants, m.recallsSent, m.recallAnswer, m.nudges)
 	}
 	return m
 }

@@ -27,8 +27,31 @@ type Observer struct {
 	// verdict being written (a Reader, which writes nothing).
 	judgeOnly bool
 
-	mu   lockorder.Mutex // protects seen
+	// nudge, if not nil, learns from every session document read where
+	// that mount takes nudges.
+	nudge *nudger
+
+	mu   lockorder.Mutex // protects seen and alive
 	seen map[string]sighting
+	// alive: sessions whose documents said, lately, that they live, and
+	// what they said of their finished operations. Within aliveFor of
+	// the read, Dead and Finished answer from it instead of reading again
+	// (every attempt to take a lock asks about each holder and waiter):
+	// both answers are the cautious ones (wait for that holder, yield to
+	// that waiter), and a death is declared only after a lease of
+	// silence anyway, so one noticed that much later changes nothing.
+	alive map[string]aliveSighting
+}
+
+type aliveSighting struct {
+	until     time.Duration // boot clock
+	doneBelow int64
+}
+
+// aliveFor bounds how long a session read alive is taken to be, from its
+// lease: an eighth, at most a second.
+func aliveFor(leaseMs int64) time.Duration {
+	return min(time.Second, time.Duration(leaseMs)*time.Millisecond/8)
 }
 
 type sighting struct {
@@ -43,7 +66,7 @@ func NewObserver(b Backend, self string, grace time.Duration, log *slog.Logger) 
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Observer{b: b, self: self, grace: grace, log: log, seen: map[string]sighting{}}
+	return &Observer{b: b, self: self, grace: grace, log: log, seen: map[string]sighting{}, alive: map[string]aliveSighting{}}
 }
 
 // Dead reports whether session id is dead, declaring it so when it has
@@ -51,6 +74,9 @@ func NewObserver(b Backend, self string, grace time.Duration, log *slog.Logger) 
 // existed): it holds nothing, and anything naming it is a leftover.
 func (o *Observer) Dead(ctx context.Context, id string) (bool, error) {
 	if id == o.self {
+		return false, nil
+	}
+	if _, ok := o.seenAlive(id); ok {
 		return false, nil
 	}
 	d, err := o.b.GetSession(ctx, id)
@@ -61,6 +87,26 @@ func (o *Observer) Dead(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	return o.judge(ctx, d)
+}
+
+// seenAlive returns what session id's document said when it was last
+// read alive, if that was within aliveFor.
+func (o *Observer) seenAlive(id string) (aliveSighting, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a, ok := o.alive[id]
+	if ok && bootNow() >= a.until {
+		delete(o.alive, id)
+		return a, false
+	}
+	return a, ok
+}
+
+// sawAlive records that d, just read, says its session lives.
+func (o *Observer) sawAlive(d store.SessionDoc) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.alive[d.ID] = aliveSighting{until: bootNow() + aliveFor(d.LeaseMs), doneBelow: d.DoneBelow}
 }
 
 // Watch records a sighting of every session, so that a later Dead can
@@ -90,12 +136,14 @@ func (o *Observer) judge(ctx context.Context, d store.SessionDoc) (bool, error) 
 	if d.Dead {
 		return true, nil
 	}
+	o.nudge.learn(d)
 	now := bootNow()
 	o.mu.Lock()
 	s, ok := o.seen[d.ID]
 	if !ok || s.counter != d.Counter || s.ver != d.Ver {
 		o.seen[d.ID] = sighting{counter: d.Counter, ver: d.Ver, since: now}
 		o.mu.Unlock()
+		o.sawAlive(d)
 		return false, nil
 	}
 	o.mu.Unlock()
@@ -106,6 +154,7 @@ func (o *Observer) judge(ctx context.Context, d store.SessionDoc) (bool, error) 
 	}
 	limit := lease + grace
 	if now-s.since <= limit {
+		o.sawAlive(d)
 		return false, nil
 	}
 	if o.judgeOnly {
@@ -144,12 +193,19 @@ func (o *Observer) Finished(ctx context.Context, session, op string) (bool, erro
 	if !ok {
 		return false, nil
 	}
+	if a, ok := o.seenAlive(session); ok {
+		return n < a.doneBelow, nil
+	}
 	d, err := o.b.GetSession(ctx, session)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return true, nil
 		}
 		return false, err
+	}
+	if !d.Dead {
+		o.nudge.learn(d)
+		o.sawAlive(d)
 	}
 	return n < d.DoneBelow, nil
 }

@@ -31,6 +31,8 @@ type SessionConfig struct {
 	// store.SessionDoc).
 	Build   string
 	Options map[string]string
+	// Nudge is where the mount takes nudges (see nudge.go), published.
+	Nudge string
 }
 
 func (c *SessionConfig) defaults() {
@@ -94,7 +96,7 @@ func StartSession(ctx context.Context, b Backend, cfg SessionConfig) (*Session, 
 		lostCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	s.doc = store.SessionDoc{ID: s.id, Host: host, Pid: os.Getpid(), Mount: cfg.Mount,
 		Started: time.Now().UnixNano(), LeaseMs: cfg.Lease.Milliseconds(), DoneBelow: 1,
-		Build: cfg.Build, Options: cfg.Options}
+		Build: cfg.Build, Options: cfg.Options, Nudge: cfg.Nudge}
 	sent := bootNow()
 	v, err := b.Write(ctx, store.CreateSession(s.doc))
 	if errors.Is(err, store.ErrUnavailable) {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -410,4 +411,58 @@ func TestWokenMountBeginsUnderNewSession(t *testing.T) {
 	if a.Session() != txn.Sess {
 		t.Errorf("the mount's session is %s, not the one its operation started", a.Session().ID())
 	}
+}
+
+// sessionReads counts the reads of session documents.
+type sessionReads struct {
+	locking.Backend
+	n atomic.Int64
+}
+
+func (s *sessionReads) GetSession(ctx context.Context, id string) (store.SessionDoc, error) {
+	s.n.Add(1)
+	return s.Backend.GetSession(ctx, id)
+}
+
+// TestObserverTrustsAliveBriefly: a session read alive is taken to be
+// alive, without another read, for an eighth of its lease (every attempt
+// to take a lock asks about each holder and waiter); its death, declared
+// by another observer, is seen once that has passed.
+func TestObserverTrustsAliveBriefly(t *testing.T) {
+	st := testenv.Store(t)
+	const lease = time.Second
+	s := startSession(t, st, lease)
+	reads := &sessionReads{Backend: st}
+	obs := locking.NewObserver(reads, "observer", lease/2, nil)
+	for try := 0; ; try++ {
+		before := reads.n.Load()
+		start := time.Now()
+		for i := 0; i < 5; i++ {
+			if dead, err := obs.Dead(ctxT(t), s.ID()); err != nil || dead {
+				t.Fatalf("Dead of a live session: %v, %v", dead, err)
+			}
+		}
+		if time.Since(start) >= lease/8 {
+			// Too slow a machine to tell: the sighting ran out meanwhile.
+			if try < 5 {
+				time.Sleep(lease / 4)
+				continue
+			}
+			t.Skip("five Dead calls never ran within an eighth of the lease")
+		}
+		if n := reads.n.Load() - before; n != 1 {
+			t.Errorf("five Dead calls in a row read the session document %d times, want once", n)
+		}
+		break
+	}
+	s.Freeze()
+	other := locking.NewObserver(st, "other", lease/2, nil)
+	waitUntil(t, "the frozen session declared dead by another observer", time.Minute, func() bool {
+		dead, err := other.Dead(ctxT(t), s.ID())
+		return err == nil && dead
+	})
+	waitUntil(t, "the first observer seeing the death", time.Minute, func() bool {
+		dead, err := obs.Dead(ctxT(t), s.ID())
+		return err == nil && dead
+	})
 }

@@ -12,6 +12,11 @@ import (
 // random, so that contenders spread out instead of retrying in lockstep.
 // It returns early when ctx ends.
 func Backoff(ctx context.Context, attempt int, limit time.Duration) {
+	BackoffOr(ctx, attempt, limit, nil)
+}
+
+// BackoffOr is Backoff that also ends when wake is closed.
+func BackoffOr(ctx context.Context, attempt int, limit time.Duration, wake <-chan struct{}) {
 	d := time.Millisecond << min(attempt, 30)
 	d = min(d, limit)
 	d += time.Duration(mrand.Int64N(int64(d)))
@@ -20,6 +25,7 @@ func Backoff(ctx context.Context, attempt int, limit time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-t.C:
+	case <-wake:
 	}
 }
 

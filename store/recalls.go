@@ -23,15 +23,26 @@ import (
 type Recalls struct {
 	Session string
 	Wanted  map[string]int64
-	Ver     Version
+	// By names, for each lock id wanted, the session of the last mount
+	// that asked (none from a reader, or an older esfs): the holder
+	// nudges it once it has given the lock back (locking/nudge.go).
+	By  map[string]string
+	Ver Version
 }
 
 // recallJSON reuses the lock documents' fields: "waiters" is opaque in the
-// mapping, here an object from lock id to time.
+// mapping, here an object from lock id to time, and so is "body", here
+// {"by": {lock id: session}}. An update merges both objects into what is
+// there.
 type recallJSON struct {
 	Kind    string           `json:"kind"`
 	Path    string           `json:"path"`
 	Waiters map[string]int64 `json:"waiters"`
+	Body    *recallBody      `json:"body,omitempty"`
+}
+
+type recallBody struct {
+	By map[string]string `json:"by,omitempty"`
 }
 
 func recallID(session string) string { return "R" + session }
@@ -39,7 +50,16 @@ func recallID(session string) string { return "R" + session }
 // RecallDeleg is the write that asks session to give back delegation lock
 // lockID.
 func RecallDeleg(session, lockID string, t int64) BulkOp {
+	return RecallDelegBy(session, lockID, t, "")
+}
+
+// RecallDelegBy is RecallDeleg from session by, which the holder tells
+// once it has given the lock back (see Recalls.By).
+func RecallDelegBy(session, lockID string, t int64, by string) BulkOp {
 	body := recallJSON{Kind: "recall", Path: encodeText(session), Waiters: map[string]int64{lockID: t}}
+	if by != "" {
+		body.Body = &recallBody{By: map[string]string{lockID: by}}
+	}
 	o := newOp("update", locksIndex, recallID(session), Version{},
 		map[string]any{"doc": body, "doc_as_upsert": true},
 		fmt.Sprintf("recalling %s from session %s", lockID, session))
@@ -66,7 +86,11 @@ func decodeRecalls(src []byte, v Version) (Recalls, error) {
 	if err != nil {
 		return Recalls{}, err
 	}
-	return Recalls{Session: s, Wanted: j.Waiters, Ver: v}, nil
+	r := Recalls{Session: s, Wanted: j.Waiters, Ver: v}
+	if j.Body != nil {
+		r.By = j.Body.By
+	}
+	return r, nil
 }
 
 // GetRecalls reads session's recall document in real time; none is an

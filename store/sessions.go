@@ -34,7 +34,11 @@ type SessionDoc struct {
 	// documents of older mounts.
 	Build   string
 	Options map[string]string
-	Ver     Version
+	// Nudge is where the mount listens for nudges and the token they
+	// must carry ("host:port token", see locking/nudge.go); empty: it
+	// takes none (an older esfs, or turned off), and is polled only.
+	Nudge string
+	Ver   Version
 }
 
 type sessionJSON struct {
@@ -52,6 +56,7 @@ type sessionJSON struct {
 		Stats     map[string]float64 `json:"stats,omitempty"`
 		Build     string             `json:"build,omitempty"`
 		Options   map[string]string  `json:"options,omitempty"`
+		Nudge     string             `json:"nudge,omitempty"`
 	} `json:"body"`
 }
 
@@ -63,6 +68,7 @@ func encodeSession(d SessionDoc) sessionJSON {
 	j.Body.Stats = d.Stats
 	j.Body.Build = d.Build
 	j.Body.Options = d.Options
+	j.Body.Nudge = d.Nudge
 	return j
 }
 
@@ -74,7 +80,7 @@ func decodeSession(src []byte, v Version) (SessionDoc, error) {
 	m, _ := decodeText(j.Body.Mount)
 	return SessionDoc{ID: j.Session, Counter: j.Counter, Host: j.Host, Pid: j.Pid, Mount: m, Started: j.Started,
 		LeaseMs: j.Lease, Dead: j.Fenced, DeadBy: j.Body.DeadBy, DoneBelow: j.Body.DoneBelow, Stats: j.Body.Stats,
-		Build: j.Body.Build, Options: j.Body.Options, Ver: v}, nil
+		Build: j.Body.Build, Options: j.Body.Options, Nudge: j.Body.Nudge, Ver: v}, nil
 }
 
 // GetSession reads a session in real time.

@@ -95,7 +95,8 @@ func startCore(t testing.TB, f *mounttest.FS, url string, lease, timeout time.Du
 	if c.ch, err = cache.New(64<<20, time.Second, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	c.co, err = locking.Start(ctx, st, locking.Config{Lease: lease, LockTimeout: 30 * time.Second, Mount: name, Log: log})
+	c.co, err = locking.Start(ctx, st, locking.Config{Lease: lease, LockTimeout: 30 * time.Second, Mount: name, Log: log,
+		NudgeListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}
