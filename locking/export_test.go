@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/esfs/esfs/store"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Freeze stops the heartbeat without ending the session, as a frozen
@@ -23,4 +24,9 @@ func (s *Session) Thaw() {
 // MoveParents is moveParents, for the tests of its fence.
 func (j *Journal) MoveParents(ctx context.Context, sess *Session, op string, moves []store.ParentMove) []uint64 {
 	return j.moveParents(ctx, sess, op, moves)
+}
+
+// NudgeCounter is the series of esfs_nudges_total for kind and result.
+func NudgeCounter(m *Metrics, kind, result string) prometheus.Counter {
+	return m.nudges.WithLabelValues(kind, result)
 }

@@ -52,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time this mount took to give a delegation back once it read the recall: its flush, dropping its caches and the release.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		nudges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "esfs_nudges_total",
-			Help: "Nudges (datagrams that make another mount look at once at what it polls) by kind (recall, wake) and result: sent, received, refused (a wrong token or malformed)."}, []string{"kind", "result"}),
+			Help: "Nudges (datagrams that make another mount look at once at what it polls) by kind (recall, wake) and result: sent, failed (could not be sent: no route), received, refused (a wrong token or malformed)."}, []string{"kind", "result"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.held, m.wait, m.inFlight, m.renamed, m.renames, m.recovered,

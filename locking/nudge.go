@@ -183,6 +183,7 @@ func (n *nudger) send(session string, kind nudgeKind, lookup func(context.Contex
 	msg := nudgeMagic + " " + string(kind) + " " + p.token
 	if _, err := n.conn.WriteTo([]byte(msg), p.addr); err != nil {
 		n.log.Debug("sending a nudge", "session", session, "err", err)
+		n.metrics.nudges.WithLabelValues(string(kind), "failed").Inc()
 		return
 	}
 	n.metrics.nudges.WithLabelValues(string(kind), "sent").Inc()
