@@ -174,9 +174,24 @@ func tail(s string, n int) string {
 // removes it.
 func mountJuiceFS(t testing.TB) (mnt, versions string) {
 	t.Helper()
+	v := newJuiceVolume(t)
+	return v.mount(t, ""), v.versions
+}
+
+// juiceVolume is a formatted JuiceFS volume on a private redis-server,
+// in a temporary directory.
+type juiceVolume struct {
+	juicefs, meta, dir, versions string
+}
+
+// newJuiceVolume starts the redis-server and formats the volume; the
+// test's cleanup stops Redis (after the mounts' cleanups, which come
+// later and so run first).
+func newJuiceVolume(t testing.TB) *juiceVolume {
+	t.Helper()
 	juicefs, redis := peerTools(t)
 	dir := t.TempDir()
-	for _, d := range []string{"redis", "bucket", "mnt"} {
+	for _, d := range []string{"redis", "bucket"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -209,20 +224,6 @@ func mountJuiceFS(t testing.TB) (mnt, versions string) {
 		}
 	}
 	output(t, juicefs, "format", "--storage", "file", "--bucket", filepath.Join(dir, "bucket")+"/", meta, "bench")
-	mnt = filepath.Join(dir, "mnt")
-	// -d returns once the volume is mounted. The cache and the log go to
-	// the temporary directory (by default /var/jfsCache and
-	// /var/log/juicefs.log): same disk, same behaviour.
-	output(t, juicefs, "mount", "-d", "--cache-dir", filepath.Join(dir, "cache"), "--log", filepath.Join(dir, "juicefs.log"), meta, mnt)
-	t.Cleanup(func() {
-		if out, err := exec.Command(juicefs, "umount", mnt).CombinedOutput(); err != nil {
-			t.Logf("juicefs umount: %v %s", err, out)
-			_ = exec.Command("fusermount3", "-uz", mnt).Run()
-		}
-	})
-	if !mounttest.IsMounted(mnt) {
-		t.Fatalf("juicefs mount -d returned but %s is not mounted", mnt)
-	}
 	jv := strings.TrimSpace(output(t, juicefs, "version"))
 	rv := strings.Fields(output(t, redis, "--version"))
 	redisV := "redis " + strings.Join(rv, " ")
@@ -231,7 +232,33 @@ func mountJuiceFS(t testing.TB) (mnt, versions string) {
 			redisV = "Redis " + v
 		}
 	}
-	return mnt, jv + ", " + redisV
+	return &juiceVolume{juicefs: juicefs, meta: meta, dir: dir, versions: jv + ", " + redisV}
+}
+
+// mount mounts the volume at mnt<name> in its directory, with the cache
+// in cache<name> and the log in juicefs<name>.log there, and returns the
+// mount point; the test's cleanup unmounts it. Several mounts of one
+// volume each have their own name, and so their own cache.
+func (v *juiceVolume) mount(t testing.TB, name string) string {
+	t.Helper()
+	mnt := filepath.Join(v.dir, "mnt"+name)
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// -d returns once the volume is mounted. The cache and the log go to
+	// the temporary directory (by default /var/jfsCache and
+	// /var/log/juicefs.log): same disk, same behaviour.
+	output(t, v.juicefs, "mount", "-d", "--cache-dir", filepath.Join(v.dir, "cache"+name), "--log", filepath.Join(v.dir, "juicefs"+name+".log"), v.meta, mnt)
+	t.Cleanup(func() {
+		if out, err := exec.Command(v.juicefs, "umount", mnt).CombinedOutput(); err != nil {
+			t.Logf("juicefs umount: %v %s", err, out)
+			_ = exec.Command("fusermount3", "-uz", mnt).Run()
+		}
+	})
+	if !mounttest.IsMounted(mnt) {
+		t.Fatalf("juicefs mount -d returned but %s is not mounted", mnt)
+	}
+	return mnt
 }
 
 var loopback struct {
@@ -252,6 +279,14 @@ func removeLoopback() {
 // attribute timeouts, as esfs's) over a directory on the local disk.
 func mountLoopback(t testing.TB) string {
 	t.Helper()
+	return mountLoopbackOver(t, t.TempDir())
+}
+
+// mountLoopbackOver mounts the loopback over orig, a local directory,
+// which other loopback mounts may show too, and returns the mount point;
+// the test's cleanup unmounts it.
+func mountLoopbackOver(t testing.TB, orig string) string {
+	t.Helper()
 	loopback.once.Do(func() {
 		dir, err := os.MkdirTemp("", "esfs-bench-loopback-")
 		if err != nil {
@@ -269,11 +304,9 @@ func mountLoopback(t testing.TB) string {
 		t.Fatal(loopback.err)
 	}
 	dir := t.TempDir()
-	orig, mnt := filepath.Join(dir, "orig"), filepath.Join(dir, "mnt")
-	for _, d := range []string{orig, mnt} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	logf, err := os.Create(filepath.Join(dir, "loopback.log"))
 	if err != nil {
