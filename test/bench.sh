@@ -14,7 +14,10 @@
 #   ESFS_BENCH_ONLY=a,b          only these groups: stat, readdir, create,
 #                                write_read, rename_file, rename_dir,
 #                                rename_disjoint, lock_rt, memory, and the
-#                                peer groups mdtest, real_tools
+#                                peer groups mdtest, real_tools, shared
+#                                (one filesystem mounted 2 and 4 times:
+#                                creates and renames in one directory at
+#                                once, and a file handed back and forth)
 #   ESFS_BENCH_OUT=FILE          where the table goes
 #   ESFS_BENCH_ESFS_FLAGS="..."  extra mount flags for esfs in the peer
 #                                groups (say --delegations)
@@ -46,7 +49,7 @@ command -v fusermount3 >/dev/null || { echo "bench.sh: needs fuse3 (apt-get inst
 
 wants_peers() {
 	[ -z "${ESFS_BENCH_ONLY:-}" ] && return 0
-	case ",$ESFS_BENCH_ONLY," in *,mdtest,* | *,real_tools,*) return 0 ;; esac
+	case ",$ESFS_BENCH_ONLY," in *,mdtest,* | *,real_tools,* | *,shared,*) return 0 ;; esac
 	return 1
 }
 

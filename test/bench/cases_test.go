@@ -42,6 +42,7 @@ var cases = []benchCase{
 	{"memory", benchMemory},
 	{"mdtest", benchMdtest},
 	{"real_tools", benchRealTools},
+	{"shared", benchShared},
 }
 
 // noKernelCache turns the kernel's caches off, so every lookup reaches the
