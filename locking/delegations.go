@@ -128,6 +128,11 @@ func (d *Delegation) Revoked() bool {
 	}
 }
 
+// Lost reports whether d's session was declared dead: whatever was made
+// under d may never land (another mount may have changed the directory,
+// or removed it, since).
+func (d *Delegation) Lost() bool { return d.sess.Declared() }
+
 func (d *Delegation) revoke() { d.once.Do(func() { close(d.recalled) }) }
 
 // Delegations are the delegations of one mount.
