@@ -184,6 +184,9 @@ func (r *Runner) diffTree(st *State, obs [][]wire.Entry, paths []string) string 
 				return fmt.Sprintf("%s: missing", want[j].path)
 			case j >= len(want):
 				return fmt.Sprintf("%s: not in the model", got[j].Path)
+			case got[j].Path != want[j].path && strings.HasSuffix(got[j].Path, "/"):
+				// The worker's mark of a directory it could not list.
+				return fmt.Sprintf("could not list %q (%s) where the model has %q", strings.TrimSuffix(got[j].Path, "/"), errname(got[j].Errno), want[j].path)
 			case got[j].Path != want[j].path:
 				return fmt.Sprintf("saw %q where the model has %q", got[j].Path, want[j].path)
 			case got[j].Errno != want[j].errno && !(want[j].errno == 0 && got[j].Stat != nil):
