@@ -38,9 +38,16 @@ import (
 // holder that does not answer is a dead holder like any other: once its
 // session is declared dead its entries are dropped, and its session is
 // fenced. A directory recalled again and again stops being granted for a
-// while (coolAfter recalls within coolWindow: for coolFor), so that two mounts
-// working in one directory fall back to the synchronous protocol instead
-// of passing a delegation back and forth.
+// while, so that two mounts working in one directory fall back to the
+// synchronous protocol instead of passing a delegation back and forth,
+// which costs each change a recall (and each recall of a write delegation
+// a flush) on top of the synchronous path it was meant to spare:
+//   - coolAfter recalls within coolWindow: for coolFor;
+//   - strikes delegations in a row recalled within shortLived of their
+//     grant (another mount wanted the directory at once: what was done
+//     under them was not worth the exchange): for coolFor, doubled at each
+//     further strike up to coolMax. A delegation that lives longer clears
+//     the strikes.
 
 const (
 	// recallPoll is how often a holder that used a delegation within
@@ -55,7 +62,32 @@ const (
 	coolWindow = 10 * time.Second
 	coolAfter  = 8
 	coolFor    = 5 * time.Second
+	shortLived = 2 * time.Second
+	strikes    = 2
+	coolMax    = time.Minute
+	// refusedFor: after a second grant in a row was refused (another
+	// mount holds or is changing the directory), it is not asked for
+	// again for this long, doubled at each further refusal up to
+	// refusedMax: in a directory
+	// another mount keeps changing, every lookup would otherwise pay a
+	// refused attempt (a round trip) before its synchronous read.
+	refusedFor = 100 * time.Millisecond
+	refusedMax = 5 * time.Second
 )
+
+// shortRun counts a directory's delegations recalled in a row within
+// shortLived of their grant, and when the last one was.
+type shortRun struct {
+	n    int
+	last time.Time
+}
+
+// refusal counts a directory's grants refused in a row, and until when it
+// is not asked for again (see refusedFor).
+type refusal struct {
+	n     int
+	until time.Time
+}
 
 // ErrCooling refuses a grant on a directory recalled too often lately.
 var ErrCooling = errors.New("directory recalled too often lately")
@@ -80,6 +112,8 @@ type Delegation struct {
 	// recaller: the session that recalled it, to nudge once it is given
 	// back (set under Delegations.mu, read by the goroutine that gives it).
 	recaller string
+	// granted is when it was granted, for the cooling (see shortLived).
+	granted time.Time
 }
 
 // Writable reports whether d is a write delegation.
@@ -160,11 +194,13 @@ type Delegations struct {
 	pending map[uint64]chan struct{} // grants under way
 	recalls map[uint64][]time.Time   // recent recalls, by directory
 	cool    map[uint64]time.Time     // no grant until
+	short   map[uint64]shortRun      // delegations in a row recalled within shortLived
+	refused map[uint64]refusal       // grants refused lately
 }
 
 func newDelegations(c *Coordinator) *Delegations {
 	return &Delegations{c: c, held: map[uint64]*Delegation{}, pending: map[uint64]chan struct{}{},
-		recalls: map[uint64][]time.Time{}, cool: map[uint64]time.Time{}}
+		recalls: map[uint64][]time.Time{}, cool: map[uint64]time.Time{}, short: map[uint64]shortRun{}, refused: map[uint64]refusal{}}
 }
 
 // Held returns this mount's valid delegation on directory ino, or nil.
@@ -202,6 +238,10 @@ func (ds *Delegations) Grant(ctx context.Context, ino uint64, path string, mode 
 			}
 			delete(ds.cool, ino)
 		}
+		if r, ok := ds.refused[ino]; ok && time.Now().Before(r.until) {
+			ds.mu.Unlock()
+			return nil, fmt.Errorf("directory %d: refused %d times in a row lately: %w", ino, r.n, ErrLocked)
+		}
 		if wait, ok := ds.pending[ino]; ok {
 			ds.mu.Unlock()
 			select {
@@ -225,6 +265,16 @@ func (ds *Delegations) Grant(ctx context.Context, ino uint64, path string, mode 
 		if d != nil {
 			ds.held[ino] = d
 			ds.c.Locks.metrics.delegHeld(mode, 1)
+			delete(ds.refused, ino)
+		}
+		if errors.Is(err, ErrLocked) {
+			r := ds.refused[ino]
+			r.n++
+			if r.n >= 2 {
+				// From the second in a row: one is a passing change.
+				r.until = time.Now().Add(min(refusedFor<<min(r.n-2, 10), refusedMax))
+			}
+			ds.refused[ino] = r
 		}
 		ds.mu.Unlock()
 		close(done)
@@ -306,7 +356,7 @@ func (ds *Delegations) grant(ctx context.Context, ino uint64, path string, mode 
 		return nil, err
 	}
 	return &Delegation{Ino: ino, Path: path, Mode: mode, sess: sess, op: op, held: held,
-		recalled: make(chan struct{})}, nil
+		recalled: make(chan struct{}), granted: time.Now()}, nil
 }
 
 // Change is the request every change of the entries of directory ino (at
@@ -413,7 +463,7 @@ func (ds *Delegations) answer(ctx context.Context) {
 			if store.DelegLockID(ino) == id {
 				d.recaller = r.By[id]
 				give = append(give, d)
-				ds.noteRecallLocked(ino, seen)
+				ds.noteRecallLocked(ino, seen, d.granted)
 				found = true
 			}
 		}
@@ -448,7 +498,20 @@ func (ds *Delegations) answer(ctx context.Context) {
 	}
 }
 
-func (ds *Delegations) noteRecallLocked(ino uint64, t time.Time) {
+func (ds *Delegations) noteRecallLocked(ino uint64, t, granted time.Time) {
+	run := ds.short[ino]
+	if t.Sub(run.last) > 2*coolMax {
+		run = shortRun{} // contention long past
+	}
+	if !granted.IsZero() && t.Sub(granted) < shortLived {
+		run.n, run.last = run.n+1, t
+		ds.short[ino] = run
+	} else {
+		delete(ds.short, ino)
+	}
+	if run.n >= strikes {
+		ds.cool[ino] = t.Add(min(coolFor<<min(run.n-strikes, 10), coolMax))
+	}
 	recent := ds.recalls[ino][:0]
 	for _, at := range ds.recalls[ino] {
 		if t.Sub(at) < coolWindow {
@@ -458,7 +521,9 @@ func (ds *Delegations) noteRecallLocked(ino uint64, t time.Time) {
 	recent = append(recent, t)
 	ds.recalls[ino] = recent
 	if len(recent) >= coolAfter {
-		ds.cool[ino] = t.Add(coolFor)
+		if until := t.Add(coolFor); until.After(ds.cool[ino]) {
+			ds.cool[ino] = until
+		}
 		delete(ds.recalls, ino)
 	}
 }

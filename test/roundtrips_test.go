@@ -362,3 +362,68 @@ func TestRoundTripsAtRest(t *testing.T) {
 		return
 	}
 }
+
+// TestRoundTripsSharedCreate: two mounts create files in one directory at
+// once, with delegations (the default) and without. It logs what each
+// create costs in requests on either side, for the record of issue 28
+// (where a shared directory's calls go), and holds one bound: a mount
+// whose delegation grants the other mount keeps refusing does not keep
+// asking (before, every create on the second mount paid a refused grant
+// attempt, a lock read, first).
+func TestRoundTripsSharedCreate(t *testing.T) {
+	for _, flags := range [][]string{nil, {"--delegations=false"}} {
+		f := mounttest.NewFS(t)
+		var ms []*mounttest.Mount
+		var mets []string
+		for i := 0; i < 2; i++ {
+			addr := mounttest.FreeAddr(t)
+			ms = append(ms, f.Mount(t, append([]string{"--metrics-addr", addr}, flags...)...))
+			mets = append(mets, "http://"+addr+"/metrics")
+		}
+		if err := os.Mkdir(ms[0].Path("d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		before := []map[string]float64{requestCounts(t, mets[0]), requestCounts(t, mets[1])}
+		refusedBefore := []float64{0, 0}
+		for i := range ms {
+			refusedBefore[i] = max(0, mounttest.Sample(mounttest.Scrape(t, mets[i]), "esfs_delegation_grants_total", "result", "refused"))
+		}
+		const n = 100
+		start := time.Now()
+		done := make(chan error, len(ms))
+		for i, m := range ms {
+			go func() {
+				for j := 0; j < n; j++ {
+					if err := os.WriteFile(m.Path("d", fmt.Sprintf("m%d-%d", i, j)), nil, 0o644); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+		}
+		for range ms {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		for i := range ms {
+			after := requestCounts(t, mets[i])
+			parts := map[string]float64{}
+			total := 0.0
+			for k, v := range after {
+				if d := v - before[i][k]; d > 0 {
+					parts[k] = d / n
+					total += d / n
+				}
+			}
+			refused := max(0, mounttest.Sample(mounttest.Scrape(t, mets[i]), "esfs_delegation_grants_total", "result", "refused")) - refusedBefore[i]
+			t.Logf("%v, mount %d: %.0f creates/s in all; %s; %v grants refused", flags, i, 2*n/took.Seconds(),
+				callCost{name: "create", per: total, parts: parts}, refused)
+			if refused > n/10 {
+				t.Errorf("mount %d asked for a delegation the other mount kept refusing %v times in %d creates", i, refused, n)
+			}
+		}
+	}
+}
