@@ -38,16 +38,12 @@ import (
 // holder that does not answer is a dead holder like any other: once its
 // session is declared dead its entries are dropped, and its session is
 // fenced. A directory recalled again and again stops being granted for a
-// while, so that two mounts working in one directory fall back to the
-// synchronous protocol instead of passing a delegation back and forth,
-// which costs each change a recall (and each recall of a write delegation
-// a flush) on top of the synchronous path it was meant to spare:
-//   - coolAfter recalls within coolWindow: for coolFor;
-//   - strikes delegations in a row recalled within shortLived of their
-//     grant (another mount wanted the directory at once: what was done
-//     under them was not worth the exchange): for coolFor, doubled at each
-//     further strike up to coolMax. A delegation that lives longer clears
-//     the strikes.
+// while (coolAfter recalls within coolWindow: for coolFor), so that two
+// mounts working in one directory fall back to the synchronous protocol
+// instead of passing a delegation back and forth, which costs each change
+// a recall (and each recall of a write delegation a flush) on top of the
+// synchronous path it was meant to spare; and one whose grants keep being
+// refused is asked for less and less often (refusedFor).
 
 const (
 	// recallPoll is how often a holder that used a delegation within
@@ -62,9 +58,6 @@ const (
 	coolWindow = 10 * time.Second
 	coolAfter  = 8
 	coolFor    = 5 * time.Second
-	shortLived = 2 * time.Second
-	strikes    = 2
-	coolMax    = time.Minute
 	// refusedFor: after a second grant in a row was refused (another
 	// mount holds or is changing the directory), it is not asked for
 	// again for this long, doubled at each further refusal up to
@@ -74,13 +67,6 @@ const (
 	refusedFor = 100 * time.Millisecond
 	refusedMax = 5 * time.Second
 )
-
-// shortRun counts a directory's delegations recalled in a row within
-// shortLived of their grant, and when the last one was.
-type shortRun struct {
-	n    int
-	last time.Time
-}
 
 // refusal counts a directory's grants refused in a row, and until when it
 // is not asked for again (see refusedFor).
@@ -112,8 +98,6 @@ type Delegation struct {
 	// recaller: the session that recalled it, to nudge once it is given
 	// back (set under Delegations.mu, read by the goroutine that gives it).
 	recaller string
-	// granted is when it was granted, for the cooling (see shortLived).
-	granted time.Time
 }
 
 // Writable reports whether d is a write delegation.
@@ -194,13 +178,12 @@ type Delegations struct {
 	pending map[uint64]chan struct{} // grants under way
 	recalls map[uint64][]time.Time   // recent recalls, by directory
 	cool    map[uint64]time.Time     // no grant until
-	short   map[uint64]shortRun      // delegations in a row recalled within shortLived
 	refused map[uint64]refusal       // grants refused lately
 }
 
 func newDelegations(c *Coordinator) *Delegations {
 	return &Delegations{c: c, held: map[uint64]*Delegation{}, pending: map[uint64]chan struct{}{},
-		recalls: map[uint64][]time.Time{}, cool: map[uint64]time.Time{}, short: map[uint64]shortRun{}, refused: map[uint64]refusal{}}
+		recalls: map[uint64][]time.Time{}, cool: map[uint64]time.Time{}, refused: map[uint64]refusal{}}
 }
 
 // Held returns this mount's valid delegation on directory ino, or nil.
@@ -356,7 +339,7 @@ func (ds *Delegations) grant(ctx context.Context, ino uint64, path string, mode 
 		return nil, err
 	}
 	return &Delegation{Ino: ino, Path: path, Mode: mode, sess: sess, op: op, held: held,
-		recalled: make(chan struct{}), granted: time.Now()}, nil
+		recalled: make(chan struct{})}, nil
 }
 
 // Change is the request every change of the entries of directory ino (at
@@ -463,7 +446,7 @@ func (ds *Delegations) answer(ctx context.Context) {
 			if store.DelegLockID(ino) == id {
 				d.recaller = r.By[id]
 				give = append(give, d)
-				ds.noteRecallLocked(ino, seen, d.granted)
+				ds.noteRecallLocked(ino, seen)
 				found = true
 			}
 		}
@@ -498,20 +481,7 @@ func (ds *Delegations) answer(ctx context.Context) {
 	}
 }
 
-func (ds *Delegations) noteRecallLocked(ino uint64, t, granted time.Time) {
-	run := ds.short[ino]
-	if t.Sub(run.last) > 2*coolMax {
-		run = shortRun{} // contention long past
-	}
-	if !granted.IsZero() && t.Sub(granted) < shortLived {
-		run.n, run.last = run.n+1, t
-		ds.short[ino] = run
-	} else {
-		delete(ds.short, ino)
-	}
-	if run.n >= strikes {
-		ds.cool[ino] = t.Add(min(coolFor<<min(run.n-strikes, 10), coolMax))
-	}
+func (ds *Delegations) noteRecallLocked(ino uint64, t time.Time) {
 	recent := ds.recalls[ino][:0]
 	for _, at := range ds.recalls[ino] {
 		if t.Sub(at) < coolWindow {

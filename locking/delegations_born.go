@@ -53,7 +53,7 @@ func (ds *Delegations) Born(ino uint64, path string, mode store.LockMode) (store
 			return nil
 		}
 		doc.Found, doc.Ver = true, res.Ver
-		d := &Delegation{Ino: ino, Path: path, Mode: req.Mode, sess: sess, op: op, granted: time.Now(),
+		d := &Delegation{Ino: ino, Path: path, Mode: req.Mode, sess: sess, op: op,
 			held: &Held{Op: op, Session: sess.ID(), docs: []store.LockDoc{doc}, reqs: []Request{req}}, recalled: make(chan struct{})}
 		ds.mu.Lock()
 		old := ds.held[ino]
@@ -89,7 +89,7 @@ func (ds *Delegations) BornInBatch(ino uint64, path string) *Delegation {
 	op := sess.LeaseOp()
 	req := Request{ID: store.DelegLockID(ino), Path: path, Mode: store.Exclusive}
 	doc := store.LockDoc{ID: req.ID, Path: path, Holders: []store.Holder{{Session: sess.ID(), Op: op, Mode: req.Mode, Since: time.Now().UnixNano()}}}
-	d := &Delegation{Ino: ino, Path: path, Mode: req.Mode, sess: sess, op: op, granted: time.Now(),
+	d := &Delegation{Ino: ino, Path: path, Mode: req.Mode, sess: sess, op: op,
 		held: &Held{Op: op, Session: sess.ID(), docs: []store.LockDoc{doc}, reqs: []Request{req}}, recalled: make(chan struct{})}
 	ds.mu.Lock()
 	ds.held[ino] = d

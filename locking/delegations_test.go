@@ -337,67 +337,6 @@ func TestUpgradeOnlyWhenAlone(t *testing.T) {
 	}
 }
 
-// TestShortLivedDelegationsCoolLonger: a directory whose delegations are
-// recalled right after their grant, twice in a row, is not granted again
-// for a while (the exchange costs more than the synchronous path), and
-// for twice as long when that happens again after the cooling.
-func TestShortLivedDelegationsCoolLonger(t *testing.T) {
-	st := testenv.Store(t)
-	ctx := ctxT(t)
-	a := coordinator(t, st, "tree", 10*time.Second)
-	b := coordinator(t, st, "tree", 10*time.Second)
-	const dir = 46
-	// grantAndRecall grants a read delegation to A and has B change the
-	// directory at once; it reports whether A was cooling instead.
-	grantAndRecall := func() bool {
-		t.Helper()
-		_, err := a.Delegations.Grant(ctx, dir, "/p", store.ReadDeleg)
-		for tries := 0; errors.Is(err, locking.ErrLocked) && tries < 100; tries++ {
-			time.Sleep(10 * time.Millisecond) // the last recall's answer under way
-			_, err = a.Delegations.Grant(ctx, dir, "/p", store.ReadDeleg)
-		}
-		if errors.Is(err, locking.ErrCooling) {
-			return true
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		txn, err := b.Begin(ctx, []locking.Request{locking.Change(dir, "")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := txn.End(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return false
-	}
-	rounds := 0
-	for ; !grantAndRecall(); rounds++ {
-		if rounds == 10 {
-			t.Fatal("still granted after 10 delegations recalled at once")
-		}
-	}
-	first := a.Delegations.CoolingLeft(dir)
-	t.Logf("cooling after %d recalls, for %s", rounds, first.Round(time.Millisecond))
-	if rounds > 4 {
-		t.Errorf("%d delegations recalled right after their grant before the directory cooled, want 2 (a few more on a slow machine)", rounds)
-	}
-	if first <= 0 {
-		t.Fatalf("cooling for %s", first)
-	}
-	time.Sleep(first + 10*time.Millisecond)
-	for rounds = 0; !grantAndRecall(); rounds++ {
-		if rounds == 10 {
-			t.Fatal("still granted after 10 more delegations recalled at once")
-		}
-	}
-	second := a.Delegations.CoolingLeft(dir)
-	t.Logf("cooling again after %d recalls, for %s", rounds, second.Round(time.Millisecond))
-	if second <= first+time.Second {
-		t.Errorf("cooling again for %s after cooling for %s, want about twice as long", second, first)
-	}
-}
-
 // TestRefusedGrantsAskLess: a directory whose grants are refused again
 // and again (another mount keeps changing it, or holds it) is asked for
 // less and less often: after the second refusal in a row, a grant is

@@ -2,7 +2,6 @@ package locking
 
 import (
 	"context"
-	"time"
 
 	"github.com/esfs/esfs/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,11 +29,4 @@ func (j *Journal) MoveParents(ctx context.Context, sess *Session, op string, mov
 // NudgeCounter is the series of esfs_nudges_total for kind and result.
 func NudgeCounter(m *Metrics, kind, result string) prometheus.Counter {
 	return m.nudges.WithLabelValues(kind, result)
-}
-
-// CoolingLeft is how long directory ino is not granted, from now.
-func (ds *Delegations) CoolingLeft(ino uint64) time.Duration {
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	return time.Until(ds.cool[ino])
 }
