@@ -43,7 +43,7 @@ import (
 // instead of passing a delegation back and forth, which costs each change
 // a recall (and each recall of a write delegation a flush) on top of the
 // synchronous path it was meant to spare; and one whose grants keep being
-// refused is asked for less and less often (refusedFor).
+// refused is asked for less and less often (refusedSkip).
 
 const (
 	// recallPoll is how often a holder that used a delegation within
@@ -58,21 +58,20 @@ const (
 	coolWindow = 10 * time.Second
 	coolAfter  = 8
 	coolFor    = 5 * time.Second
-	// refusedFor: after a second grant in a row was refused (another
-	// mount holds or is changing the directory), it is not asked for
-	// again for this long, doubled at each further refusal up to
-	// refusedMax: in a directory
+	// refusedSkip: after a second grant in a row was refused (another
+	// mount holds or is changing the directory), the next one is not
+	// asked for, then the next 2, 4... up to refusedSkip: in a directory
 	// another mount keeps changing, every lookup would otherwise pay a
-	// refused attempt (a round trip) before its synchronous read.
-	refusedFor = 100 * time.Millisecond
-	refusedMax = 5 * time.Second
+	// refused attempt (a round trip) before its synchronous read. Counted
+	// in calls, not time, so that what a mount asks of the cluster
+	// follows from its calls alone (TestRequestLog).
+	refusedSkip = 64
 )
 
-// refusal counts a directory's grants refused in a row, and until when it
-// is not asked for again (see refusedFor).
+// refusal counts a directory's grants refused in a row, and how many of
+// the next are not asked for (see refusedSkip).
 type refusal struct {
-	n     int
-	until time.Time
+	n, skip int
 }
 
 // ErrCooling refuses a grant on a directory recalled too often lately.
@@ -221,7 +220,9 @@ func (ds *Delegations) Grant(ctx context.Context, ino uint64, path string, mode 
 			}
 			delete(ds.cool, ino)
 		}
-		if r, ok := ds.refused[ino]; ok && time.Now().Before(r.until) {
+		if r, ok := ds.refused[ino]; ok && r.skip > 0 {
+			r.skip--
+			ds.refused[ino] = r
 			ds.mu.Unlock()
 			return nil, fmt.Errorf("directory %d: refused %d times in a row lately: %w", ino, r.n, ErrLocked)
 		}
@@ -255,7 +256,7 @@ func (ds *Delegations) Grant(ctx context.Context, ino uint64, path string, mode 
 			r.n++
 			if r.n >= 2 {
 				// From the second in a row: one is a passing change.
-				r.until = time.Now().Add(min(refusedFor<<min(r.n-2, 10), refusedMax))
+				r.skip = min(1<<min(r.n-2, 10), refusedSkip)
 			}
 			ds.refused[ino] = r
 		}
