@@ -35,6 +35,12 @@ func (h *Handle) Write(ctx context.Context, data []byte, off int64) (uint32, err
 		if err := of.staleWrites(); err != nil {
 			return 0, err
 		}
+	} else if of.f.wb.doomed() {
+		// Made in memory under a session declared dead since: the
+		// batch that holds the file is lost at its next flush (asked
+		// for now), and so would this write be.
+		of.f.wb.flushSoon()
+		return 0, syscall.EIO
 	}
 	if h.append {
 		// At the end as stored now, which another mount may have

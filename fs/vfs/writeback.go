@@ -119,6 +119,9 @@ type writeback struct {
 	// unknown: a batch whose outcome is not known yet, with what it held;
 	// the next flush learns it before it goes on.
 	unknown *pendingBatch
+	// under: the session the pending state began under; once it is
+	// declared dead, nothing of the batch can land (doomed).
+	under *locking.Session
 
 	count    atomic.Int64 // len(names) + len(removed), read without mu
 	kick     chan struct{}
@@ -277,6 +280,18 @@ func (wb *writeback) pending(ino uint64) bool {
 	defer wb.mu.Unlock()
 	_, ok := wb.inodes[ino]
 	return ok
+}
+
+// doomed reports whether the pending batch began under a session since
+// declared dead: it can only be lost (at the next flush), and a write to
+// one of its files must fail now rather than be acknowledged and lost.
+func (wb *writeback) doomed() bool {
+	if wb == nil || wb.count.Load() == 0 {
+		return false
+	}
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	return wb.under != nil && wb.under.Declared()
 }
 
 // touches reports whether the pending state changes directory ino: the

@@ -63,6 +63,7 @@ func (wb *writeback) landed(b *pendingBatch, settle func()) {
 		h.End()
 	}
 	wb.shares = map[uint64]*locking.Share{}
+	wb.under = nil
 	wb.count.Store(0)
 }
 

@@ -187,11 +187,19 @@ func (wb *writeback) keepLease(dir uint64, lease *locking.Share) bool {
 // added counts n more pending entries, and kicks a flush past
 // maxPending. Caller holds mu.
 func (wb *writeback) added(n int64) {
+	if wb.under == nil {
+		wb.under = wb.f.co.Session()
+	}
 	if wb.count.Add(n) >= maxPending {
-		select {
-		case wb.kick <- struct{}{}:
-		default:
-		}
+		wb.flushSoon()
+	}
+}
+
+// flushSoon asks the background flush to run now.
+func (wb *writeback) flushSoon() {
+	select {
+	case wb.kick <- struct{}{}:
+	default:
 	}
 }
 
