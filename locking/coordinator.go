@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/esfs/esfs/locking/lockorder"
@@ -211,6 +212,25 @@ type Txn struct {
 	n    int64
 	Held *Held
 	done bool
+	// then runs once the operation has ended: its locks released, after
+	// its last write (for a rename finished in the background, then).
+	then  []func()
+	ended sync.Once
+}
+
+// Then has fn run once the operation has ended and its locks are
+// released, the finish of a rename included (see Journal.Rename): a
+// caller's lease on the shared locks, say, which must outlive every write.
+func (t *Txn) Then(fn func()) { t.then = append(t.then, fn) }
+
+// endOp ends the operation in the session, then runs t.then; once.
+func (t *Txn) endOp() {
+	t.ended.Do(func() {
+		t.Sess.EndOp(t.n)
+		for _, fn := range t.then {
+			fn()
+		}
+	})
 }
 
 // Begin takes the locks of one operation.
@@ -233,7 +253,7 @@ func (t *Txn) End(ctx context.Context) error {
 		return nil
 	}
 	t.done = true
-	defer t.Sess.EndOp(t.n)
+	defer t.endOp()
 	ctx = context.WithoutCancel(ctx)
 	return t.c.Locks.Release(ctx, t.Held)
 }
@@ -247,7 +267,7 @@ func (t *Txn) EndWith(ctx context.Context, ops []store.BulkOp) ([]store.BulkResu
 		return nil, errors.New("transaction already ended")
 	}
 	t.done = true
-	defer t.Sess.EndOp(t.n)
+	defer t.endOp()
 	ctx = context.WithoutCancel(ctx)
 	return t.c.Locks.ReleaseWith(ctx, t.Held, ops)
 }
@@ -256,14 +276,13 @@ func (t *Txn) EndWith(ctx context.Context, ops []store.BulkOp) ([]store.BulkResu
 // the journal has released them.
 func (t *Txn) Rename(ctx context.Context, spec RenameSpec) error {
 	spec.Op, spec.Held = t.Op, t.Held
-	n, sess := t.n, t.Sess
-	kept, err := t.c.Journal.Rename(ctx, t.Sess, spec, func() { sess.EndOp(n) })
+	kept, err := t.c.Journal.Rename(ctx, t.Sess, spec, t.endOp)
 	switch {
 	case kept:
 		t.done = true // the journal releases the locks and ends the op
 	case err == nil:
 		t.done = true
-		t.Sess.EndOp(t.n)
+		t.endOp()
 	}
 	return err
 }
@@ -485,6 +504,7 @@ func (c *Coordinator) collectStrays(ctx context.Context) error {
 // Close stops the sweeper and ends the session cleanly. Call it after
 // every operation finished.
 func (c *Coordinator) Close(ctx context.Context) error {
+	c.Journal.WaitFinishing() // renames told done, whose locks are still held
 	close(c.stop)
 	<-c.done
 	<-c.tending

@@ -6,6 +6,7 @@
 package locking
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,6 +58,8 @@ type Journal struct {
 	done       map[string]store.OpRecord // records in a final state, which never change
 	unfinished map[string]*unfinished    // kept by Rename, retried by the sweeper
 	recovering map[string]bool           // operations being recovered by this mount now
+
+	later sync.WaitGroup // committed renames finishing in the background
 }
 
 // NewJournal wires a journal to a lock manager, which it also serves as the
@@ -99,8 +102,11 @@ type RenameSpec struct {
 	SrcParent, DstParent uint64
 	Held                 *Held
 	// After are writes of the caller's (directory times) sent with the
-	// bulk that ends the rename; best effort, their failures are logged.
+	// bulk that ends the rename, or for a file's rename with its commit;
+	// best effort, their failures are logged.
 	After []store.BulkOp
+	// Ctime, if not 0, is the moved inode's new ctime, set with After.
+	Ctime int64
 	// SrcAttr, if not nil, is the moved inode as the caller knows it (at
 	// a version): a file moved to another directory has its Parents moved
 	// at that version, in a request the rename makes anyway.
@@ -128,8 +134,11 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 		ended.Do(mt.inFlight.Dec)
 		callerEnd()
 	}
+	later := false // finished in the background: done, as far as the caller knows
 	defer func() {
 		switch {
+		case later && err == nil:
+			mt.renames.WithLabelValues("done").Inc()
 		case kept:
 			mt.renames.WithLabelValues("kept").Inc()
 		case err != nil:
@@ -151,17 +160,27 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	if err := sess.Check(); err != nil {
 		return false, err
 	}
-	rec, kept, err = r.record(ctx, rec)
-	if err != nil {
-		return kept, err
-	}
-	if err := crashPoint("rename-after-record"); err != nil {
-		return false, err
-	}
-	known, err := j.stage(ctx, sess, spec)
-	if err != nil {
-		j.log.Warn("rename failed while staging: rolling back", "op", spec.Op, "err", err)
-		return r.undo(ctx, rec, err)
+	var known []staged
+	if spec.Src.Type == store.TypeDir {
+		rec, kept, err = r.record(ctx, rec)
+		if err != nil {
+			return kept, err
+		}
+		if err := crashPoint("rename-after-record"); err != nil {
+			return false, err
+		}
+		if known, err = j.stage(ctx, sess, spec); err != nil {
+			j.log.Warn("rename failed while staging: rolling back", "op", spec.Op, "err", err)
+			return r.undo(ctx, rec, err)
+		}
+	} else {
+		rec, known, kept, err = r.recordAndStage(ctx, rec)
+		if err != nil {
+			return kept, err
+		}
+		if err := crashPoint("rename-after-record"); err != nil {
+			return false, err
+		}
 	}
 	for _, k := range known {
 		if k.doc.Intent.Role == store.RoleSrc {
@@ -171,17 +190,53 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	if err := crashPoint("rename-before-commit"); err != nil {
 		return false, err
 	}
-	committed, kept, err := r.commit(ctx, rec)
+	// A file's rename is told to its caller at the commit point, which
+	// then carries the caller's writes (times): its finish and release
+	// run in the background, the locks held until they are done (a call
+	// of this mount that wants them waits, woken by the release), while
+	// readers on every mount resolve the intents through the committed
+	// record meanwhile. A directory's finish refreshes its subtree for
+	// search before DONE, which a listing right after the rename needs,
+	// and a replaced file loses its link in the finish, which an fstat
+	// of it right after the rename must see (nlink 0): they stay in the
+	// call.
+	later = spec.Src.Type != store.TypeDir && spec.Target == nil
+	var after []store.BulkOp
+	var ctimeAt int // where in after the moved inode's ctime is, or -1
+	if later {
+		after, r.spec.After = spec.After, nil
+		after, ctimeAt = r.withCtime(after)
+	} else if spec.Ctime != 0 {
+		r.spec.After = append(r.spec.After, store.SetCtime(spec.Src.Ino, spec.Ctime))
+	}
+	committed, afterRes, kept, err := r.commit(ctx, rec, after)
 	if err != nil {
 		return kept, err
+	}
+	if later && ctimeAt >= 0 {
+		r.ctimeSet(ctx, afterRes, ctimeAt)
 	}
 	if err := crashPoint("rename-after-commit"); err != nil {
 		return false, err
 	}
-	// From here on the rename has happened, whatever fails: finishing is
-	// cleanup that can be redone, and while we own the record the caller
-	// is told it succeeded.
-	fin, _, err := j.finishDocs(ctx, sess, committed, known, spec.SrcAttr)
+	if later {
+		j.later.Add(1)
+		go func() {
+			defer j.later.Done()
+			if kept, _ := r.finish(store.AfterCall(ctx), committed, known); !kept {
+				r.end()
+			}
+		}()
+		return true, nil
+	}
+	return r.finish(ctx, committed, known)
+}
+
+// finish is steps 4 and 5 of a committed rename: from here on the rename
+// has happened, whatever fails: finishing is cleanup that can be redone,
+// and while we own the record the caller is told it succeeded.
+func (r *renameRun) finish(ctx context.Context, committed store.OpRecord, known []staged) (bool, error) {
+	fin, _, err := r.j.finishDocs(ctx, r.sess, committed, known, r.spec.SrcAttr)
 	if err != nil {
 		return r.finishFailed(fin, err)
 	}
@@ -190,6 +245,10 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	}
 	return r.conclude(ctx, fin)
 }
+
+// WaitFinishing waits for the finishes of committed renames running in
+// the background (see Rename).
+func (j *Journal) WaitFinishing() { j.later.Wait() }
 
 // renameRun is one Rename as its owner runs it, step by step. Each step
 // that stops the rename returns what Rename returns: kept, and the error.
@@ -235,10 +294,118 @@ func (r *renameRun) record(ctx context.Context, rec store.OpRecord) (store.OpRec
 	return rec, false, nil
 }
 
+// recordAndStage is steps 1 and 2 of a file's rename in one bulk: the
+// record's create, then the stage of the two paths (or the target's), a
+// round trip less than one after the other. Elasticsearch applies the
+// items of one bulk independently, the record (lock index) and the paths
+// (path index) on different shards, so a reader may meet a staged path
+// before the record exists: it then fences the operation off (creates its
+// record ABORTED, see Journal.record) and resolves the path as an aborted
+// operation's, which it now is; the owner, whose create of the record
+// fails, undoes what it staged and runs the rename again (ErrRetry). A
+// stage whose record did not land, and is not undone here, is left to the
+// sweeper (which fences the missing record and undoes it) or to whoever
+// meets it.
+func (r *renameRun) recordAndStage(ctx context.Context, rec store.OpRecord) (store.OpRecord, []staged, bool, error) {
+	j := r.j
+	top, docs, err := stageTop(r.spec)
+	if err != nil {
+		return rec, nil, false, err
+	}
+	c := store.CreateOp(rec)
+	if err := c.Err(); err != nil {
+		return rec, nil, false, err
+	}
+	res, err := j.b.Bulk(ctx, append([]store.BulkOp{c}, top...))
+	if err != nil {
+		// Unknown outcome: the record and the stage may have landed.
+		// Keep the operation, so that it is resolved (undone) before its
+		// locks go.
+		kept, err := r.keep(rec, err)
+		return rec, nil, kept, err
+	}
+	var known []staged
+	var stageErr error
+	for i, d := range docs {
+		if e := res[i+1].Err; e != nil {
+			stageErr = cmp.Or(stageErr, e)
+			continue
+		}
+		d.Ver = res[i+1].Ver
+		known = append(known, staged{doc: d})
+	}
+	if rerr := res[0].Err; rerr != nil {
+		if ok, _, err := j.fixKnown(ctx, known, rollbackFix(j.b)); err != nil || !ok {
+			j.log.Warn("a rename whose record was refused left staged paths (resolved as an aborted operation's)", "op", r.spec.Op, "err", err)
+		}
+		if !errors.Is(rerr, store.ErrExists) {
+			return rec, nil, false, rerr
+		}
+		if err := r.sess.Check(); err != nil {
+			return rec, nil, false, fmt.Errorf("rename %s was fenced off by recovery: %w", r.spec.Op, err)
+		}
+		return rec, nil, false, fmt.Errorf("rename %s was fenced off by a reader before its record landed: %w", r.spec.Op, ErrRetry)
+	}
+	rec.Ver = res[0].Ver
+	if stageErr != nil {
+		j.log.Warn("rename failed while staging: rolling back", "op", r.spec.Op, "err", stageErr)
+		kept, err := r.undo(ctx, rec, stageErr)
+		return rec, nil, kept, err
+	}
+	return rec, known, false, nil
+}
+
+// withCtime adds the moved inode's ctime (spec.Ctime) to after, the
+// writes sent with a file's commit, and says where it is (-1: not
+// there). A file moved to another directory whose inode the caller knows
+// gets it as a compare-and-set of the whole inode at that version, whose
+// new version the finish then moves its Parents at (as SrcAttr says):
+// an unconditional update would change the version under the finish's
+// feet and cost it a read.
+func (r *renameRun) withCtime(after []store.BulkOp) ([]store.BulkOp, int) {
+	spec := r.spec
+	if spec.Ctime == 0 {
+		return after, -1
+	}
+	if a := spec.SrcAttr; a != nil && spec.SrcParent != spec.DstParent && a.Ino == spec.Src.Ino && a.Ver.Known() {
+		n := *a
+		n.Ctime = spec.Ctime
+		if o := store.PutInode(n, a.Ver); o.Err() == nil {
+			return append(after, o), len(after)
+		}
+	}
+	r.spec.SrcAttr = nil // not known at the version the finish would need
+	return append(after, store.SetCtime(spec.Src.Ino, spec.Ctime)), len(after)
+}
+
+// ctimeSet learns from res, the results of the writes sent with the
+// commit, whether the moved inode's ctime (res[at]) was set: at a known
+// version, SrcAttr is now that inode at its new version; a compare-and-set
+// refused (someone changed the inode meanwhile) is followed by an
+// unconditional update, before the caller hears of the rename, whose
+// stat must show the new ctime.
+func (r *renameRun) ctimeSet(ctx context.Context, res []store.BulkResult, at int) {
+	a := r.spec.SrcAttr
+	if a == nil {
+		return // an unconditional update, best effort like the times
+	}
+	r.spec.SrcAttr = nil
+	if at < len(res) && res[at].Err == nil {
+		n := *a
+		n.Ctime, n.Ver = r.spec.Ctime, res[at].Ver
+		r.spec.SrcAttr = &n
+		return
+	}
+	if _, err := r.j.b.Write(ctx, store.SetCtime(r.spec.Src.Ino, r.spec.Ctime)); err != nil {
+		r.j.log.Warn("setting the ctime of a renamed file failed", "op", r.spec.Op, "ino", r.spec.Src.Ino, "err", err)
+	}
+}
+
 // commit is step 3, the commit point: one compare-and-set of the record
-// to COMMITTED. err is nil only when it committed; the record is returned
-// at its new version.
-func (r *renameRun) commit(ctx context.Context, rec store.OpRecord) (store.OpRecord, bool, error) {
+// to COMMITTED, sent with after (the caller's writes, best effort: their
+// failures are logged, and their results returned when known). err is nil
+// only when it committed; the record is returned at its new version.
+func (r *renameRun) commit(ctx context.Context, rec store.OpRecord, after []store.BulkOp) (store.OpRecord, []store.BulkResult, bool, error) {
 	j, spec := r.j, r.spec
 	// A lapsed lease means someone may be taking over: do not commit on a
 	// lease we cannot vouch for.
@@ -246,14 +413,14 @@ func (r *renameRun) commit(ctx context.Context, rec store.OpRecord) (store.OpRec
 		if rerr := j.abort(ctx, rec); rerr != nil {
 			j.log.Warn("rollback failed; recovery of this session will finish it", "op", spec.Op, "err", rerr)
 		}
-		return rec, false, err
+		return rec, nil, false, err
 	}
 	committed := rec
 	committed.State = store.OpCommitted
-	v, err := j.b.Write(ctx, store.PutOp(committed, rec.Ver))
+	v, afterRes, err := r.commitWith(ctx, store.PutOp(committed, rec.Ver), after)
 	if err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return rec, false, fmt.Errorf("rename %s was taken over before its commit: %w", spec.Op, ErrLeaseLost)
+			return rec, nil, false, fmt.Errorf("rename %s was taken over before its commit: %w", spec.Op, ErrLeaseLost)
 		}
 		// Unknown outcome: read the record to learn it.
 		cur, gerr := j.b.GetOp(ctx, spec.Op)
@@ -261,19 +428,41 @@ func (r *renameRun) commit(ctx context.Context, rec store.OpRecord) (store.OpRec
 			// Still unknown: the sweeper reads it later and finishes or
 			// undoes it; the caller can only be told that we do not know.
 			kept, err := r.keep(rec, fmt.Errorf("rename %s: commit outcome unknown: %w", spec.Op, err))
-			return rec, kept, err
+			return rec, nil, kept, err
 		}
 		if cur.Owner != r.sess.ID() || cur.Epoch != rec.Epoch {
-			return rec, false, fmt.Errorf("rename %s was taken over at its commit: %w", spec.Op, ErrLeaseLost)
+			return rec, nil, false, fmt.Errorf("rename %s was taken over at its commit: %w", spec.Op, ErrLeaseLost)
 		}
 		if cur.State != store.OpCommitted {
 			kept, err := r.undo(ctx, cur, err)
-			return rec, kept, err
+			return rec, nil, kept, err
 		}
 		v = cur.Ver
 	}
 	committed.Ver = v
-	return committed, false, nil
+	return committed, afterRes, false, nil
+}
+
+// commitWith writes the commit o, with after in the same bulk if any,
+// and returns after's results.
+func (r *renameRun) commitWith(ctx context.Context, o store.BulkOp, after []store.BulkOp) (store.Version, []store.BulkResult, error) {
+	if len(after) == 0 {
+		v, err := r.j.b.Write(ctx, o)
+		return v, nil, err
+	}
+	if err := o.Err(); err != nil {
+		return store.Version{}, nil, err
+	}
+	res, err := r.j.b.Bulk(ctx, append([]store.BulkOp{o}, after...))
+	if err != nil {
+		return store.Version{}, nil, err
+	}
+	for _, w := range res[1:] {
+		if w.Err != nil {
+			r.j.log.Warn("a write made with the commit of a rename failed", "op", r.spec.Op, "err", w.Err)
+		}
+	}
+	return res[0].Ver, res[1:], res[0].Err
 }
 
 // finishFailed ends a rename whose finish (step 4) failed after the

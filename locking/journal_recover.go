@@ -66,11 +66,19 @@ func (j *Journal) retry(ctx context.Context, u *unfinished) (finished bool, err 
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		// The record was never written: nothing was staged (stage comes
-		// after the record). Fence it so a late create cannot start it.
+		// after the record), or a file's stage rode with the record's
+		// create (recordAndStage), which readers resolve as an aborted
+		// operation's. Fence it so a late create cannot start it, and
+		// undo such a stage.
 		cur = u.rec
 		cur.State, cur.Aborted = store.OpDone, true
 		if _, err := j.b.Write(ctx, store.CreateOp(cur)); err != nil && !errors.Is(err, store.ErrExists) {
 			return false, err
+		}
+		if u.rec.SrcType != store.TypeDir {
+			if err := j.resolveDocs(ctx, u.rec.ID, rollbackFix(j.b)); err != nil {
+				return false, err
+			}
 		}
 		return false, nil // read it again next time
 	case err != nil:

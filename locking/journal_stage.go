@@ -26,31 +26,10 @@ const stageInFlight = 4
 func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]staged, error) {
 	var out []staged
 	src := spec.Src
-	top := make([]store.BulkOp, 0, 2)
-	var topDocs []store.Dentry
-	if spec.Target != nil {
-		t := *spec.Target
-		t.Intent = store.Intent{Op: spec.Op, Role: store.RoleOvr, NewIno: src.Ino, NewType: src.Type}
-		o := store.PutDentry(t, spec.Target.Ver)
-		if err := o.Err(); err != nil {
-			return nil, err
-		}
-		top, topDocs = append(top, o), append(topDocs, t)
-	} else {
-		d := store.Dentry{Path: spec.Dst, Ino: src.Ino, Type: src.Type, Intent: store.Intent{Op: spec.Op, Role: store.RoleDst}}
-		o := store.CreateDentry(d)
-		if err := o.Err(); err != nil {
-			return nil, err
-		}
-		top, topDocs = append(top, o), append(topDocs, d)
-	}
-	s := src
-	s.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
-	o := store.PutDentry(s, src.Ver)
-	if err := o.Err(); err != nil {
+	top, topDocs, err := stageTop(spec)
+	if err != nil {
 		return nil, err
 	}
-	top, topDocs = append(top, o), append(topDocs, s)
 	vers, err := j.bulkAll(ctx, top)
 	if err != nil {
 		return nil, err
@@ -62,6 +41,7 @@ func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]
 	if src.Type != store.TypeDir {
 		return out, nil
 	}
+
 	// The subtree: scan a refreshed snapshot. Nothing can be added below
 	// src while we hold our locks, so the snapshot is the whole subtree.
 	if err := j.b.Refresh(ctx, store.SearchedPaths); err != nil {
@@ -189,4 +169,36 @@ func (j *Journal) bulkAll(ctx context.Context, ops []store.BulkOp) ([]store.Vers
 		vers[i] = r.Ver
 	}
 	return vers, nil
+}
+
+// stageTop is the stage of the rename's own paths: the new path created
+// (or the target marked), the source marked; each op's document beside it.
+func stageTop(spec RenameSpec) ([]store.BulkOp, []store.Dentry, error) {
+	src := spec.Src
+	top := make([]store.BulkOp, 0, 2)
+	var topDocs []store.Dentry
+	if spec.Target != nil {
+		t := *spec.Target
+		t.Intent = store.Intent{Op: spec.Op, Role: store.RoleOvr, NewIno: src.Ino, NewType: src.Type}
+		o := store.PutDentry(t, spec.Target.Ver)
+		if err := o.Err(); err != nil {
+			return nil, nil, err
+		}
+		top, topDocs = append(top, o), append(topDocs, t)
+	} else {
+		d := store.Dentry{Path: spec.Dst, Ino: src.Ino, Type: src.Type, Intent: store.Intent{Op: spec.Op, Role: store.RoleDst}}
+		o := store.CreateDentry(d)
+		if err := o.Err(); err != nil {
+			return nil, nil, err
+		}
+		top, topDocs = append(top, o), append(topDocs, d)
+	}
+	s := src
+	s.Intent = store.Intent{Op: spec.Op, Role: store.RoleSrc}
+	o := store.PutDentry(s, src.Ver)
+	if err := o.Err(); err != nil {
+		return nil, nil, err
+	}
+	top, topDocs = append(top, o), append(topDocs, s)
+	return top, topDocs, nil
 }

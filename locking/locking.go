@@ -31,6 +31,10 @@ var (
 	// ErrAborted: the operation was rolled back (by recovery, or because it
 	// lost its locks) and had no effect.
 	ErrAborted = errors.New("operation aborted")
+	// ErrRetry: the operation was fenced off before it began (a reader
+	// met its first writes before its record) and had no effect: run it
+	// again.
+	ErrRetry = errors.New("operation fenced off before it began")
 )
 
 // Backend is what locking needs from the store. *store.Store implements it.

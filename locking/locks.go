@@ -93,6 +93,10 @@ type Manager struct {
 	// nudge tells holders of their recalls and waiters of releases, and
 	// wakes this mount's waiters (nudge.go); nil: off.
 	nudge *nudger
+	// released fires at each release of this mount's: its own calls that
+	// wait for the locks (of a rename finishing in the background, say)
+	// try again at once.
+	released wakeup
 }
 
 // NewManager returns a lock manager.
@@ -158,7 +162,7 @@ func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []
 		}
 		// Taken before the documents are read: a release nudged after
 		// this read wakes the pause below.
-		woken := m.nudge.woken()
+		woken, released := m.nudge.woken(), m.released.next()
 		if attempt == 0 {
 			if docs, ok := m.known.guess(sess.ID(), op, reqs); ok {
 				held, _, err := m.tryGrant(ctx, sess, op, reqs, docs, w)
@@ -187,10 +191,10 @@ func (m *Manager) Acquire(ctx context.Context, sess *Session, op string, reqs []
 		if w.recalling {
 			// A holder answers a recall within about recallPoll: look
 			// again soon rather than at the lock backoff's pace.
-			store.BackoffOr(ctx, attempt, recallBackoff, woken)
+			store.BackoffOr(ctx, attempt, recallBackoff, woken, released)
 			continue
 		}
-		store.BackoffOr(ctx, attempt, lockBackoff, woken)
+		store.BackoffOr(ctx, attempt, lockBackoff, woken, released)
 	}
 }
 

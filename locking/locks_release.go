@@ -31,6 +31,7 @@ func (m *Manager) ReleaseWith(ctx context.Context, h *Held, pre []store.BulkOp) 
 }
 
 func (m *Manager) release(ctx context.Context, h *Held, partial bool, pre []store.BulkOp) (preRes []store.BulkResult, err error) {
+	defer m.released.fire()
 	if h.counted {
 		// Whatever the outcome: a failed release leaves entries that
 		// recovery removes, not locks this mount still uses.

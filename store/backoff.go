@@ -12,11 +12,12 @@ import (
 // random, so that contenders spread out instead of retrying in lockstep.
 // It returns early when ctx ends.
 func Backoff(ctx context.Context, attempt int, limit time.Duration) {
-	BackoffOr(ctx, attempt, limit, nil)
+	BackoffOr(ctx, attempt, limit, nil, nil)
 }
 
-// BackoffOr is Backoff that also ends when wake is closed.
-func BackoffOr(ctx context.Context, attempt int, limit time.Duration, wake <-chan struct{}) {
+// BackoffOr is Backoff that also ends when wake or also is closed (nil:
+// never).
+func BackoffOr(ctx context.Context, attempt int, limit time.Duration, wake, also <-chan struct{}) {
 	d := time.Millisecond << min(attempt, 30)
 	d = min(d, limit)
 	d += time.Duration(mrand.Int64N(int64(d)))
@@ -26,6 +27,7 @@ func BackoffOr(ctx context.Context, attempt int, limit time.Duration, wake <-cha
 	case <-ctx.Done():
 	case <-t.C:
 	case <-wake:
+	case <-also:
 	}
 }
 

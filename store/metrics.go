@@ -14,10 +14,12 @@ import (
 // origin: "upkeep" for the mount's own background work (the heartbeat,
 // the sweeper and its observer, the lock mender, the recall polls, the
 // write-back timer: whatever runs under a context marked by Upkeep),
-// "call" for everything else, which some call waits for or set off: a
-// FUSE call or a command, or another mount's call that recalled this
-// one (ForCall). What a call costs is then read off the metrics without
-// the work a mount does meanwhile on its own.
+// "after" for what a call left to the background once answered (the
+// finish of a file's rename: AfterCall), "call" for everything else,
+// which some call waits for: a FUSE call or a command, or another
+// mount's call that recalled this one (ForCall). What a call costs is
+// then read off the metrics without the work a mount does meanwhile on
+// its own, and how much of it the call waited for.
 type Metrics struct {
 	duration *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
@@ -30,7 +32,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "esfs_es_request_duration_seconds",
-			Help:    "Requests to Elasticsearch by endpoint, index (path, inode, data, lock, session; empty for requests to several indices or the cluster) and origin (call: made for a FUSE call or a command; upkeep: the mount's own background work), including failed ones.",
+			Help:    "Requests to Elasticsearch by endpoint, index (path, inode, data, lock, session; empty for requests to several indices or the cluster) and origin (call: made for a FUSE call or a command, which waits for it; after: set off by one that did not wait, such as a rename's finish; upkeep: the mount's own background work), including failed ones.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5 ms .. 16 s
 		}, []string{"endpoint", "index", "origin"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -48,27 +50,33 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// upkeepKey marks a context as the mount's own background work.
-type upkeepKey struct{}
+// originKey holds who the requests under a context are made for.
+type originKey struct{}
 
 // Upkeep returns ctx marked as the mount's own background work: every
 // request made under it is counted with origin "upkeep". Every
 // background loop marks the contexts it makes (see Metrics).
 func Upkeep(ctx context.Context) context.Context {
-	return context.WithValue(ctx, upkeepKey{}, true)
+	return context.WithValue(ctx, originKey{}, "upkeep")
 }
 
 // ForCall returns ctx marked as work for a call again, under a
 // background loop's context: the answer to a recall is made for another
 // mount's call, which waits for it.
 func ForCall(ctx context.Context) context.Context {
-	return context.WithValue(ctx, upkeepKey{}, false)
+	return context.WithValue(ctx, originKey{}, "call")
+}
+
+// AfterCall returns a call's ctx, without its cancellation, marked as
+// work the call set off and did not wait for (origin "after").
+func AfterCall(ctx context.Context) context.Context {
+	return context.WithValue(context.WithoutCancel(ctx), originKey{}, "after")
 }
 
 // origin names who a request under ctx is made for (see Metrics).
 func origin(ctx context.Context) string {
-	if up, _ := ctx.Value(upkeepKey{}).(bool); up {
-		return "upkeep"
+	if o, _ := ctx.Value(originKey{}).(string); o != "" {
+		return o
 	}
 	return "call"
 }

@@ -58,13 +58,19 @@ func esRequests(t *testing.T, metrics, endpoint string) float64 {
 // work (its heartbeat, sweeper, recall polls, lock mender, write-back
 // timer: origin "upkeep"), which runs whenever it will.
 func requestCounts(t *testing.T, metrics string) map[string]float64 {
+	return requestCountsOf(t, metrics, "call")
+}
+
+// requestCountsOf is requestCounts of the requests of origin (call,
+// after or upkeep: see store.Metrics).
+func requestCountsOf(t *testing.T, metrics, origin string) map[string]float64 {
 	out := map[string]float64{}
 	for _, m := range mounttest.Scrape(t, metrics)["esfs_es_request_duration_seconds"].GetMetric() {
 		var key []string
 		call := false
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "origin" {
-				call = l.GetValue() == "call"
+				call = l.GetValue() == origin
 				continue
 			}
 			key = append(key, l.GetName()+"="+l.GetValue())

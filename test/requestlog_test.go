@@ -41,13 +41,20 @@ func newCallLog(index string) *callLog {
 }
 
 func (l *callLog) hook(_ http.ResponseWriter, r *http.Request, body []byte) bool {
-	if r.Header.Get("X-Opaque-Id") != "esfs/call" {
+	// A call's requests, and those it set off and did not wait for
+	// (marked "after:").
+	mark := ""
+	switch r.Header.Get("X-Opaque-Id") {
+	case "esfs/call":
+	case "esfs/after":
+		mark = "after: "
+	default:
 		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.last = time.Now()
-	l.lines = append(l.lines, l.normalize(r.Method, r.URL, body))
+	l.lines = append(l.lines, mark+l.normalize(r.Method, r.URL, body))
 	return false
 }
 

@@ -74,7 +74,7 @@ func (f *Mount) RenameAt(ctx context.Context, from Dir, name string, to Dir, new
 		if guess.Replaced != 0 {
 			reqs = append(reqs, locking.Change(guess.Replaced, dst))
 		}
-		txn, err := f.co.Begin(ctx, reqs)
+		txn, err := f.beginRename(ctx, reqs, guess)
 		if err != nil {
 			return err
 		}
@@ -104,6 +104,55 @@ func (f *Mount) RenameAt(ctx context.Context, from Dir, name string, to Dir, new
 			err = rerr
 		}
 		return err
+	}
+}
+
+// beginRename takes the locks of a rename. A file's (as far as guess
+// knows: a directory found under the locks makes the rename start again,
+// guessed right) takes its shared locks (the directories', by the
+// strategy, and their change locks) as this mount's lease on them, which
+// its creates and other renames in those directories join at no cost,
+// and only its exclusive locks (the two names) as its own: those
+// documents are this rename's alone, and it writes them in one round
+// trip, while every rename writing its holder into the directories'
+// documents collides with every other in a busy directory. The lease is
+// held until the rename has ended, its background finish included
+// (locking.Txn.Then). Shared first, then exclusive, by every caller:
+// nobody who holds an exclusive lock waits for a shared one.
+func (f *Mount) beginRename(ctx context.Context, reqs []locking.Request, guess RenameDirs) (*locking.Txn, error) {
+	if guess.Moved != 0 || guess.Replaced != 0 {
+		return f.co.Begin(ctx, reqs)
+	}
+	var shared, own []locking.Request
+	for _, r := range reqs {
+		if r.Mode == store.Exclusive {
+			own = append(own, r)
+		} else {
+			shared = append(shared, r)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		h, err := f.co.Share(ctx, shared)
+		if err != nil {
+			return nil, err
+		}
+		txn, err := f.co.Begin(ctx, own)
+		if err != nil {
+			h.End()
+			return nil, err
+		}
+		if txn.Sess != h.Sess {
+			// A new session began between the two: the lease is the old
+			// one's, whose entries recovery removes.
+			_ = txn.End(ctx)
+			h.End()
+			if attempt < 3 {
+				continue
+			}
+			return nil, fmt.Errorf("rename: the session kept changing: %w", locking.ErrLeaseLost)
+		}
+		txn.Then(h.End)
+		return txn, nil
 	}
 }
 
@@ -254,7 +303,7 @@ func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir
 	defer f.noteWrite() // the finish phase writes too
 	// The times ride with the bulk that ends the rename (best effort).
 	t := now()
-	times := []store.BulkOp{store.TouchInode(from.Ino(), t, t), store.SetCtime(s.Ino, t)}
+	times := []store.BulkOp{store.TouchInode(from.Ino(), t, t)}
 	if to != from {
 		times = append(times, store.TouchInode(to.Ino(), t, t))
 	}
@@ -265,12 +314,15 @@ func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir
 	}()
 	_, srcName := store.Split(src)
 	_, dstName := store.Split(dst)
-	spec := locking.RenameSpec{Src: s, Dst: dst, Target: target, After: times, SrcParent: from.Ino(), DstParent: to.Ino(),
+	spec := locking.RenameSpec{Src: s, Dst: dst, Target: target, After: times, Ctime: t, SrcParent: from.Ino(), DstParent: to.Ino(),
 		SrcAttr: f.knownInode(from.Ino(), srcName, s.Ino)}
 	err = txn.Rename(ctx, spec)
 	f.delegs.changedHere(from.Ino(), srcName, dirEntry{absent: true}, err == nil)
 	f.delegs.changedHere(to.Ino(), dstName, dirEntry{ino: s.Ino, typ: s.Type}, err == nil)
 	if err != nil {
+		if errors.Is(err, locking.ErrRetry) {
+			return errSubtreeGrew // it had no effect: lock and run it again
+		}
 		if target == nil && errors.Is(err, store.ErrExists) && !errors.Is(err, locking.ErrLeaseLost) {
 			// The name appeared after our check: a create under shared
 			// locks (locking.Share) does not take the name's lock, and
