@@ -449,3 +449,39 @@ func TestWriteDelegationsUpgradeDirectoryHeldAlone(t *testing.T) {
 	}
 	mounttest.FsckClean(t, f)
 }
+
+// TestWriteDelegationsMadeAndRemovedLeaseGoes: a file made and removed in
+// memory before a flush leaves nothing to flush, and the lease its create
+// took on the directory's shared locks (held until the batch lands) was
+// never given back: another mount's rename of the directory then waited
+// for it its whole --lock-timeout and failed with EAGAIN, as long as the
+// writer lived (the campaign's stuck-lock, seed 814943796). The recall's
+// flush, finding nothing, gives the lease back now.
+func TestWriteDelegationsMadeAndRemovedLeaseGoes(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, _ := writerMount(t, f, nil)
+	b := f.Mount(t, "--lock-timeout=10s")
+	if err := os.Mkdir(a.Path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.Open(a.Path("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dir.Sync(); err != nil { // d is stored, and still a's to write
+		t.Fatal(err)
+	}
+	dir.Close()
+	if err := os.WriteFile(a.Path("d", "f"), []byte("brief\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(a.Path("d", "f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b.Path("d"), b.Path("e")); err != nil {
+		t.Fatalf("renaming, on another mount, the directory where a file was made and removed in memory: %v", err)
+	}
+	if _, err := os.Stat(a.Path("e")); err != nil {
+		t.Errorf("the writer does not see the renamed directory: %v", err)
+	}
+}

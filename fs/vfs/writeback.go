@@ -171,6 +171,9 @@ func (wb *writeback) run() {
 			}
 		}
 		if wb.count.Load() == 0 && wb.unknownBatch() == nil {
+			wb.gate.Lock()
+			wb.endIdleLeases()
+			wb.gate.Unlock()
 			continue
 		}
 		ctx, cancel := context.WithTimeout(store.Upkeep(context.Background()), 2*wb.f.st.Timeout()+wb.f.opts.LockTimeout)
@@ -376,4 +379,22 @@ func (wb *writeback) overlay(ino uint64, base func() (store.Inode, bool)) (store
 		}
 	}
 	return a, true
+}
+
+// endIdleLeases gives back the leases kept for a batch that has nothing
+// left in it: a file made and removed in memory before a flush leaves the
+// lease its create took, and no batch lands to end it, so that another
+// mount's rename or rmdir of the directory waited for it as long as this
+// mount lived, and failed with EAGAIN (the campaign's stuck-lock, seed
+// 814943796). Caller holds gate.
+func (wb *writeback) endIdleLeases() {
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	if wb.count.Load() != 0 || len(wb.shares) == 0 {
+		return
+	}
+	for _, h := range wb.shares {
+		h.End()
+	}
+	wb.shares = map[uint64]*locking.Share{}
 }

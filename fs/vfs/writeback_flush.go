@@ -132,6 +132,7 @@ func (wb *writeback) flush(ctx context.Context) error {
 		}
 	}
 	if wb.count.Load() == 0 {
+		wb.endIdleLeases()
 		return nil
 	}
 	sess := f.co.Session()
