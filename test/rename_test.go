@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -586,4 +587,62 @@ func TestRenameListedAtomicallyByOtherMount(t *testing.T) {
 	a.Unmount(t)
 	b.Unmount(t)
 	mounttest.CheckInvariants(t, f, nil)
+}
+
+// TestRenameSeenAtOnceByOtherMount: a file's rename is answered at its
+// commit point, its finish (the old name's document deleted) following
+// in the background. Another mount that looks right after the answer sees
+// the new name and not the old one, every time, whether it read the
+// directory before (a delegation, recalled) or not, and whether it looks
+// up the old name or lists the directory, and for a file of two links.
+func TestRenameSeenAtOnceByOtherMount(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a, b := f.Mount(t), f.Mount(t)
+	const n = 30
+	if err := os.Mkdir(a.Path("h"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if err := os.WriteFile(a.Path("h", fmt.Sprintf("f%d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if _, err := os.ReadDir(b.Path("h")); err != nil { // b holds h's names
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(b.Path("h", fmt.Sprintf("f%d", i))); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 2 { // a file of two links: its attributes are never kept
+			if err := os.Link(a.Path("h", fmt.Sprintf("f%d", i)), a.Path("h", fmt.Sprintf("l%d", i))); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.ReadFile(b.Path("h", fmt.Sprintf("f%d", i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dst := a.Path(fmt.Sprintf("g%d", i))
+		if i%2 == 1 {
+			dst = a.Path("h", fmt.Sprintf("g%d", i))
+		}
+		if err := os.Rename(a.Path("h", fmt.Sprintf("f%d", i)), dst); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.ReadFile(b.Path("h", fmt.Sprintf("f%d", i))); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("rename %d: the other mount reads the old name right after the rename: %v", i, err)
+		}
+		if got, err := os.ReadFile(strings.Replace(dst, a.Dir, b.Dir, 1)); err != nil || string(got) != "x" {
+			t.Errorf("rename %d: the other mount reads the new name: %q, %v", i, got, err)
+		}
+		ents, err := os.ReadDir(b.Path("h"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			if e.Name() == fmt.Sprintf("f%d", i) {
+				t.Errorf("rename %d: the other mount lists the old name", i)
+			}
+		}
+	}
 }
