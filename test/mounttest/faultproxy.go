@@ -29,9 +29,14 @@ type FaultProxy struct {
 	srv    *http.Server
 	client *http.Client
 
-	mu    sync.Mutex // protects rules and hook
+	mu    sync.Mutex // protects rules, hook and closed
 	rules []*Fault
 	hook  func(w http.ResponseWriter, r *http.Request, body []byte) bool
+	// closed: the test ended; a request still arriving (its server's
+	// Shutdown gave up waiting for it) is refused. Set under mu before
+	// inflight is waited for, so that every Add happens before the Wait
+	// (the race detector's rule for a WaitGroup).
+	closed bool
 
 	inflight sync.WaitGroup // late forwards still running
 }
@@ -111,6 +116,9 @@ func NewFaultProxy(t testing.TB, esURL string) *FaultProxy {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = p.srv.Shutdown(ctx)
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
 		p.inflight.Wait()
 	})
 	return p
@@ -178,7 +186,14 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.relay(w, r, body)
 		return
 	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	p.inflight.Add(1)
+	p.mu.Unlock()
 	defer p.inflight.Done()
 	defer close(f.fired)
 	time.Sleep(f.Delay)
