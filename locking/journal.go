@@ -190,17 +190,20 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	if err := crashPoint("rename-before-commit"); err != nil {
 		return false, err
 	}
-	// A file's rename is told to its caller at the commit point, which
-	// then carries the caller's writes (times): its finish and release
-	// run in the background, the locks held until they are done (a call
-	// of this mount that wants them waits, woken by the release), while
-	// readers on every mount resolve the intents through the committed
-	// record meanwhile. A directory's finish refreshes its subtree for
-	// search before DONE, which a listing right after the rename needs,
-	// and a replaced file loses its link in the finish, which an fstat
-	// of it right after the rename must see (nlink 0): they stay in the
-	// call.
-	later = spec.Src.Type != store.TypeDir && spec.Target == nil
+	// A rename is told to its caller at the commit point, which then
+	// carries the caller's writes (times): its finish and release run in
+	// the background, the locks held until they are done (a call of this
+	// mount that wants them waits, woken by the release), while readers on
+	// every mount resolve the intents through the committed record
+	// meanwhile. Before the answer, a directory's staged subtree is made
+	// visible to search (a listing of the new path right after the rename,
+	// on any mount, must find it whole) and the link counts of the
+	// directories it left and joined are moved (a stat of them right after
+	// must count it). A rename that replaces something finishes before
+	// answering: the replaced file loses its link in the finish, which an
+	// fstat of it right after the rename must see (nlink 0).
+	later = spec.Target == nil
+	dir := spec.Src.Type == store.TypeDir
 	var after []store.BulkOp
 	var ctimeAt int // where in after the moved inode's ctime is, or -1
 	if later {
@@ -208,6 +211,11 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 		after, ctimeAt = r.withCtime(after)
 	} else if spec.Ctime != 0 {
 		r.spec.After = append(r.spec.After, store.SetCtime(spec.Src.Ino, spec.Ctime))
+	}
+	var searchable chan error // the staged subtree's refresh, beside the commit
+	if later && dir {
+		searchable = make(chan error, 1)
+		go func() { searchable <- j.b.Refresh(ctx, store.SearchedPaths) }()
 	}
 	committed, afterRes, kept, err := r.commit(ctx, rec, after)
 	if err != nil {
@@ -218,6 +226,14 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	}
 	if err := crashPoint("rename-after-commit"); err != nil {
 		return false, err
+	}
+	if later && dir {
+		if err := <-searchable; err != nil {
+			j.log.Warn("refreshing a renamed directory's staged subtree failed: finishing before answering", "op", spec.Op, "err", err)
+			later = false
+		} else if committed, err = j.settleLinks(ctx, committed); err != nil {
+			return r.finishFailed(committed, err)
+		}
 	}
 	if later {
 		j.later.Add(1)
@@ -367,7 +383,7 @@ func (r *renameRun) withCtime(after []store.BulkOp) ([]store.BulkOp, int) {
 	if spec.Ctime == 0 {
 		return after, -1
 	}
-	if a := spec.SrcAttr; a != nil && spec.SrcParent != spec.DstParent && a.Ino == spec.Src.Ino && a.Ver.Known() {
+	if a := spec.SrcAttr; a != nil && spec.Src.Type != store.TypeDir && spec.SrcParent != spec.DstParent && a.Ino == spec.Src.Ino && a.Ver.Known() {
 		n := *a
 		n.Ctime = spec.Ctime
 		if o := store.PutInode(n, a.Ver); o.Err() == nil {

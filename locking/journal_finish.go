@@ -121,41 +121,49 @@ func (j *Journal) finishDocs(ctx context.Context, sess *Session, rec store.OpRec
 	if missed = j.moveParents(ctx, sess, rec.ID, moves); len(missed) > 0 {
 		return rec, missed, fmt.Errorf("recording the new directory of %d moved files: not done yet", len(missed))
 	}
+	rec, err = j.settleLinks(ctx, rec)
+	return rec, missed, err
+}
+
+// settleLinks drops the link of what the operation replaced or removed
+// and moves the link counts of the directories a directory left and
+// joined, each at most once whoever does it: the record is marked first,
+// in one compare-and-set for both, and a crash in between leaves counts
+// that fsck repairs. It returns the record at its new version.
+func (j *Journal) settleLinks(ctx context.Context, rec store.OpRecord) (store.OpRecord, error) {
 	drop := (rec.Overwritten != 0 || len(rec.DropInos) > 0) && !rec.LinkDropped
 	links := dirLinkDeltas(rec)
 	move := len(links) > 0 && !rec.DirLinksMoved
-	if drop || move {
-		// Marked first, in one compare-and-set for both: each happens at
-		// most once, whoever finishes, and a crash in between leaves
-		// counts that fsck repairs.
-		marked := rec
-		marked.LinkDropped = rec.LinkDropped || drop
-		marked.DirLinksMoved = rec.DirLinksMoved || move
-		v, err := j.b.Write(ctx, store.PutOp(marked, rec.Ver))
-		if err != nil {
-			return rec, nil, fmt.Errorf("marking the replaced inode's link as dropped and the directories' links as moved: %w", err)
-		}
-		marked.Ver = v
-		rec = marked
-		if err := crashPoint("rename-after-links-marked"); err != nil {
-			return rec, nil, err
-		}
-		if move {
-			j.moveDirLinks(ctx, links)
-		}
-		if drop && rec.Overwritten != 0 {
-			j.mu.Lock()
-			dropLink := j.dropLink
-			j.mu.Unlock()
-			if err := dropLink(ctx, rec.Overwritten, rec.DstParent); err != nil {
-				j.log.Warn("could not drop the link of a replaced inode (fsck reclaims it)", "ino", rec.Overwritten, "err", err)
-			}
-		}
-		if drop && len(rec.DropInos) > 0 {
-			j.dropLinks(ctx, rec.DropInos)
+	if !drop && !move {
+		return rec, nil
+	}
+	marked := rec
+	marked.LinkDropped = rec.LinkDropped || drop
+	marked.DirLinksMoved = rec.DirLinksMoved || move
+	v, err := j.b.Write(ctx, store.PutOp(marked, rec.Ver))
+	if err != nil {
+		return rec, fmt.Errorf("marking the replaced inode's link as dropped and the directories' links as moved: %w", err)
+	}
+	marked.Ver = v
+	rec = marked
+	if err := crashPoint("rename-after-links-marked"); err != nil {
+		return rec, err
+	}
+	if move {
+		j.moveDirLinks(ctx, links)
+	}
+	if drop && rec.Overwritten != 0 {
+		j.mu.Lock()
+		dropLink := j.dropLink
+		j.mu.Unlock()
+		if err := dropLink(ctx, rec.Overwritten, rec.DstParent); err != nil {
+			j.log.Warn("could not drop the link of a replaced inode (fsck reclaims it)", "ino", rec.Overwritten, "err", err)
 		}
 	}
-	return rec, missed, nil
+	if drop && len(rec.DropInos) > 0 {
+		j.dropLinks(ctx, rec.DropInos)
+	}
+	return rec, nil
 }
 
 // setDone marks the record DONE (aborted or not), at its version.

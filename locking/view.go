@@ -218,6 +218,10 @@ func (v *View) visiblePage(ctx context.Context, page []store.Dentry, pinned map[
 			current[again[i]] = r
 		}
 	}
+	// Each operation's record is read once for the page, after its
+	// documents were (re)read: a directory renamed moments ago carries one
+	// operation's intent on every entry.
+	recs := map[string]store.OpRecord{}
 	out := page[:0]
 	for _, d := range page {
 		var (
@@ -227,18 +231,29 @@ func (v *View) visiblePage(ctx context.Context, page []store.Dentry, pinned map[
 		)
 		if rec, pin := pinned[d.Intent.Op]; pin && d.Intent.Op != "" {
 			vis, ok, err = visibleAs(d, rec)
-		} else {
-			if d.Intent.Op != "" {
-				r := current[d.Path]
-				if errors.Is(r.Err, store.ErrNotFound) {
-					continue // gone since the refresh
-				}
-				if r.Err != nil {
-					return nil, r.Err
-				}
-				d = r.Dentry
+		} else if d.Intent.Op != "" {
+			r := current[d.Path]
+			if errors.Is(r.Err, store.ErrNotFound) {
+				continue // gone since the refresh
 			}
-			vis, ok, err = v.Resolve(ctx, d)
+			if r.Err != nil {
+				return nil, r.Err
+			}
+			d = r.Dentry
+			if d.Intent.Op == "" {
+				vis, ok = d, true // finished since the refresh
+			} else {
+				rec, read := recs[d.Intent.Op]
+				if !read {
+					if rec, err = v.j.record(ctx, d.Intent.Op); err != nil {
+						return nil, err
+					}
+					recs[d.Intent.Op] = rec
+				}
+				vis, ok, err = v.resolveAs(ctx, d, rec)
+			}
+		} else {
+			vis, ok = d, true
 		}
 		if err != nil {
 			return nil, err
@@ -252,17 +267,27 @@ func (v *View) visiblePage(ctx context.Context, page []store.Dentry, pinned map[
 
 // Resolve returns document d, which carries an intent, as readers see it
 // (false if they do not see it at all), judged by its operation's record,
-// read after it. A new name hidden because its rename is DONE was either
-// read before the rename finished (which strips its intent: readers must
-// see it) or is a stray, a late write after the rename ended: it is read
-// once more, now that the record is known final, to tell which.
+// read after it.
 func (v *View) Resolve(ctx context.Context, d store.Dentry) (store.Dentry, bool, error) {
-	vis, ok, err := v.j.visible(ctx, d)
-	if err != nil || ok || d.Intent.Role != store.RoleDst {
-		return vis, ok, err
+	if d.Intent.Op == "" {
+		return d, true, nil
 	}
-	if rec, final := v.j.final(d.Intent.Op); !final || rec.Aborted {
-		return vis, ok, nil
+	rec, err := v.j.record(ctx, d.Intent.Op)
+	if err != nil {
+		return d, false, err
+	}
+	return v.resolveAs(ctx, d, rec)
+}
+
+// resolveAs is Resolve with the record rec, read after d. A new name
+// hidden because its rename is DONE was either read before the rename
+// finished (which strips its intent: readers must see it) or is a stray, a
+// late write after the rename ended: it is read once more, now that the
+// record is known final, to tell which.
+func (v *View) resolveAs(ctx context.Context, d store.Dentry, rec store.OpRecord) (store.Dentry, bool, error) {
+	vis, ok, err := visibleAs(d, rec)
+	if err != nil || ok || d.Intent.Role != store.RoleDst || rec.State != store.OpDone || rec.Aborted {
+		return vis, ok, err
 	}
 	now, err := v.b.GetDentry(ctx, d.Path)
 	if errors.Is(err, store.ErrNotFound) {
@@ -275,13 +300,4 @@ func (v *View) Resolve(ctx context.Context, d store.Dentry) (store.Dentry, bool,
 		return now, false, nil // a stray, which the sweepers remove
 	}
 	return v.j.visible(ctx, now)
-}
-
-// final returns the record of op if this journal knows it final (DONE),
-// without a request.
-func (j *Journal) final(op string) (store.OpRecord, bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	rec, ok := j.done[op]
-	return rec, ok
 }
