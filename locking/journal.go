@@ -162,17 +162,28 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	}
 	var known []staged
 	if spec.Src.Type == store.TypeDir {
-		rec, kept, err = r.record(ctx, rec)
+		// The refresh that makes the subtree searchable runs beside the
+		// record and the stage of the directory's own path: it needs only
+		// the locks, which are held.
+		searchable := make(chan error, 1)
+		go func() { searchable <- j.b.Refresh(ctx, store.SearchedPaths) }()
+		rec, known, kept, err = r.recordAndStage(ctx, rec)
+		rerr := <-searchable
 		if err != nil {
 			return kept, err
 		}
 		if err := crashPoint("rename-after-record"); err != nil {
 			return false, err
 		}
-		if known, err = j.stage(ctx, sess, spec); err != nil {
-			j.log.Warn("rename failed while staging: rolling back", "op", spec.Op, "err", err)
-			return r.undo(ctx, rec, err)
+		var below []staged
+		if rerr == nil {
+			below, rerr = j.stageSubtree(ctx, sess, spec)
 		}
+		if rerr != nil {
+			j.log.Warn("rename failed while staging: rolling back", "op", spec.Op, "err", rerr)
+			return r.undo(ctx, rec, rerr)
+		}
+		known = append(known, below...)
 	} else {
 		rec, known, kept, err = r.recordAndStage(ctx, rec)
 		if err != nil {
@@ -292,27 +303,10 @@ func (r *renameRun) undo(ctx context.Context, rec store.OpRecord, err error) (bo
 	return false, err
 }
 
-// record is step 1: the operation's record rec, created PREPARED (with
-// op_type=create: a record that already exists means recovery fenced the
-// operation off). err is nil only when it was created.
-func (r *renameRun) record(ctx context.Context, rec store.OpRecord) (store.OpRecord, bool, error) {
-	v, err := r.j.b.Write(ctx, store.CreateOp(rec))
-	if errors.Is(err, store.ErrExists) {
-		return rec, false, fmt.Errorf("rename %s was fenced off by recovery: %w", r.spec.Op, ErrLeaseLost)
-	}
-	if err != nil {
-		// Unknown outcome: the record may exist. Keep the operation, so
-		// that it is resolved (undone) before its locks go.
-		kept, err := r.keep(rec, err)
-		return rec, kept, err
-	}
-	rec.Ver = v
-	return rec, false, nil
-}
-
-// recordAndStage is steps 1 and 2 of a file's rename in one bulk: the
-// record's create, then the stage of the two paths (or the target's), a
-// round trip less than one after the other. Elasticsearch applies the
+// recordAndStage is step 1 and the stage of the rename's own paths in one
+// bulk: the record's create, then the stage of the two paths (or the
+// target's), a round trip less than one after the other (a directory's
+// subtree is staged after it). Elasticsearch applies the
 // items of one bulk independently, the record (lock index) and the paths
 // (path index) on different shards, so a reader may meet a staged path
 // before the record exists: it then fences the operation off (creates its

@@ -22,32 +22,15 @@ type staged struct {
 // stageInFlight bounds the stage bulks of one directory rename in flight.
 const stageInFlight = 4
 
-// stage writes every intent of the rename and confirms each item.
-func (j *Journal) stage(ctx context.Context, sess *Session, spec RenameSpec) ([]staged, error) {
+// stageSubtree writes the intents of every path below the directory the
+// rename moves, and confirms each item; the caller staged the directory's
+// own path, and refreshed the path index once its locks were granted.
+// Nothing can be added below src while the locks are held, so a scan
+// without a snapshot sees the whole subtree.
+func (j *Journal) stageSubtree(ctx context.Context, sess *Session, spec RenameSpec) ([]staged, error) {
 	var out []staged
 	src := spec.Src
-	top, topDocs, err := stageTop(spec)
-	if err != nil {
-		return nil, err
-	}
-	vers, err := j.bulkAll(ctx, top)
-	if err != nil {
-		return nil, err
-	}
-	for i, d := range topDocs {
-		d.Ver = vers[i]
-		out = append(out, staged{doc: d})
-	}
-	if src.Type != store.TypeDir {
-		return out, nil
-	}
-
-	// The subtree: scan a refreshed snapshot. Nothing can be added below
-	// src while we hold our locks, so the snapshot is the whole subtree.
-	if err := j.b.Refresh(ctx, store.SearchedPaths); err != nil {
-		return nil, err
-	}
-	sc := j.b.ScanTree(src.Path, store.DefaultPageSize)
+	sc := j.b.ScanTree(src.Path, store.DefaultPageSize).Unsnapshotted()
 	defer sc.Close()
 	// Each page's bulk is sent while the next page is read, a few at a
 	// time: a subtree of N documents costs about N/1000/stageInFlight

@@ -194,17 +194,44 @@ func (p *Pages) Next(ctx context.Context) (page []store.Dentry, bad []error, err
 // Close releases the listing's snapshot, if any. Safe to call twice.
 func (p *Pages) Close() { p.sc.Close() }
 
-// visiblePage resolves a page of search hits for readers. A hit carrying an
-// intent may be stale (search is near-realtime, and the rename may have
-// finished since the last refresh): it is read again in real time and
-// resolved against its operation's record as it is now, so that a listing
-// never shows both the old and the new name of a rename, or neither. Hits
-// without an intent are consistent with each other as of the last refresh.
-// Hits of a pinned operation are judged as they are, by the pinned record.
+// visiblePage resolves a page of search hits for readers, so that a
+// listing never shows both the old and the new name of a rename, or
+// neither. Hits without an intent are consistent with each other as of the
+// last refresh. A hit carrying an intent may be stale (search is
+// near-realtime): it is judged by its operation's record, read after the
+// search, once for the page (a directory renamed moments ago carries one
+// operation's intent on every entry). Until an operation is DONE its locks
+// keep everyone else from its paths, and whatever it did to a hit since
+// (a new name's intent stripped, an old name deleted) resolves as the hit
+// does: such hits are judged as they are. A hit of a DONE operation may
+// since have been finished, or taken by a later operation: it is read
+// again in real time and resolved as it is now. Hits of a pinned
+// operation are judged as they are, by the pinned record.
 func (v *View) visiblePage(ctx context.Context, page []store.Dentry, pinned map[string]store.OpRecord) ([]store.Dentry, error) {
+	recs := map[string]store.OpRecord{}
+	recordOf := func(op string) (store.OpRecord, error) {
+		if rec, ok := pinned[op]; ok {
+			return rec, nil
+		}
+		if rec, ok := recs[op]; ok {
+			return rec, nil
+		}
+		rec, err := v.j.record(ctx, op)
+		if err == nil {
+			recs[op] = rec
+		}
+		return rec, err
+	}
 	var again []string
 	for _, d := range page {
-		if _, pin := pinned[d.Intent.Op]; d.Intent.Op != "" && !pin {
+		if _, pin := pinned[d.Intent.Op]; d.Intent.Op == "" || pin {
+			continue
+		}
+		rec, err := recordOf(d.Intent.Op)
+		if err != nil {
+			return nil, err
+		}
+		if rec.State == store.OpDone {
 			again = append(again, d.Path)
 		}
 	}
@@ -218,20 +245,25 @@ func (v *View) visiblePage(ctx context.Context, page []store.Dentry, pinned map[
 			current[again[i]] = r
 		}
 	}
-	// Each operation's record is read once for the page, after its
-	// documents were (re)read: a directory renamed moments ago carries one
-	// operation's intent on every entry.
-	recs := map[string]store.OpRecord{}
 	out := page[:0]
 	for _, d := range page {
+		op := d.Intent.Op
+		if op == "" {
+			out = append(out, d)
+			continue
+		}
+		rec, err := recordOf(op)
+		if err != nil {
+			return nil, err
+		}
 		var (
 			vis store.Dentry
 			ok  bool
-			err error
 		)
-		if rec, pin := pinned[d.Intent.Op]; pin && d.Intent.Op != "" {
+		_, pin := pinned[op]
+		if pin || rec.State != store.OpDone {
 			vis, ok, err = visibleAs(d, rec)
-		} else if d.Intent.Op != "" {
+		} else {
 			r := current[d.Path]
 			if errors.Is(r.Err, store.ErrNotFound) {
 				continue // gone since the refresh
@@ -239,21 +271,19 @@ func (v *View) visiblePage(ctx context.Context, page []store.Dentry, pinned map[
 			if r.Err != nil {
 				return nil, r.Err
 			}
-			d = r.Dentry
-			if d.Intent.Op == "" {
-				vis, ok = d, true // finished since the refresh
-			} else {
-				rec, read := recs[d.Intent.Op]
-				if !read {
-					if rec, err = v.j.record(ctx, d.Intent.Op); err != nil {
-						return nil, err
-					}
-					recs[d.Intent.Op] = rec
+			switch now := r.Dentry; now.Intent.Op {
+			case "":
+				vis, ok = now, true // finished since the refresh
+			case op:
+				// Read after the record said DONE: a new name still
+				// carrying it is a stray.
+				vis, ok, err = visibleAs(now, rec)
+			default:
+				var later store.OpRecord
+				if later, err = recordOf(now.Intent.Op); err == nil {
+					vis, ok, err = v.resolveAs(ctx, now, later)
 				}
-				vis, ok, err = v.resolveAs(ctx, d, rec)
 			}
-		} else {
-			vis, ok = d, true
 		}
 		if err != nil {
 			return nil, err

@@ -54,6 +54,15 @@ func (s *Store) ScanTree(root string, pageSize int) *Scanner {
 	return &Scanner{s: s, query: q, sortKey: "path", pageSize: pageSize, usePIT: true}
 }
 
+// Unsnapshotted makes a scan that has not begun read without a
+// point-in-time (two round trips fewer): for a subtree that the caller's
+// locks keep from changing, whose paths, unique and sorted, search_after
+// then returns each once, all of them.
+func (sc *Scanner) Unsnapshotted() *Scanner {
+	sc.usePIT = false
+	return sc
+}
+
 // ScanOp scans the path documents that carry the intent of operation op.
 func (s *Store) ScanOp(op string, pageSize int) *Scanner {
 	return &Scanner{s: s, query: map[string]any{"term": map[string]any{"op": op}},

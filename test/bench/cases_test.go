@@ -491,6 +491,7 @@ func benchRenameDir(s *suite) {
 			if err := os.Rename(src, dst); err != nil {
 				t.Fatal(err)
 			}
+			renamed := time.Since(start)
 			for countEntries(dst) != n {
 				if time.Since(start) > 10*time.Minute {
 					t.Fatalf("%s incomplete 10 minutes after the rename", dst)
@@ -499,6 +500,7 @@ func benchRenameDir(s *suite) {
 			}
 			took := time.Since(start)
 			quiet()
+			t.Logf("rename_dir_%d: rename(2) %s, then the listing %s; finished %s after the answer", n, fmtDur(renamed), fmtDur(took-renamed), fmtDur(time.Since(start)-renamed))
 			return took
 		}, func() time.Duration {
 			a, b := turn(&repB, "a", "b")
