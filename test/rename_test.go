@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -644,5 +645,71 @@ func TestRenameSeenAtOnceByOtherMount(t *testing.T) {
 				t.Errorf("rename %d: the other mount lists the old name", i)
 			}
 		}
+	}
+}
+
+// TestDirRenameAnsweredAtCommitFaults drives the two steps a directory's
+// rename takes between its commit point and its answer: the refresh that
+// makes the staged subtree searchable, and the move of the link counts of
+// the directories it left and joined. Either refused, the rename has
+// happened and says so (0), finishing in the call or later from the
+// sweeper; another mount lists the new directory whole at once and the old
+// one gone, and the counts end right.
+func TestDirRenameAnsweredAtCommitFaults(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := mounttest.MountUncached(t, f, nil, "--es-url", fp.URL, "--es-timeout=5s", "--write-delegations=false")
+	b := mounttest.MountUncached(t, f, nil)
+	names := mounttest.Names(30)
+	mounttest.Populate(t, f, "/p/src", names, mounttest.Content)
+	mounttest.Sh(t, b.Dir, `mkdir q`)
+	var refuseRefresh, refuseLinks, staging atomic.Bool
+	fp.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		refused := false
+		switch {
+		case bytes.Contains(body, []byte(`"path":"/p/src/`)) && bytes.Contains(body, []byte(`"role":"src"`)):
+			// The subtree's stage: the refresh before its scan is past.
+			staging.Store(true)
+		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/_refresh"):
+			refused = refuseRefresh.Load() && staging.Load()
+		case strings.Contains(r.URL.Path, "-locks-W/_doc/") && bytes.Contains(body, []byte(`"dir_links_moved":true`)):
+			refused = refuseLinks.Load()
+		}
+		if refused {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		return refused
+	})
+	for _, tc := range []struct {
+		name     string
+		refuse   *atomic.Bool
+		src, dst string // renamed, then back
+		log      string
+	}{
+		{"refresh refused", &refuseRefresh, "p/src", "p/dst", "refreshing a renamed directory's staged subtree failed"},
+		{"link counts refused", &refuseLinks, "p/dst", "q/dst", "finishing a committed rename failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.refuse.Store(true)
+			err := os.Rename(a.Path(tc.src), a.Path(tc.dst))
+			tc.refuse.Store(false)
+			if err != nil {
+				t.Fatalf("rename %s %s: %v; want success (it committed)", tc.src, tc.dst, err)
+			}
+			if got, err := os.ReadDir(b.Path(tc.dst)); err != nil || len(got) != len(names) {
+				t.Errorf("B lists %s right after the rename: %d entries (%v), want %d", tc.dst, len(got), err, len(names))
+			}
+			if _, err := os.Stat(b.Path(tc.src)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("B's stat of the old name %s right after the rename: %v, want ENOENT", tc.src, err)
+			}
+			mounttest.WaitLog(t, a, tc.log, 10*time.Second)
+			want := mounttest.NewTree().Add(tc.dst, names)
+			want.Dirs["p"], want.Dirs["q"] = true, true
+			if _, ok := mounttest.WaitClean(t, f, b, want, time.Now(), 30*time.Second); !ok {
+				t.FailNow()
+			}
+			mounttest.DirLinksAgree(t, b.Dir)
+			mounttest.DirLinksAgree(t, a.Dir)
+		})
 	}
 }
