@@ -366,7 +366,7 @@ func (r *renameRun) recordAndStage(ctx context.Context, rec store.OpRecord) (sto
 }
 
 // withCtime adds the moved inode's ctime (spec.Ctime) to after, the
-// writes sent with a file's commit, and says where it is (-1: not
+// writes sent with the commit, and says where it is (-1: not
 // there). A file moved to another directory whose inode the caller knows
 // gets it as a compare-and-set of the whole inode at that version, whose
 // new version the finish then moves its Parents at (as SrcAttr says):
