@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -23,10 +24,23 @@ func FreeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// Scrape reads a Prometheus endpoint the way Prometheus does.
+// scrapeClient bounds each scrape, as Prometheus does: a suite run once
+// waited 33 minutes on a keep-alive connection whose answer never came
+// (TestMetrics; the endpoint answered a new connection at once).
+var scrapeClient = &http.Client{Timeout: 20 * time.Second}
+
+// Scrape reads a Prometheus endpoint the way Prometheus does, trying
+// again (on a new connection) when a try gets no answer.
 func Scrape(t testing.TB, url string) map[string]*dto.MetricFamily {
 	t.Helper()
-	res, err := http.Get(url)
+	var res *http.Response
+	var err error
+	for try := 0; try < 3; try++ {
+		if res, err = scrapeClient.Get(url); err == nil {
+			break
+		}
+		scrapeClient.CloseIdleConnections()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
