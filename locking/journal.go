@@ -162,13 +162,13 @@ func (j *Journal) Rename(ctx context.Context, sess *Session, spec RenameSpec, en
 	}
 	var known []staged
 	if spec.Src.Type == store.TypeDir {
-		// The refresh that makes the subtree searchable runs beside the
-		// record and the stage of the directory's own path: it needs only
-		// the locks, which are held.
-		searchable := make(chan error, 1)
-		go func() { searchable <- j.b.Refresh(ctx, store.SearchedPaths) }()
+		// The refresh that lets the scan below see the whole subtree runs
+		// beside the record and the stage of the directory's own path: it
+		// needs only the locks, which are held.
+		scannable := make(chan error, 1)
+		go func() { scannable <- j.b.Refresh(ctx, store.SearchedPaths) }()
 		rec, known, kept, err = r.recordAndStage(ctx, rec)
-		rerr := <-searchable
+		rerr := <-scannable
 		if err != nil {
 			return kept, err
 		}
