@@ -38,6 +38,7 @@ func cmdMount() *cli.Command {
 			&cli.DurationFlag{Name: "negative-timeout", Value: time.Second, DefaultText: delegatedTimeoutText, EnvVars: []string{"ESFS_NEGATIVE_TIMEOUT"}, Usage: "how long the kernel caches missing names"},
 			&cli.DurationFlag{Name: "cache-ttl", Value: time.Second, EnvVars: []string{"ESFS_CACHE_TTL"}, Usage: "how long the daemon caches metadata (0 disables)"},
 			&cli.IntFlag{Name: "cache-size", Value: 64, EnvVars: []string{"ESFS_CACHE_SIZE"}, Usage: "daemon metadata cache size in MiB"},
+			&cli.IntFlag{Name: "data-cache-size", Value: vfs.DefaultDataCache >> 20, EnvVars: []string{"ESFS_DATA_CACHE_SIZE"}, Usage: "how many MiB of file contents the daemon keeps after reading them, for rereads, of open files and of files closed since (checked against the file's inode at each open); 0 keeps only what open files read ahead"},
 			&cli.BoolFlag{Name: "delegations", Value: true, EnvVars: []string{"ESFS_DELEGATIONS"}, Usage: "hold read delegations on directories: names and listings are answered from memory until another mount changes the directory, which recalls them first (--delegations=false: cache for the timeouts below instead)"},
 			&cli.BoolFlag{Name: "write-delegations", Value: true, EnvVars: []string{"ESFS_WRITE_DELEGATIONS"}, Usage: "directories this mount made or changes alone are written in memory and flushed as one atomic batch every --flush-interval, and on fsync, unmount, or when another mount looks in (needs --delegations, off with it; a crash loses at most the last interval's calls, never what fsync returned)"},
 			&cli.DurationFlag{Name: "flush-interval", Value: vfs.DefaultFlushInterval, EnvVars: []string{"ESFS_FLUSH_INTERVAL"}, Usage: "with --write-delegations, how long a call made in memory may wait for its flush"},
@@ -73,6 +74,9 @@ func runMount(c *cli.Context) error {
 	}
 	if c.Int("cache-size") < 1 {
 		return usagef("--cache-size must be at least 1 (MiB)")
+	}
+	if c.Int("data-cache-size") < 0 || c.Int("data-cache-size") > 1<<20 {
+		return usagef("--data-cache-size must be between 0 and 1048576 (MiB)")
 	}
 	if _, err := locking.NewStrategy(c.String("locking")); err != nil {
 		return usagef("--locking %q: want tree, document or global", c.String("locking"))
@@ -150,11 +154,11 @@ func serve(c *cli.Context, mp string) error {
 		return explain(fmt.Errorf("filesystem %q has no root directory (run esfs mkfs --index %s): %w", st.Prefix(), st.Prefix(), err), c.String("es-url"))
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		// A soft limit on the heap: the metadata cache, plus room for the
+		// A soft limit on the heap: the metadata and data caches, plus room for the
 		// write buffers and the bulk bodies of one flush. Without it the
 		// garbage of a large copy (data chunks turned into JSON) lets the
 		// heap reach several times what is live before a collection.
-		debug.SetMemoryLimit(int64(c.Int("cache-size"))<<20 + 64<<20)
+		debug.SetMemoryLimit(int64(c.Int("cache-size"))<<20 + int64(c.Int("data-cache-size"))<<20 + 64<<20)
 	}
 	ch, err := cache.New(int64(c.Int("cache-size"))<<20, c.Duration("cache-ttl"), c.Duration("cache-ttl"))
 	if err != nil {
@@ -204,6 +208,7 @@ func serve(c *cli.Context, mp string) error {
 		EntryTimeout:     kernelTimeout(c, "entry-timeout"),
 		NegativeTimeout:  kernelTimeout(c, "negative-timeout"),
 		CacheTTL:         c.Duration("cache-ttl"),
+		DataCache:        dataCache(c.Int("data-cache-size")),
 		Delegations:      c.Bool("delegations"),
 		WriteDelegations: c.Bool("write-delegations") && c.Bool("delegations"),
 		FlushInterval:    c.Duration("flush-interval"),
@@ -263,6 +268,7 @@ func mountOptions(c *cli.Context) map[string]string {
 		"lock-timeout":      c.Duration("lock-timeout").String(),
 		"cache-ttl":         c.Duration("cache-ttl").String(),
 		"cache-size":        fmt.Sprintf("%dMiB", c.Int("cache-size")),
+		"data-cache-size":   fmt.Sprintf("%dMiB", c.Int("data-cache-size")),
 		"attr-timeout":      kernelTimeout(c, "attr-timeout").String(),
 		"entry-timeout":     kernelTimeout(c, "entry-timeout").String(),
 		"negative-timeout":  kernelTimeout(c, "negative-timeout").String(),
@@ -282,7 +288,15 @@ func mountOptions(c *cli.Context) map[string]string {
 // what changes what the mount may do first, then its caches and timeouts.
 func mountOptionOrder() []string {
 	return []string{"read-only", "subdir", "delegations", "write-delegations", "flush-interval", "locking",
-		"lease", "lock-timeout", "cache-ttl", "cache-size", "attr-timeout", "entry-timeout", "negative-timeout", "es-timeout", "nudge-addr", "allow-other"}
+		"lease", "lock-timeout", "cache-ttl", "cache-size", "data-cache-size", "attr-timeout", "entry-timeout", "negative-timeout", "es-timeout", "nudge-addr", "allow-other"}
+}
+
+// dataCache is vfs.Options.DataCache for --data-cache-size MiB (0: none).
+func dataCache(mib int) int64 {
+	if mib == 0 {
+		return -1
+	}
+	return int64(mib) << 20
 }
 
 // kernelTimeout is the kernel cache timeout flag name asks for: the one

@@ -34,7 +34,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (gofs.FileHandle, uint32,
 	if err != nil {
 		return nil, 0, n.f.toErrno("open", err)
 	}
-	return &handle{h: h, f: n.f}, 0, 0
+	var fl uint32
+	if h.KeepPages() {
+		fl |= fuse.FOPEN_KEEP_CACHE
+	}
+	return &handle{h: h, f: n.f}, fl, 0
 }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

@@ -47,9 +47,14 @@ type openFile struct {
 	// (noteInode) while chunks were buffered; the next chunk write
 	// rebases them first (rebase.go).
 	rebaseDue bool
-	// clean holds a few recently read chunks for sequential reads.
-	clean    map[int64][]byte
-	cleanLRU []int64
+	// clean holds the chunks read of the file, least recently read first
+	// in cleanLRU, bounded with every other file's by the mount's
+	// cleanCache (clean.go). kernelStale: a change from elsewhere came while
+	// the file was open since the kernel last dropped its pages (clean.go).
+	clean       map[int64][]byte
+	cleanLRU    []int64
+	cleanBytes  int64
+	kernelStale bool
 	// extent is the end of the data this mount has sent to the store, which
 	// can pass attr.Size until the inode is written at flush.
 	extent   int64
@@ -85,14 +90,12 @@ type openFile struct {
 	cgen    uint64
 }
 
-// cleanChunks bounds the chunks an open file keeps after reading them;
 // readAhead is how many chunks past the one asked for a sequential reader
-// gets fetched in the background (one request), so that the store works
-// while the kernel consumes.
+// gets fetched in the background, so that the store works while the
+// kernel consumes.
 const (
-	cleanChunks = 16
-	readAhead   = 8
-	aheadPer    = 2 // chunks per read-ahead request
+	readAhead = 8
+	aheadPer  = 2 // chunks per read-ahead request
 )
 
 // FlushAll makes the buffered writes of every open file durable, and the
@@ -182,8 +185,7 @@ func (f *Mount) noteInode(a store.Inode) {
 			// read around its writes, undoing another mount's append
 			// (zeros) or write (campaign seed 140690161: an fsetxattr
 			// between the other mount's append and this one's flush).
-			of.clean, of.cleanLRU = map[int64][]byte{}, nil
-			of.cgen++
+			of.dropClean(true)
 			of.rebaseDue = of.rebaseDue || len(of.dirty) > 0
 			if !of.cutOwed {
 				// As rebase leaves it: a write reading a chunk cuts it

@@ -232,6 +232,7 @@ func (of *openFile) staleWrites() error {
 // they are stored. Caller holds of.mu.
 func (of *openFile) forget(err error) {
 	of.dropDirty()
+	of.kernelStale = true // its pages hold the bytes dropped
 	of.changed, of.wend, of.cutOwed, of.killPriv = false, 0, false, false
 	of.size, of.extent = of.attr.Size, min(of.extent, of.attr.Size)
 	of.writeSess, of.sent = "", nil
@@ -296,7 +297,7 @@ func (of *openFile) dirtied() {
 // to the store. Caller holds of.mu.
 func (of *openFile) dropDirty() {
 	for c := range of.dirty {
-		delete(of.clean, c)
+		of.forgetClean(c)
 	}
 	of.dirty, of.dirtyLen, of.spans = map[int64][]byte{}, 0, nil
 	of.cgen++
@@ -385,8 +386,7 @@ func (of *openFile) flush(ctx context.Context) error {
 	}
 	if a.Size != of.size {
 		// Another mount's change: what was read of the file is older.
-		of.clean, of.cleanLRU = map[int64][]byte{}, nil
-		of.cgen++
+		of.dropClean(true)
 	}
 	of.attr, of.size, of.wend = a, a.Size, 0
 	of.changed, of.killPriv, of.cutOwed = false, false, false

@@ -29,9 +29,13 @@ type Options struct {
 	// DirtyLimit is how many bytes of written data a file may buffer before
 	// they are sent to the store (they always are on flush, fsync and close).
 	DirtyLimit int64
-	Debug      bool
-	Logger     *slog.Logger
-	FsName     string
+	// DataCache bounds the bytes of the chunks the mount keeps after
+	// reading them, of open and closed files (clean.go); 0 is
+	// DefaultDataCache, below 0 none but what open files read ahead.
+	DataCache int64
+	Debug     bool
+	Logger    *slog.Logger
+	FsName    string
 	// Metrics counts the write-behind batches; nil makes a private set.
 	Metrics *Metrics
 	// Delegations: hold read delegations on directories, and answer
@@ -93,6 +97,8 @@ type Mount struct {
 	// mount (data buffers, size), so that handles see each other's writes
 	// and an unlinked file stays readable until its last close.
 	open map[uint64]*openFile
+	// clean: the chunks read, of open files and of closed ones.
+	clean *cleanCache
 
 	// usageLast is what statfs last read of the cluster's usage, at
 	// usageAt: read again at most every usageTTL.
@@ -113,13 +119,17 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *M
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
+	if o.DataCache == 0 {
+		o.DataCache = DefaultDataCache
+	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = DefaultFlushInterval
 	}
 	if o.Root == "" || o.RootIno == 0 {
 		o.Root, o.RootIno = "/", store.RootIno
 	}
-	f := &Mount{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{}}
+	f := &Mount{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{},
+		clean: newCleanCache(o.DataCache)}
 	co.Journal.SetDropLink(f.dropReplacedLink)
 	if o.Delegations {
 		f.delegs = newDelegs(f)

@@ -23,6 +23,8 @@ type Handle struct {
 	// since: the write-back errors this description has reported
 	// (errseq.go).
 	since ErrSince
+	// keepPages: see KeepPages.
+	keepPages bool
 }
 
 // Ino is the inode the description is open on.
@@ -42,7 +44,8 @@ func (h *Handle) Locks() *LockOwners { return &h.locks }
 func (f *Mount) openHandle(ctx context.Context, a store.Inode, flags uint32, created bool) (*Handle, error) {
 	f.mu.Lock()
 	of := f.open[a.Ino]
-	if of == nil {
+	first := of == nil
+	if first {
 		of = &openFile{f: f, ino: a.Ino, attr: a, size: a.Size, clean: map[int64][]byte{}, dirty: map[int64][]byte{}}
 		if created && a.Dgen == 1 {
 			of.w.gen, of.w.counter = 1, 1
@@ -52,19 +55,38 @@ func (f *Mount) openHandle(ctx context.Context, a store.Inode, flags uint32, cre
 	of.refs++
 	f.mu.Unlock()
 
+	keepPages := false
 	of.mu.Lock()
 	if !of.changed && len(of.dirty) == 0 {
-		// Nothing buffered here: take the stored state as it is now, and
-		// forget cached chunks, which another mount may have rewritten.
+		// Nothing buffered here: take the stored state as it is now. The
+		// chunks read before are still right if the inode has not changed
+		// since (clean.go), else another mount may have rewritten them.
+		switch {
+		case first:
+			keepPages = of.adoptKept(a.Ver)
+		case a.Ver.Known() && a.Ver == of.attr.Ver:
+			keepPages = !of.kernelStale
+		default:
+			of.dropClean(false)
+		}
 		of.attr, of.size = a, a.Size
-		of.clean, of.cleanLRU = map[int64][]byte{}, nil
-		of.cgen++
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		keepPages = false
+	}
+	if !keepPages {
+		of.kernelStale = false // the kernel drops its pages at this open
 	}
 	of.mu.Unlock()
 	h := &Handle{of: of, append: flags&syscall.O_APPEND != 0, write: flags&syscall.O_ACCMODE != syscall.O_RDONLY,
-		since: f.errs.sample(a.Ino)}
+		since: f.errs.sample(a.Ino), keepPages: keepPages}
 	return h, nil
 }
+
+// KeepPages says whether the kernel may keep the pages it has of the file
+// at this open (FOPEN_KEEP_CACHE): the file is as it was when it was last
+// open here, and they are what this mount gave it (clean.go).
+func (h *Handle) KeepPages() bool { return h.keepPages }
 
 // Open opens inode ino with open(2)'s flags; ESTALE if it is gone.
 func (f *Mount) Open(ctx context.Context, ino uint64, flags uint32) (*Handle, error) {
@@ -117,6 +139,9 @@ func (h *Handle) Release() error {
 		delete(f.open, of.ino)
 	}
 	f.mu.Unlock()
+	if last {
+		of.keepClosed()
+	}
 	unlinked, attr := of.unlinked, of.attr
 	of.mu.Unlock()
 	if err != nil {

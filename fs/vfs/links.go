@@ -267,5 +267,6 @@ func (f *Mount) keepUnlinked(a store.Inode) string {
 // deleteInode removes an inode with no links left, and its data.
 func (f *Mount) deleteInode(ctx context.Context, a store.Inode) error {
 	f.cache.InvalidateInode(a.Ino)
+	f.clean.drop(a.Ino)
 	return locking.DeleteUnlinked(ctx, f.st, a)
 }

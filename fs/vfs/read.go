@@ -13,7 +13,7 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 	}
 	cs := of.f.st.ChunkSize()
 	stored := max(of.attr.Size, of.extent)
-	of.readAheadFrom(c, (stored+cs-1)/cs)
+	sequential := of.readAheadFrom(c, (stored+cs-1)/cs)
 	for {
 		if b, ok := of.clean[c]; ok {
 			return b, nil
@@ -42,11 +42,15 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 		of.remember(c, b)
 		return b, nil // a pending file: its chunks are in its batch
 	}
-	// Read ahead: the chunks a sequential reader wants next come in the
-	// same round trip (unless they are on their way already).
-	last := min(c+1, (stored-1)/cs)
-	if _, coming := of.ahead[last]; coming && last > c {
-		last = c
+	// Read ahead: the chunk a sequential reader wants next comes in the
+	// same round trip (unless it is on its way already). A random reader
+	// gets the one chunk it asked for: the next is as likely as any other.
+	last := c
+	if sequential {
+		last = min(c+1, (stored-1)/cs)
+		if _, coming := of.ahead[last]; coming && last > c {
+			last = c
+		}
 	}
 	got, err := of.f.st.ReadChunks(ctx, of.ino, c, last)
 	if err != nil {
@@ -62,21 +66,22 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 
 // readAheadFrom notes a read of chunk c (of a file of chunks chunks) and,
 // when the reads are sequential, asks the store in the background for the
-// chunks the reader will want next. Caller holds of.mu.
-func (of *openFile) readAheadFrom(c, chunks int64) {
+// chunks the reader will want next; it reports whether they are. Caller
+// holds of.mu.
+func (of *openFile) readAheadFrom(c, chunks int64) (sequential bool) {
 	if of.f.wb.pending(of.ino) {
-		return // nothing of it is stored yet
+		return false // nothing of it is stored yet
 	}
 	switch {
 	case c == of.nextSeq-1:
-		return // the same chunk again: the kernel reads less than a chunk at a time
+		return true // the same chunk again: the kernel reads less than a chunk at a time
 	case c != of.nextSeq:
 		of.nextSeq, of.aheadTo = c+1, c+1 // not sequential (yet)
-		return
+		return false
 	}
 	of.nextSeq = c + 1
 	if of.aheadTo-c > readAhead/2 {
-		return // enough on its way
+		return true // enough on its way
 	}
 	from := max(of.aheadTo, c+1)
 	to := min(c+1+readAhead, chunks)
@@ -87,7 +92,7 @@ func (of *openFile) readAheadFrom(c, chunks int64) {
 		from++
 	}
 	if from >= to {
-		return
+		return true
 	}
 	if of.ahead == nil {
 		of.ahead = map[int64]chan struct{}{}
@@ -103,6 +108,7 @@ func (of *openFile) readAheadFrom(c, chunks int64) {
 		go of.fetchAhead(lo, hi, of.cgen, ch)
 	}
 	of.aheadTo = to
+	return true
 }
 
 func (of *openFile) fetchAhead(from, to int64, gen uint64, ch chan struct{}) {
@@ -127,17 +133,6 @@ func (of *openFile) fetchAhead(from, to int64, gen uint64, ch chan struct{}) {
 		if _, isDirty := of.dirty[k]; !isDirty {
 			of.remember(k, got[k])
 		}
-	}
-}
-
-func (of *openFile) remember(c int64, b []byte) {
-	if _, ok := of.clean[c]; !ok {
-		of.cleanLRU = append(of.cleanLRU, c)
-	}
-	of.clean[c] = b
-	for len(of.cleanLRU) > cleanChunks {
-		delete(of.clean, of.cleanLRU[0])
-		of.cleanLRU = of.cleanLRU[1:]
 	}
 }
 

@@ -99,8 +99,7 @@ func changedSince(prev, cur store.Inode, allocated uint64) bool {
 // holds of.mu.
 func (of *openFile) rebase(ctx context.Context) error {
 	of.rebaseDue = false
-	of.clean, of.cleanLRU = map[int64][]byte{}, nil
-	of.cgen++
+	of.dropClean(true)
 	cs := of.f.st.ChunkSize()
 	end := max(of.attr.Size, of.wend)
 	for c, b := range of.dirty {
@@ -222,8 +221,7 @@ func (of *openFile) refresh(ctx context.Context) error {
 	if err := of.rebaseOn(ctx, cur); err != nil {
 		return err
 	}
-	of.clean, of.cleanLRU = map[int64][]byte{}, nil
-	of.cgen++
+	of.dropClean(true)
 	of.stale = false
 	return nil
 }

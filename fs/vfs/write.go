@@ -81,7 +81,7 @@ func (h *Handle) Write(ctx context.Context, data []byte, off int64) (uint32, err
 			if limit := of.size - c*cs; int64(len(b)) > limit {
 				b = b[:max(limit, 0)]
 			}
-			delete(of.clean, c)
+			of.forgetClean(c)
 			delete(of.spans, c)
 		}
 		if int64(len(b)) < within+n {
@@ -152,8 +152,9 @@ func (f *Mount) truncate(ctx context.Context, ino uint64, size int64, fresh *sto
 		if err := of.writeChunks(ctx); err != nil {
 			return err
 		}
-		of.clean, of.cleanLRU = map[int64][]byte{}, nil
-		of.cgen++
+		// The kernel cuts its pages of a truncate(2) itself, not always
+		// those of an open with O_TRUNC: its next open drops them.
+		of.dropClean(true)
 	}
 	var a store.Inode
 	if fresh != nil && fresh.Ino == ino {

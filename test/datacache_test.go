@@ -1,0 +1,183 @@
+package test
+
+// The chunks a mount reads are kept for rereads, of open files and of
+// files closed since (fs/vfs/clean.go), and the kernel keeps a file's pages
+// across opens when the file has not changed: rereads cost no request.
+// Whatever another mount does to the file between two opens, the second
+// open reads what it did (close-to-open), from the daemon and from the
+// kernel's pages alike.
+
+import (
+	"bytes"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/esfs/esfs/test/mounttest"
+	"golang.org/x/sys/unix"
+)
+
+// dataReads counts the chunk reads (data index _mget requests) a mount
+// behind fp sends.
+func dataReads(fp *mounttest.FaultProxy) *atomic.Int64 {
+	var n atomic.Int64
+	fp.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		if strings.Contains(r.URL.Path, "-data") && strings.HasSuffix(r.URL.Path, "/_mget") {
+			n.Add(1)
+		}
+		return false
+	})
+	return &n
+}
+
+// dropPages makes the kernel forget its pages of path (clean ones: all,
+// after a close), so that the next read asks the daemon.
+func dropPages(t *testing.T, path string) {
+	t.Helper()
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	if err := unix.Fadvise(int(fh.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDataCacheRereadsAndChanges: a file reread on a mount costs no chunk
+// read, from the daemon's kept chunks (the kernel's pages dropped) or the
+// kernel's own pages (FUSE READ not even asked); after another mount
+// rewrites bytes in place, appends, or truncates and writes again, the
+// next open on the reader reads the new bytes, with its pages and chunks
+// of the old ones still there; and so it does when a descriptor of the
+// reader stays open across the change.
+func TestDataCacheRereadsAndChanges(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	addr := mounttest.FreeAddr(t)
+	r := f.Mount(t, "--es-url", fp.URL, "--metrics-addr", addr)
+	w := f.Mount(t)
+	chunkReads := dataReads(fp)
+	fuseReads := func() float64 {
+		return mounttest.Sample(mounttest.Scrape(t, "http://"+addr+"/metrics"), "esfs_fuse_request_duration_seconds", "op", "READ")
+	}
+
+	want := mounttest.RandomBytes(61, 3<<20+12345)
+	if err := os.WriteFile(w.Path("f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// read reads the file on the reader, checks it, and returns how many
+	// chunk reads and FUSE reads that took.
+	read := func(step string) (chunks int64, reads float64) {
+		t.Helper()
+		c0, r0 := chunkReads.Load(), fuseReads()
+		got, err := os.ReadFile(r.Path("f"))
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if !bytes.Equal(got, want) {
+			i := 0
+			for i < min(len(got), len(want)) && got[i] == want[i] {
+				i++
+			}
+			t.Fatalf("%s: the reader reads %d bytes differing from the %d written at byte %d", step, len(got), len(want), i)
+		}
+		chunks, reads = chunkReads.Load()-c0, fuseReads()-r0
+		t.Logf("%s: %d chunk reads, %v FUSE reads", step, chunks, reads)
+		return chunks, reads
+	}
+
+	if c, _ := read("first read"); c == 0 {
+		t.Fatal("the first read of the file read no chunk: the count is broken, the test proves nothing")
+	}
+	dropPages(t, r.Path("f"))
+	if c, fr := read("reread, the kernel's pages dropped"); c != 0 || fr == 0 {
+		t.Errorf("a reread of an unchanged file from the daemon: %d chunk reads (want 0), %v FUSE reads (want some)", c, fr)
+	}
+	if c, fr := read("reread, the kernel's pages kept"); c != 0 || fr != 0 {
+		t.Errorf("a reread of an unchanged file whose pages the kernel has: %d chunk reads, %v FUSE reads (want none of either)", c, fr)
+	}
+
+	change := func(step string, do func(fh *os.File) error) {
+		t.Helper()
+		fh, err := os.OpenFile(w.Path("f"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := do(fh); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if err := fh.Close(); err != nil {
+			t.Fatalf("%s: close: %v", step, err)
+		}
+		if c, _ := read("after " + step); c == 0 {
+			t.Errorf("after %s the reader read no chunk: it answered from what it read before", step)
+		}
+		read("reread after " + step)
+	}
+	change("a rewrite in place (same size)", func(fh *os.File) error {
+		patch := bytes.Repeat([]byte("N"), 5000)
+		copy(want[1<<20-100:], patch)
+		_, err := fh.WriteAt(patch, 1<<20-100)
+		return err
+	})
+	change("an append", func(fh *os.File) error {
+		tail := []byte("appended on the other mount")
+		want = append(want, tail...)
+		_, err := fh.WriteAt(tail, int64(len(want)-len(tail)))
+		return err
+	})
+	change("a truncation and a write back to the same size", func(fh *os.File) error {
+		if err := fh.Truncate(1 << 20); err != nil {
+			return err
+		}
+		fresh := mounttest.RandomBytes(62, len(want)-1<<20)
+		copy(want[1<<20:], fresh)
+		_, err := fh.WriteAt(fresh, 1<<20)
+		return err
+	})
+
+	// held is open on the reader through the next change: the file keeps
+	// its open state in the daemon, and the next open must still see it.
+	held, err := os.Open(r.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	change("a rewrite in place while the reader holds the file open", func(fh *os.File) error {
+		patch := bytes.Repeat([]byte("H"), 3000)
+		copy(want[2<<20+7:], patch)
+		_, err := fh.WriteAt(patch, 2<<20+7)
+		return err
+	})
+	got := make([]byte, len(want))
+	if _, err := held.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("the descriptor open throughout reads other bytes than the last change's (%v)", err)
+	}
+}
+
+// TestDataCacheBudget: --data-cache-size bounds what a mount keeps: with
+// 1 MiB, a 4 MiB file read twice is fetched twice.
+func TestDataCacheBudget(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	r := f.Mount(t, "--es-url", fp.URL, "--data-cache-size", "1")
+	chunkReads := dataReads(fp)
+	want := mounttest.RandomBytes(63, 4<<20)
+	if err := os.WriteFile(r.Path("f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for pass := 1; pass <= 2; pass++ {
+		dropPages(t, r.Path("f"))
+		c0 := chunkReads.Load()
+		got, err := os.ReadFile(r.Path("f"))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("pass %d: %d bytes read (%v), not the file", pass, len(got), err)
+		}
+		if c := chunkReads.Load() - c0; c == 0 {
+			t.Errorf("pass %d of a 4 MiB file with a 1 MiB data cache read no chunk", pass)
+		}
+	}
+}
