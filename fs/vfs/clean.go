@@ -60,6 +60,11 @@ const cleanFloor = readAhead + 2
 // DefaultDataCache is the default budget of the chunks a mount keeps.
 const DefaultDataCache = 128 << 20
 
+// maxKept bounds the closed files kept, whose chunks may be few or none:
+// a file written here is kept for its version alone, so that the kernel
+// keeps the pages the writes left it.
+const maxKept = 4096
+
 func newCleanCache(budget int64) *cleanCache {
 	return &cleanCache{budget: max(budget, 0), kept: map[uint64]*keptFile{}}
 }
@@ -68,7 +73,7 @@ func newCleanCache(budget int64) *cleanCache {
 // emptied its openFile's map). Chunks of an unknown version (a file made
 // in memory, not stored yet) are not kept.
 func (cc *cleanCache) keep(ino uint64, ver store.Version, chunks map[int64][]byte, lru []int64, bytes int64, kernelStale bool) {
-	if !ver.Known() || len(chunks) == 0 {
+	if !ver.Known() {
 		cc.used.Add(-bytes)
 		return
 	}
@@ -127,7 +132,7 @@ func (cc *cleanCache) shrink() bool {
 }
 
 func (cc *cleanCache) shrinkLocked() bool {
-	for cc.used.Load() > cc.budget {
+	for cc.used.Load() > cc.budget || len(cc.kept) > maxKept {
 		e := cc.order.Front()
 		if e == nil {
 			return false
@@ -155,6 +160,19 @@ func (of *openFile) remember(c int64, b []byte) {
 		// Other open files keep theirs (their locks are not taken here).
 		of.forgetClean(of.cleanLRU[0])
 	}
+}
+
+// rememberWritten keeps chunk c, just written, for reads that follow in
+// this open, up to cleanFloor chunks of the file: the kernel has the pages
+// the writes went through, and keeps them at the next open if nothing
+// changes meanwhile, so a writer's stream need not fill the budget.
+// Caller holds of.mu.
+func (of *openFile) rememberWritten(c int64, b []byte) {
+	of.forgetClean(c)
+	for len(of.cleanLRU) >= cleanFloor {
+		of.forgetClean(of.cleanLRU[0])
+	}
+	of.remember(c, b)
 }
 
 // forgetClean drops chunk c from what this file keeps. Caller holds of.mu.
