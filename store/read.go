@@ -65,8 +65,11 @@ func (s *Store) mgetBody(ctx context.Context, path string, body []byte, n int, w
 	var out struct {
 		Docs []getResult `json:"docs"`
 	}
-	if err := json.Unmarshal(res.body, &out); err != nil {
-		return nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+	var ok bool
+	if out.Docs, ok = decodeMget(res.body); !ok {
+		if err := json.Unmarshal(res.body, &out); err != nil {
+			return nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+		}
 	}
 	if len(out.Docs) != n {
 		return nil, fmt.Errorf("%s: asked %d documents, got %d: %w", what, n, len(out.Docs), ErrCorrupt)

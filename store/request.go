@@ -72,7 +72,7 @@ func (s *Store) do(ctx context.Context, what string, r request) (response, error
 	}
 	defer res.Body.Close()
 	s.answered.Store(true)
-	data, err := io.ReadAll(res.Body)
+	data, err := readBody(res)
 	took := time.Since(start)
 	s.metrics.observe(r.path, s.idx.roleName(r.path), origin(ctx), took, res.StatusCode)
 	// At debug level every request is logged with what asked for it: the
@@ -188,4 +188,18 @@ func failure(what string, res response) error {
 func notSent(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// readBody reads an answer whole, into one buffer of the size it announces
+// (io.ReadAll grows its buffer from 512 bytes by copying: a chunk read's
+// megabytes were copied a dozen times).
+func readBody(res *http.Response) ([]byte, error) {
+	if n := res.ContentLength; n >= 0 && n <= 1<<30 {
+		data := make([]byte, n)
+		if _, err := io.ReadFull(res.Body, data); err != nil {
+			return nil, err
+		}
+		return data, nil
+	}
+	return io.ReadAll(res.Body)
 }
