@@ -49,7 +49,7 @@ command -v fusermount3 >/dev/null || { echo "bench.sh: needs fuse3 (apt-get inst
 
 wants_peers() {
 	[ -z "${ESFS_BENCH_ONLY:-}" ] && return 0
-	case ",$ESFS_BENCH_ONLY," in *,mdtest,* | *,real_tools,* | *,shared,*) return 0 ;; esac
+	case ",$ESFS_BENCH_ONLY," in *,mdtest,* | *,real_tools,* | *,shared,* | *,data,*) return 0 ;; esac
 	return 1
 }
 
@@ -60,6 +60,7 @@ install_peers() {
 	local need=()
 	command -v redis-server >/dev/null || need+=(redis-server)
 	command -v git >/dev/null || need+=(git)
+	command -v fio >/dev/null || need+=(fio)
 	if [ ! -x "$venv/bin/juicefs" ] && ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
 		need+=(python3 python3-venv)
 	fi

@@ -43,6 +43,7 @@ var cases = []benchCase{
 	{"mdtest", benchMdtest},
 	{"real_tools", benchRealTools},
 	{"shared", benchShared},
+	{"data", benchData},
 }
 
 // noKernelCache turns the kernel's caches off, so every lookup reaches the

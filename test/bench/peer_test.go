@@ -26,8 +26,10 @@ import (
 type peerRow struct {
 	name, workload string
 	// ops is how many operations one repetition does, for a rate; 0 shows
-	// the wall time instead.
+	// the wall time instead. unit names them in the rate ("MiB"; "": the
+	// workload says what).
 	ops               int
+	unit              string
 	esfs, juice, loop []time.Duration
 	target            string
 	atLeast           float64 // esfs ÷ JuiceFS throughput must be >= this
@@ -53,7 +55,11 @@ func (r peerRow) figure(ds []time.Duration) string {
 	if r.ops == 0 {
 		return fmtDur(d)
 	}
-	return fmtRate(float64(r.ops) / max(d.Seconds(), 1e-9))
+	rate := fmtRate(float64(r.ops) / max(d.Seconds(), 1e-9))
+	if r.unit != "" {
+		rate = strings.TrimSuffix(rate, "/s") + " " + r.unit + "/s"
+	}
+	return rate
 }
 
 func fmtRate(perSec float64) string {
