@@ -153,12 +153,15 @@ func serve(c *cli.Context, mp string) error {
 	if err != nil {
 		return explain(fmt.Errorf("filesystem %q has no root directory (run esfs mkfs --index %s): %w", st.Prefix(), st.Prefix(), err), c.String("es-url"))
 	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		// A soft limit on the heap: the metadata and data caches, plus room for the
-		// write buffers and the bulk bodies of one flush. Without it the
-		// garbage of a large copy (data chunks turned into JSON) lets the
-		// heap reach several times what is live before a collection.
-		debug.SetMemoryLimit(int64(c.Int("cache-size"))<<20 + int64(c.Int("data-cache-size"))<<20 + 64<<20)
+	// A soft limit on the heap: the metadata cache, plus room for the
+	// write buffers and the bulk bodies of one flush, plus the file
+	// contents kept (memoryLimit follows them). Without it the garbage of
+	// a large copy (data chunks turned into JSON) lets the heap reach
+	// several times what is live before a collection.
+	memLimit := os.Getenv("GOMEMLIMIT") == ""
+	baseLimit := int64(c.Int("cache-size"))<<20 + 64<<20
+	if memLimit {
+		debug.SetMemoryLimit(baseLimit)
 	}
 	ch, err := cache.New(int64(c.Int("cache-size"))<<20, c.Duration("cache-ttl"), c.Duration("cache-ttl"))
 	if err != nil {
@@ -223,6 +226,9 @@ func serve(c *cli.Context, mp string) error {
 	srv, err := fs.Mount(mp, core, reg)
 	if err != nil {
 		return oneLine(err)
+	}
+	if memLimit {
+		go memoryLimit(stop.ctx, baseLimit, core)
 	}
 	stop.onSecond(func() { _ = fs.Unmount(mp, true) })
 	// The first line of a mount's log (but for --metrics-addr's): which
@@ -289,6 +295,29 @@ func mountOptions(c *cli.Context) map[string]string {
 func mountOptionOrder() []string {
 	return []string{"read-only", "subdir", "delegations", "write-delegations", "flush-interval", "locking",
 		"lease", "lock-timeout", "cache-ttl", "cache-size", "data-cache-size", "attr-timeout", "entry-timeout", "negative-timeout", "es-timeout", "nudge-addr", "allow-other"}
+}
+
+// memoryLimit keeps the heap's soft limit at base plus the file contents
+// the mount keeps now, until ctx ends: a fixed limit with room for the
+// whole --data-cache-size would let a copy's garbage grow into room the
+// cache does not use, and one without it would have the collector run
+// without end once the cache is full.
+func memoryLimit(ctx context.Context, base int64, core *vfs.Mount) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	set := base
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		// In steps of 8 MiB: no call for every chunk.
+		if want := base + core.CachedData()&^(8<<20-1); want != set {
+			debug.SetMemoryLimit(want)
+			set = want
+		}
+	}
 }
 
 // dataCache is vfs.Options.DataCache for --data-cache-size MiB (0: none).

@@ -92,6 +92,9 @@ func TestDataCacheRereadsAndChanges(t *testing.T) {
 	if c, _ := read("first read"); c == 0 {
 		t.Fatal("the first read of the file read no chunk: the count is broken, the test proves nothing")
 	}
+	if kept := mounttest.Sample(mounttest.Scrape(t, "http://"+addr+"/metrics"), "esfs_data_cache_bytes"); kept < float64(len(want)) {
+		t.Errorf("esfs_data_cache_bytes says %v bytes kept after reading a file of %d", kept, len(want))
+	}
 	dropPages(t, r.Path("f"))
 	if c, fr := read("reread, the kernel's pages dropped"); c != 0 || fr == 0 {
 		t.Errorf("a reread of an unchanged file from the daemon: %d chunk reads (want 0), %v FUSE reads (want some)", c, fr)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/esfs/esfs/store"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The chunks this mount read keep for rereads, bounded together: those of
@@ -36,6 +37,7 @@ import (
 type cleanCache struct {
 	budget int64        // bytes, open files' and kept chunks together
 	used   atomic.Int64 // bytes of chunks in every clean map
+	gauge  prometheus.Gauge
 
 	mu    sync.Mutex // a leaf: taken under openFile.mu
 	kept  map[uint64]*keptFile
@@ -65,16 +67,27 @@ const DefaultDataCache = 128 << 20
 // keeps the pages the writes left it.
 const maxKept = 4096
 
-func newCleanCache(budget int64) *cleanCache {
-	return &cleanCache{budget: max(budget, 0), kept: map[uint64]*keptFile{}}
+func newCleanCache(budget int64, gauge prometheus.Gauge) *cleanCache {
+	return &cleanCache{budget: max(budget, 0), kept: map[uint64]*keptFile{}, gauge: gauge}
 }
+
+// add counts n more bytes kept (less, if negative).
+func (cc *cleanCache) add(n int64) {
+	cc.used.Add(n)
+	cc.gauge.Add(float64(n))
+}
+
+// CachedData is how many bytes of file contents the mount keeps now
+// (--data-cache-size bounds it, but for what open files read ahead): the
+// daemon's soft memory limit follows it.
+func (f *Mount) CachedData() int64 { return f.clean.used.Load() }
 
 // keep takes the chunks of a file closed at version ver (the caller has
 // emptied its openFile's map). Chunks of an unknown version (a file made
 // in memory, not stored yet) are not kept.
 func (cc *cleanCache) keep(ino uint64, ver store.Version, chunks map[int64][]byte, lru []int64, bytes int64, kernelStale bool) {
 	if !ver.Known() {
-		cc.used.Add(-bytes)
+		cc.add(-bytes)
 		return
 	}
 	cc.mu.Lock()
@@ -98,7 +111,7 @@ func (cc *cleanCache) take(ino uint64, ver store.Version) *keptFile {
 	cc.order.Remove(k.at)
 	delete(cc.kept, ino)
 	if !ver.Known() || k.ver != ver {
-		cc.used.Add(-k.bytes)
+		cc.add(-k.bytes)
 		return nil
 	}
 	return k
@@ -115,7 +128,7 @@ func (cc *cleanCache) dropLocked(ino uint64) {
 	if k := cc.kept[ino]; k != nil {
 		cc.order.Remove(k.at)
 		delete(cc.kept, ino)
-		cc.used.Add(-k.bytes)
+		cc.add(-k.bytes)
 	}
 }
 
@@ -148,13 +161,13 @@ func (of *openFile) remember(c int64, b []byte) {
 	cc := of.f.clean
 	if old, ok := of.clean[c]; ok {
 		of.cleanBytes -= int64(len(old))
-		cc.used.Add(-int64(len(old)))
+		cc.add(-int64(len(old)))
 	} else {
 		of.cleanLRU = append(of.cleanLRU, c)
 	}
 	of.clean[c] = b
 	of.cleanBytes += int64(len(b))
-	cc.used.Add(int64(len(b)))
+	cc.add(int64(len(b)))
 	for !cc.shrink() && len(of.cleanLRU) > cleanFloor {
 		// Over budget with every closed file gone: this file's oldest.
 		// Other open files keep theirs (their locks are not taken here).
@@ -189,7 +202,7 @@ func (of *openFile) forgetClean(c int64) {
 		}
 	}
 	of.cleanBytes -= int64(len(b))
-	of.f.clean.used.Add(-int64(len(b)))
+	of.f.clean.add(-int64(len(b)))
 }
 
 // dropClean forgets every chunk this file keeps, and the read-ahead in
@@ -198,7 +211,7 @@ func (of *openFile) forgetClean(c int64) {
 // the kernel's pages of the file may be wrong too, and its next open must
 // not keep them. Caller holds of.mu.
 func (of *openFile) dropClean(outside bool) {
-	of.f.clean.used.Add(-of.cleanBytes)
+	of.f.clean.add(-of.cleanBytes)
 	of.clean, of.cleanLRU, of.cleanBytes = map[int64][]byte{}, nil, 0
 	of.cgen++
 	of.kernelStale = of.kernelStale || outside

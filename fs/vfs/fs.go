@@ -129,7 +129,7 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *M
 		o.Root, o.RootIno = "/", store.RootIno
 	}
 	f := &Mount{st: st, co: co, cache: c, opts: o, log: o.Logger, metrics: o.Metrics, open: map[uint64]*openFile{},
-		clean: newCleanCache(o.DataCache)}
+		clean: newCleanCache(o.DataCache, o.Metrics.dataCache)}
 	co.Journal.SetDropLink(f.dropReplacedLink)
 	if o.Delegations {
 		f.delegs = newDelegs(f)

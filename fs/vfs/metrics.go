@@ -15,6 +15,7 @@ type Metrics struct {
 	batchSize      prometheus.Histogram
 	batchSeconds   prometheus.Histogram
 	batches        *prometheus.CounterVec
+	dataCache      prometheus.Gauge
 }
 
 // batch records one flush of a pending batch of n entries.
@@ -56,12 +57,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "Time to flush one batch (five round trips to Elasticsearch).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 	})
+	m.dataCache = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "esfs_data_cache_bytes",
+		Help: "File contents the daemon keeps after reading them, of open and closed files (--data-cache-size bounds it, but for what open files read ahead).",
+	})
 	m.batches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "esfs_batches_total",
 		Help: "Batch flushes of write delegations, by result (landed, failed: retried, or lost and logged).",
 	}, []string{"result"})
 	if reg != nil {
-		reg.MustRegister(m.pendingCreates, m.pendingRemoves, m.pendingRenames, m.batchSize, m.batchSeconds, m.batches)
+		reg.MustRegister(m.pendingCreates, m.pendingRemoves, m.pendingRenames, m.batchSize, m.batchSeconds, m.batches, m.dataCache)
 	}
 	return m
 }
