@@ -100,3 +100,8 @@ func RawPutSetting(s *Store, ctx context.Context, which, name, value string) err
 
 // LinkOpsKept is linkOpsKept, for TestDirLinksLanded.
 const LinkOpsKept = linkOpsKept
+
+// ClusterVersion is the cluster's major and minor version.
+func ClusterVersion(s *Store, ctx context.Context) (major, minor int, ok bool) {
+	return s.clusterVersion(ctx)
+}

@@ -141,8 +141,9 @@ func (a Admin) Mkfs(ctx context.Context, o MkfsOptions) error {
 		return err
 	}
 	maps := s.mappings(o.ChunkSize)
+	zstd := s.hasZstdCodec(ctx)
 	for _, name := range s.allIndices() {
-		if err := s.ensureIndex(ctx, name, maps[name], o); err != nil {
+		if err := s.ensureIndex(ctx, name, maps[name], o, zstd); err != nil {
 			return err
 		}
 	}
@@ -165,7 +166,43 @@ func (a Admin) Mkfs(ctx context.Context, o MkfsOptions) error {
 	return nil
 }
 
-func (s *Store) ensureIndex(ctx context.Context, name string, props map[string]field, o MkfsOptions) error {
+// hasZstdCodec reports whether the cluster's best_compression codec is
+// zstd (Elasticsearch 8.14 and later; DEFLATE before, which costs writes
+// dearly). Unknown (an answer without a version) counts as not.
+func (s *Store) hasZstdCodec(ctx context.Context) bool {
+	major, minor, ok := s.clusterVersion(ctx)
+	return ok && (major > 8 || major == 8 && minor >= 14)
+}
+
+// clusterVersion is the lowest version among the cluster's nodes (any of
+// them may hold the data index's shards).
+func (s *Store) clusterVersion(ctx context.Context) (major, minor int, ok bool) {
+	res, err := s.do(ctx, "reading the cluster's version", request{method: "GET", path: "/_nodes",
+		query: url.Values{"filter_path": {"nodes.*.version"}}})
+	if err != nil || res.status != 200 {
+		return 0, 0, false
+	}
+	var nodes struct {
+		Nodes map[string]struct {
+			Version string `json:"version"`
+		} `json:"nodes"`
+	}
+	if json.Unmarshal(res.body, &nodes) != nil || len(nodes.Nodes) == 0 {
+		return 0, 0, false
+	}
+	for _, n := range nodes.Nodes {
+		var ma, mi int
+		if _, err := fmt.Sscanf(n.Version, "%d.%d", &ma, &mi); err != nil {
+			return 0, 0, false
+		}
+		if !ok || ma < major || ma == major && mi < minor {
+			major, minor, ok = ma, mi, true
+		}
+	}
+	return major, minor, ok
+}
+
+func (s *Store) ensureIndex(ctx context.Context, name string, props map[string]field, o MkfsOptions, zstd bool) error {
 	settings := map[string]any{
 		"number_of_shards": o.Shards,
 		// An explicit interval: without one, a shard that saw no search for
@@ -181,6 +218,14 @@ func (s *Store) ensureIndex(ctx context.Context, name string, props map[string]f
 	if name == s.idx.Data {
 		meta["chunk_size"] = o.ChunkSize
 		settings["gc_deletes"] = DataGCDeletes
+		if zstd {
+			// Chunks are base64 or text: zstd's entropy coding takes back
+			// base64's third, so the cluster writes, merges and keeps a
+			// quarter fewer bytes. Measured (the data_floor bench rows):
+			// raw writes 100 -> 180 MiB/s, raw reads 360 -> 285 MiB/s;
+			// through a mount, writes 1.5x faster, reads the same.
+			settings["codec"] = "best_compression"
+		}
 	}
 	body, _ := json.Marshal(map[string]any{
 		"settings": map[string]any{"index": settings},

@@ -109,3 +109,26 @@ func TestDataIndexKeepsTombstones(t *testing.T) {
 		t.Fatalf("gc_deletes after Open: %q, want %q", got, store.DataGCDeletes)
 	}
 }
+
+// TestDataIndexCodec: on a cluster whose best_compression is zstd (8.14
+// on), mkfs makes the data index with it (the data_floor bench rows say
+// why); on older ones, the default (best_compression is DEFLATE there).
+func TestDataIndexCodec(t *testing.T) {
+	s := testenv.Store(t)
+	ctx := ctxT(t)
+	got, err := store.RawSetting(s, ctx, "data", "index.codec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	major, minor, ok := store.ClusterVersion(s, ctx)
+	if !ok {
+		t.Fatal("the cluster's version could not be read")
+	}
+	want := ""
+	if major > 8 || major == 8 && minor >= 14 {
+		want = "best_compression"
+	}
+	if got != want {
+		t.Errorf("the data index's codec after mkfs on Elasticsearch %d.%d: %q, want %q", major, minor, got, want)
+	}
+}

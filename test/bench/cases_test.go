@@ -44,6 +44,7 @@ var cases = []benchCase{
 	{"real_tools", benchRealTools},
 	{"shared", benchShared},
 	{"data", benchData},
+	{"data_floor", benchDataFloor},
 }
 
 // noKernelCache turns the kernel's caches off, so every lookup reaches the
