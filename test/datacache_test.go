@@ -184,3 +184,45 @@ func TestDataCacheBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestDataCacheSmallFileComesWithItsOpen: an open for reading brings the
+// file's first chunk with its inode, in one round trip: reading a small
+// file another mount wrote then asks for no chunk (grep -r pays one request
+// a file instead of two). A file open for writing, or one whose chunks the
+// mount keeps, opens as before.
+func TestDataCacheSmallFileComesWithItsOpen(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	r := f.Mount(t, "--es-url", fp.URL)
+	w := f.Mount(t)
+	chunkReads := dataReads(fp)
+	files := map[string][]byte{
+		"small": []byte("a small file's whole contents\n"),
+		"two":   mounttest.RandomBytes(64, 1<<20+5000),
+		"hole":  nil, // 100 KiB of zeros, no chunk stored
+	}
+	for name, b := range files {
+		if err := os.WriteFile(w.Path(name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Truncate(w.Path("hole"), 100<<10); err != nil {
+		t.Fatal(err)
+	}
+	files["hole"] = make([]byte, 100<<10)
+	for _, name := range []string{"small", "hole", "two"} {
+		c0 := chunkReads.Load()
+		got, err := os.ReadFile(r.Path(name))
+		if err != nil || !bytes.Equal(got, files[name]) {
+			t.Fatalf("%s: read %d bytes (%v), not the %d written", name, len(got), err, len(files[name]))
+		}
+		c := chunkReads.Load() - c0
+		t.Logf("%s: %d chunk reads after the open", name, c)
+		switch {
+		case name != "two" && c != 0:
+			t.Errorf("reading %s (one chunk or none) asked for %d chunks after its open", name, c)
+		case name == "two" && c != 1:
+			t.Errorf("reading a file of two chunks asked for %d chunks after its open, want the second alone", c)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package vfs
 
 import (
 	"container/list"
+	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -115,6 +117,13 @@ func (cc *cleanCache) take(ino uint64, ver store.Version) *keptFile {
 		return nil
 	}
 	return k
+}
+
+// has reports whether chunks of ino are kept (of some version).
+func (cc *cleanCache) has(ino uint64) bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.kept[ino] != nil
 }
 
 // drop forgets the kept chunks of ino (its inode is gone).
@@ -241,4 +250,43 @@ func (of *openFile) keepClosed() {
 	// Read-ahead still on its way is not for this openFile any more: kept
 	// in it, its bytes would count against the budget for ever.
 	of.cgen++
+}
+
+// firstChunkWanted says whether an open for reading should bring the
+// file's first chunk with its inode: not if this mount has the file open
+// or kept already (its chunks are likely still right), nor if the file is
+// made in memory here.
+func (f *Mount) firstChunkWanted(ino uint64) bool {
+	return !f.wb.pending(ino) && f.openState(ino) == nil && !f.clean.has(ino)
+}
+
+// inodeAndFirstChunk is freshInode for an open that will likely read: the
+// first chunk (a small file's whole contents) comes in the same round
+// trip, one request an open less for grep -r, cat or a compiler reading
+// its sources. withFirst false: the chunk could not be read (it does not
+// decode), which fails its read, not the open.
+func (f *Mount) inodeAndFirstChunk(ctx context.Context, ino uint64) (a store.Inode, first []byte, withFirst bool, err error) {
+	gen := f.cache.Gen()
+	a, first, err = f.st.GetInodeAndChunk(ctx, ino, 0)
+	switch {
+	case err == nil:
+		f.cache.PutInode(a, gen)
+		return a, first, true, nil
+	case errors.Is(err, store.ErrNotFound):
+		return a, nil, false, err
+	}
+	a, err = f.freshInode(ctx, ino)
+	return a, nil, false, err
+}
+
+// rememberFirst keeps chunk 0 (nil: not stored, a hole), read with the
+// inode at version ver, if the open file is at that version and has
+// nothing of its own there. Caller does not hold of.mu.
+func (of *openFile) rememberFirst(ver store.Version, b []byte) {
+	of.mu.Lock()
+	defer of.mu.Unlock()
+	if _, ok := of.clean[0]; ok || of.changed || len(of.dirty) > 0 || of.attr.Ver != ver {
+		return
+	}
+	of.remember(0, b)
 }

@@ -96,7 +96,15 @@ func (f *Mount) Open(ctx context.Context, ino uint64, flags uint32) (*Handle, er
 	if f.opts.ReadOnly && writing {
 		return nil, syscall.EROFS
 	}
-	a, err := f.freshInode(ctx, ino)
+	var a store.Inode
+	var first []byte // chunk 0, read with the inode if withFirst
+	var err error
+	withFirst := false
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && f.firstChunkWanted(ino) {
+		a, first, withFirst, err = f.inodeAndFirstChunk(ctx, ino)
+	} else {
+		a, err = f.freshInode(ctx, ino)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, syscall.ESTALE
 	}
@@ -106,6 +114,9 @@ func (f *Mount) Open(ctx context.Context, ino uint64, flags uint32) (*Handle, er
 	h, err := f.openHandle(ctx, a, flags, false)
 	if err != nil {
 		return nil, err
+	}
+	if withFirst && a.Type == store.TypeFile && a.Size > 0 {
+		h.of.rememberFirst(a.Ver, first)
 	}
 	if flags&syscall.O_TRUNC != 0 && a.Size > 0 {
 		// Through the open state, whose data generation the writes that
