@@ -420,9 +420,14 @@ for what, call in (("write", lambda: os.pwrite(fd, b"late", 0)), ("ftruncate", l
 	in.Write([]byte("go\n"))
 	in.Close()
 	rest, _ := io.ReadAll(held)
-	// The write fails itself, so fsync has nothing left to report.
-	if strings.Contains(string(rest), "write ok") || strings.Contains(string(rest), "ftruncate ok") || strings.Count(string(rest), "\n") != 3 {
-		t.Errorf("the calls through a descriptor of the destroyed filesystem: %q, want the write and the truncation to fail", rest)
+	// The write fails itself when it must read the chunk it writes into;
+	// with that chunk kept from before, it is buffered, as a write into
+	// the page cache of any filesystem is, and its loss is reported by the
+	// fsync. Either way nothing is said to be stored that is not.
+	calls := string(rest)
+	lostUnsaid := strings.Contains(calls, "write ok") && strings.Contains(calls, "fsync ok")
+	if strings.Contains(calls, "ftruncate ok") || lostUnsaid || strings.Count(calls, "\n") != 3 {
+		t.Errorf("the calls through a descriptor of the destroyed filesystem: %q, want the truncation to fail, and the write or the fsync", rest)
 	}
 	if err := os.Mkdir(m.Path("d"), 0o755); err == nil {
 		t.Errorf("mkdir on a destroyed filesystem succeeded")
