@@ -63,65 +63,122 @@ type Written struct {
 // Absent chunks (holes of a sparse file, or never written) are absent from
 // the map; the caller reads them as zeros up to the file size.
 func (s *Store) ReadChunks(ctx context.Context, ino uint64, first, last int64) (map[int64][]byte, error) {
+	data, _, err := s.ReadChunksV(ctx, ino, first, last)
+	return data, err
+}
+
+// ReadChunksV is ReadChunks, with the data version (DataVersion) each
+// chunk was read at, 0 for an absent one: what a reader keeps a chunk by
+// (ChunkVersions says whether it is still that).
+func (s *Store) ReadChunksV(ctx context.Context, ino uint64, first, last int64) (map[int64][]byte, map[int64]int64, error) {
 	if last < first {
-		return map[int64][]byte{}, nil
+		return map[int64][]byte{}, map[int64]int64{}, nil
 	}
 	ids := make([]string, 0, last-first+1)
 	for n := first; n <= last; n++ {
 		ids = append(ids, chunkID(ino, n))
 	}
 	what := fmt.Sprintf("reading chunks %d-%d of inode %d", first, last, ino)
-	docs, errs, err := getDocs(ctx, s, chunkKind, ids, what)
+	docs, err := s.mget(ctx, s.idx.name(dataIndex), ids, what)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make(map[int64][]byte, len(docs))
-	for i, c := range docs {
-		switch err := errs[i]; {
-		case errors.Is(err, ErrNotFound):
+	out, vers := make(map[int64][]byte, len(docs)), make(map[int64]int64, len(docs))
+	for i, g := range docs {
+		n := first + int64(i)
+		if !g.Found {
+			vers[n] = 0
 			continue
-		case err != nil:
-			return nil, fmt.Errorf("%s: chunk %d: %w: %v", what, first+int64(i), ErrCorrupt, err)
 		}
-		data := c.bytes()
-		if c.Ino != ino || c.Chunk != first+int64(i) || (s.chunkSize > 0 && int64(len(data)) > s.chunkSize) {
-			return nil, fmt.Errorf("%s: chunk %d holds inode %d chunk %d of %d bytes: %w", what, first+int64(i), c.Ino, c.Chunk, len(data), ErrCorrupt)
+		data, err := s.chunkOf(g, ino, n, what)
+		if err != nil {
+			return nil, nil, err
 		}
-		out[c.Chunk] = data
+		out[n], vers[n] = data, g.Ext
 	}
-	return out, nil
+	return out, vers, nil
 }
 
-// GetInodeAndChunk reads inode ino and its chunk c in one round trip (an
-// appender's look at the file's end, and at the chunk it then writes
-// into). data is nil for a chunk not stored.
-func (s *Store) GetInodeAndChunk(ctx context.Context, ino uint64, c int64) (n Inode, data []byte, err error) {
-	what := fmt.Sprintf("reading inode %d and its chunk %d", ino, c)
-	docs, err := s.mgetMixed(ctx, []docRef{{s.idx.name(inodesIndex), inodeID(ino)}, {s.idx.name(dataIndex), chunkID(ino, c)}}, what)
+// chunkOf decodes chunk n of ino from its document g.
+func (s *Store) chunkOf(g getResult, ino uint64, n int64, what string) ([]byte, error) {
+	c, err := decodeChunk(g.Source, g.version())
+	if err != nil {
+		return nil, fmt.Errorf("%s: chunk %d: %w: %v", what, n, ErrCorrupt, err)
+	}
+	data := c.bytes()
+	if c.Ino != ino || c.Chunk != n || (s.chunkSize > 0 && int64(len(data)) > s.chunkSize) {
+		return nil, fmt.Errorf("%s: chunk %d holds inode %d chunk %d of %d bytes: %w", what, n, c.Ino, c.Chunk, len(data), ErrCorrupt)
+	}
+	return data, nil
+}
+
+// InodeAndChunkVersions reads inode ino, and the data versions of its
+// chunks (0: absent) without their bytes, in one round trip: what an open
+// checks kept chunks against.
+func (s *Store) InodeAndChunkVersions(ctx context.Context, ino uint64, chunks []int64) (Inode, map[int64]int64, error) {
+	what := fmt.Sprintf("reading inode %d and the versions of %d of its chunks", ino, len(chunks))
+	refs := make([]docRef, 0, 1+len(chunks))
+	refs = append(refs, docRef{index: s.idx.name(inodesIndex), id: inodeID(ino)})
+	for _, c := range chunks {
+		refs = append(refs, docRef{index: s.idx.name(dataIndex), id: chunkID(ino, c), noSource: true})
+	}
+	docs, err := s.mgetMixed(ctx, refs, what)
 	if err != nil {
 		return Inode{}, nil, err
 	}
 	if !docs[0].Found {
 		return Inode{}, nil, fmt.Errorf("%s: %w", what, ErrNotFound)
 	}
-	if n, err = decodeInode(docs[0].Source, docs[0].version()); err != nil {
+	n, err := decodeInode(docs[0].Source, docs[0].version())
+	if err != nil {
 		return Inode{}, nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if n.Ino != ino {
 		return Inode{}, nil, fmt.Errorf("%s: document holds inode %d: %w", what, n.Ino, ErrCorrupt)
 	}
-	if !docs[1].Found {
-		return n, nil, nil
+	vers := make(map[int64]int64, len(chunks))
+	for i, c := range chunks {
+		if d := docs[1+i]; d.Found {
+			vers[c] = d.Ext
+		} else {
+			vers[c] = 0
+		}
 	}
-	ch, err := decodeChunk(docs[1].Source, docs[1].version())
+	return n, vers, nil
+}
+
+// GetInodeAndChunk reads inode ino and its chunk c in one round trip (an
+// appender's look at the file's end, and at the chunk it then writes
+// into). data is nil for a chunk not stored.
+func (s *Store) GetInodeAndChunk(ctx context.Context, ino uint64, c int64) (n Inode, data []byte, err error) {
+	n, data, _, err = s.GetInodeAndChunkV(ctx, ino, c)
+	return n, data, err
+}
+
+// GetInodeAndChunkV is GetInodeAndChunk, with the chunk's data version (0:
+// not stored).
+func (s *Store) GetInodeAndChunkV(ctx context.Context, ino uint64, c int64) (n Inode, data []byte, ver int64, err error) {
+	what := fmt.Sprintf("reading inode %d and its chunk %d", ino, c)
+	docs, err := s.mgetMixed(ctx, []docRef{{index: s.idx.name(inodesIndex), id: inodeID(ino)}, {index: s.idx.name(dataIndex), id: chunkID(ino, c)}}, what)
 	if err != nil {
-		return Inode{}, nil, fmt.Errorf("%s: %w: %v", what, ErrCorrupt, err)
+		return Inode{}, nil, 0, err
 	}
-	data = ch.bytes()
-	if ch.Ino != ino || ch.Chunk != c || (s.chunkSize > 0 && int64(len(data)) > s.chunkSize) {
-		return Inode{}, nil, fmt.Errorf("%s: chunk holds inode %d chunk %d of %d bytes: %w", what, ch.Ino, ch.Chunk, len(data), ErrCorrupt)
+	if !docs[0].Found {
+		return Inode{}, nil, 0, fmt.Errorf("%s: %w", what, ErrNotFound)
 	}
-	return n, data, nil
+	if n, err = decodeInode(docs[0].Source, docs[0].version()); err != nil {
+		return Inode{}, nil, 0, fmt.Errorf("%s: %w", what, err)
+	}
+	if n.Ino != ino {
+		return Inode{}, nil, 0, fmt.Errorf("%s: document holds inode %d: %w", what, n.Ino, ErrCorrupt)
+	}
+	if !docs[1].Found {
+		return n, nil, 0, nil
+	}
+	if data, err = s.chunkOf(docs[1], ino, c, what); err != nil {
+		return Inode{}, nil, 0, err
+	}
+	return n, data, docs[1].Ext, nil
 }
 
 // WriteChunks stores whole chunks of ino (each at most ChunkSize bytes; a

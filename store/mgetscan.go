@@ -62,6 +62,8 @@ func decodeMgetDoc(b []byte, i int) (d getResult, ok bool) {
 			v = &d.SeqNo
 		case "_primary_term":
 			v = &d.PrimaryTerm
+		case "_version":
+			v = &d.Ext
 		case "error":
 			v = &d.Error
 		default:

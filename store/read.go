@@ -16,8 +16,10 @@ type getResult struct {
 	Found       bool            `json:"found"`
 	SeqNo       int64           `json:"_seq_no"`
 	PrimaryTerm int64           `json:"_primary_term"`
-	Source      json.RawMessage `json:"_source"`
-	Error       *esError        `json:"error"`
+	// Ext is _version: a data chunk's external version (DataVersion).
+	Ext    int64           `json:"_version"`
+	Source json.RawMessage `json:"_source"`
+	Error  *esError        `json:"error"`
 }
 
 func (g getResult) version() Version { return Version{SeqNo: g.SeqNo, PrimaryTerm: g.PrimaryTerm} }

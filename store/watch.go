@@ -25,7 +25,7 @@ func (d LockDoc) WrittenElsewhere(self string) bool {
 // the path does not exist; a missing lock document is an empty LockDoc.
 func (s *Store) GetDentryWithLock(ctx context.Context, path, lockID string) (Dentry, error, LockDoc, error) {
 	what := fmt.Sprintf("reading path %q and lock %s", path, lockID)
-	docs, err := s.mgetMixed(ctx, []docRef{{s.idx.name(pathsIndex), DocID(path)}, {s.idx.name(locksIndex), lockID}}, what)
+	docs, err := s.mgetMixed(ctx, []docRef{{index: s.idx.name(pathsIndex), id: DocID(path)}, {index: s.idx.name(locksIndex), id: lockID}}, what)
 	if err != nil {
 		return Dentry{}, nil, LockDoc{}, err
 	}
@@ -60,13 +60,21 @@ func lockOf(g getResult, id string) (LockDoc, error) {
 	return l, nil
 }
 
-type docRef struct{ index, id string }
+// docRef names a document of an mget across indices; noSource asks for
+// its versions alone.
+type docRef struct {
+	index, id string
+	noSource  bool
+}
 
 // mgetMixed is mget across indices.
 func (s *Store) mgetMixed(ctx context.Context, refs []docRef, what string) ([]getResult, error) {
-	docs := make([]map[string]string, len(refs))
+	docs := make([]map[string]any, len(refs))
 	for i, r := range refs {
-		docs[i] = map[string]string{"_index": r.index, "_id": r.id}
+		docs[i] = map[string]any{"_index": r.index, "_id": r.id}
+		if r.noSource {
+			docs[i]["_source"] = false
+		}
 	}
 	body, _ := json.Marshal(map[string]any{"docs": docs})
 	return s.mgetBody(ctx, "/_mget", body, len(refs), what)
@@ -80,10 +88,10 @@ func (s *Store) GetInodesWithLocks(ctx context.Context, inos []uint64, lockIDs [
 	what := fmt.Sprintf("reading %d inodes and %d locks", len(inos), len(lockIDs))
 	refs := make([]docRef, 0, len(inos)+len(lockIDs))
 	for _, ino := range inos {
-		refs = append(refs, docRef{s.idx.name(inodesIndex), inodeID(ino)})
+		refs = append(refs, docRef{index: s.idx.name(inodesIndex), id: inodeID(ino)})
 	}
 	for _, id := range lockIDs {
-		refs = append(refs, docRef{s.idx.name(locksIndex), id})
+		refs = append(refs, docRef{index: s.idx.name(locksIndex), id: id})
 	}
 	docs, err := s.mgetMixed(ctx, refs, what)
 	if err != nil {

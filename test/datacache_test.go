@@ -226,3 +226,69 @@ func TestDataCacheSmallFileComesWithItsOpen(t *testing.T) {
 		}
 	}
 }
+
+// TestDataCacheKeptChunksCheckedByVersion: a writer whose close fails
+// after its chunks landed (its inode write refused) leaves the inode as it
+// was and the bytes changed. A mount that kept the file's chunks from
+// before must read what every other mount reads: its kept chunks are
+// checked by their own data versions at the open, not by the inode's
+// (campaign seed 381633321: zeros where another mount read the write).
+func TestDataCacheKeptChunksCheckedByVersion(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	r := f.Mount(t)
+	w := f.Mount(t, "--es-url", fp.URL, "--es-timeout=3s")
+	old := bytes.Repeat([]byte("o"), 300<<10)
+	if err := os.WriteFile(r.Path("f"), old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dropPages(t, r.Path("f"))
+	if got, err := os.ReadFile(r.Path("f")); err != nil || !bytes.Equal(got, old) {
+		t.Fatalf("first read: %d bytes, %v", len(got), err)
+	}
+	// The writer's chunk bulk passes; every inode write after it is
+	// refused, so its close fails with the chunk stored.
+	var chunkLanded, refusing atomic.Bool
+	fp.Intercept(func(rw http.ResponseWriter, req *http.Request, body []byte) bool {
+		if strings.Contains(req.URL.Path, "_bulk") && bytes.Contains(body, []byte(`-data`)) {
+			chunkLanded.Store(true)
+			return false
+		}
+		if chunkLanded.Load() && (strings.Contains(req.URL.Path, "-inodes") || bytes.Contains(body, []byte(`-inodes`))) {
+			refusing.Store(true)
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	fh, err := os.OpenFile(w.Path("f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := bytes.Repeat([]byte("N"), 4000)
+	if _, err := fh.WriteAt(fresh, 1000); err != nil {
+		t.Fatal(err)
+	}
+	cerr := fh.Close()
+	t.Logf("the writer's close: %v (its inode writes refused: %v)", cerr, refusing.Load())
+	if !chunkLanded.Load() || !refusing.Load() {
+		t.Fatal("the writer's chunk bulk or its inode write was not seen: the test proves nothing")
+	}
+	fp.Intercept(nil)
+	// What the cluster holds now, as a mount that kept nothing reads it.
+	other := f.Mount(t)
+	want, err := os.ReadFile(other.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want[1000:5000], fresh) {
+		t.Fatalf("a fresh mount reads %q at 1000: the chunk did not land, the test proves nothing", want[1000:1010])
+	}
+	got, err := os.ReadFile(r.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the mount that kept the file's chunks reads %q at 1000, another mount %q: kept chunks outlived a change", got[1000:1010], want[1000:1010])
+	}
+}

@@ -16,26 +16,26 @@ import (
 //
 // An open file's chunks are right for as long as it is open, as before:
 // every change this mount learns of drops them (the places that call
-// dropClean). A closed file's chunks are kept with the version of its
-// inode document they were right for, and an open finds them again only
-// if the inode it reads afresh (close-to-open) is still at that version.
-// Every change of a file's bytes that is done, on any mount, writes its
-// inode (size, mtime, data generation), so an unchanged version is an
-// unchanged file. What it does not cover: chunks a writer sends before
-// its close (past its dirty limit), which the file's readers see or not
-// until that close writes the inode, as close-to-open allows; and the
-// chunks of a writer that dies before its close, which a reader with the
-// file's chunks kept does not see until the inode next changes.
+// dropClean). A closed file's chunks are kept with the data version each
+// was read or written at (store.DataVersion, which every write of a chunk
+// raises, on any mount, and which a deletion takes away), and the next
+// open of the file here reads those versions with the inode, in the round
+// trip that reads the inode anyway, and keeps the chunks that are still at
+// theirs. (The inode's version alone does not do: a writer whose close
+// fails after its chunks landed leaves the inode as it was, and the bytes
+// changed; campaign seed 381633321.)
 //
-// The same test tells whether the kernel may keep the file's pages
-// (FOPEN_KEEP_CACHE): they are what this mount served or was written
-// through it, unless a change came from elsewhere while the file was
-// open (kernelStale), or written bytes were dropped after a failed flush.
+// The kernel may keep the file's pages across that open
+// (FOPEN_KEEP_CACHE) if every chunk it was given since it last dropped
+// them is kept and unchanged, and the inode too: pages of a chunk this
+// mount stopped keeping, or a change from elsewhere while the file was
+// open, or written bytes dropped after a failed flush, make the kernel
+// drop them at the next open (kernelStale).
 //
 // Not ristretto (which the metadata cache uses): its sets land
 // asynchronously and its admission may refuse an entry, so a second pass
 // over a file would be local or not by chance; what is kept here is
-// whole files' chunks, dropped and found again by file and version.
+// whole files' chunks, dropped and found again by file.
 type cleanCache struct {
 	budget int64        // bytes, open files' and kept chunks together
 	used   atomic.Int64 // bytes of chunks in every clean map
@@ -46,11 +46,13 @@ type cleanCache struct {
 	order list.List // of *keptFile, least recently closed first
 }
 
-// keptFile is the clean chunks of a closed file.
+// keptFile is the clean chunks of a closed file, the data version of
+// each (vers), and the inode's version when it closed (ver).
 type keptFile struct {
 	ino         uint64
 	ver         store.Version
 	chunks      map[int64][]byte
+	vers        map[int64]int64
 	lru         []int64
 	bytes       int64
 	kernelStale bool
@@ -84,26 +86,24 @@ func (cc *cleanCache) add(n int64) {
 // daemon's soft memory limit follows it.
 func (f *Mount) CachedData() int64 { return f.clean.used.Load() }
 
-// keep takes the chunks of a file closed at version ver (the caller has
-// emptied its openFile's map). Chunks of an unknown version (a file made
-// in memory, not stored yet) are not kept.
-func (cc *cleanCache) keep(ino uint64, ver store.Version, chunks map[int64][]byte, lru []int64, bytes int64, kernelStale bool) {
-	if !ver.Known() {
-		cc.add(-bytes)
+// keep takes the chunks of a file closed with its inode at version ver
+// (the caller has emptied its openFile's maps). Chunks of an unknown
+// version (a file made in memory, not stored yet) are not kept.
+func (cc *cleanCache) keep(k *keptFile) {
+	if !k.ver.Known() {
+		cc.add(-k.bytes)
 		return
 	}
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
-	cc.dropLocked(ino)
-	k := &keptFile{ino: ino, ver: ver, chunks: chunks, lru: lru, bytes: bytes, kernelStale: kernelStale}
+	cc.dropLocked(k.ino)
 	k.at = cc.order.PushBack(k)
-	cc.kept[ino] = k
+	cc.kept[k.ino] = k
 	cc.shrinkLocked()
 }
 
-// take returns the kept chunks of ino if they are those of version ver,
-// and forgets them either way (nil: none, or older).
-func (cc *cleanCache) take(ino uint64, ver store.Version) *keptFile {
+// take returns the kept chunks of ino and forgets them (nil: none).
+func (cc *cleanCache) take(ino uint64) *keptFile {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	k := cc.kept[ino]
@@ -112,11 +112,18 @@ func (cc *cleanCache) take(ino uint64, ver store.Version) *keptFile {
 	}
 	cc.order.Remove(k.at)
 	delete(cc.kept, ino)
-	if !ver.Known() || k.ver != ver {
-		cc.add(-k.bytes)
-		return nil
-	}
 	return k
+}
+
+// keptChunks lists the chunks kept of ino (nil, false: none kept).
+func (cc *cleanCache) keptChunks(ino uint64) ([]int64, bool) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	k := cc.kept[ino]
+	if k == nil {
+		return nil, false
+	}
+	return append([]int64{}, k.lru...), true
 }
 
 // has reports whether chunks of ino are kept (of some version).
@@ -164,9 +171,10 @@ func (cc *cleanCache) shrinkLocked() bool {
 	return true
 }
 
-// remember keeps chunk c, just read, for rereads within the budget.
-// Caller holds of.mu.
-func (of *openFile) remember(c int64, b []byte) {
+// remember keeps chunk c, just read at data version ver (below 0:
+// unknown, which is not kept past the file's last close), for rereads
+// within the budget. Caller holds of.mu.
+func (of *openFile) remember(c int64, b []byte, ver int64) {
 	cc := of.f.clean
 	if old, ok := of.clean[c]; ok {
 		of.cleanBytes -= int64(len(old))
@@ -175,26 +183,35 @@ func (of *openFile) remember(c int64, b []byte) {
 		of.cleanLRU = append(of.cleanLRU, c)
 	}
 	of.clean[c] = b
+	if of.cleanVer == nil {
+		of.cleanVer = map[int64]int64{}
+	}
+	of.cleanVer[c] = ver
 	of.cleanBytes += int64(len(b))
 	cc.add(int64(len(b)))
 	for !cc.shrink() && len(of.cleanLRU) > cleanFloor {
 		// Over budget with every closed file gone: this file's oldest.
 		// Other open files keep theirs (their locks are not taken here).
-		of.forgetClean(of.cleanLRU[0])
+		of.evictClean(of.cleanLRU[0])
 	}
 }
 
-// rememberWritten keeps chunk c, just written, for reads that follow in
-// this open, up to cleanFloor chunks of the file: the kernel has the pages
-// the writes went through, and keeps them at the next open if nothing
-// changes meanwhile, so a writer's stream need not fill the budget.
-// Caller holds of.mu.
-func (of *openFile) rememberWritten(c int64, b []byte) {
+// rememberWritten keeps chunk c, just written at data version ver, for
+// reads that follow in this open, up to cleanFloor chunks of the file: a
+// writer's stream need not fill the budget. Caller holds of.mu.
+func (of *openFile) rememberWritten(c int64, b []byte, ver int64) {
 	of.forgetClean(c)
 	for len(of.cleanLRU) >= cleanFloor {
-		of.forgetClean(of.cleanLRU[0])
+		of.evictClean(of.cleanLRU[0])
 	}
-	of.remember(c, b)
+	of.remember(c, b, ver)
+}
+
+// evictClean drops chunk c to keep a bound: the kernel may still have its
+// pages, which can no longer be checked at the next open.
+func (of *openFile) evictClean(c int64) {
+	of.forgetClean(c)
+	of.kernelStale = true
 }
 
 // forgetClean drops chunk c from what this file keeps. Caller holds of.mu.
@@ -204,6 +221,7 @@ func (of *openFile) forgetClean(c int64) {
 		return
 	}
 	delete(of.clean, c)
+	delete(of.cleanVer, c)
 	for i, k := range of.cleanLRU {
 		if k == c {
 			of.cleanLRU = append(of.cleanLRU[:i], of.cleanLRU[i+1:]...)
@@ -221,32 +239,62 @@ func (of *openFile) forgetClean(c int64) {
 // not keep them. Caller holds of.mu.
 func (of *openFile) dropClean(outside bool) {
 	of.f.clean.add(-of.cleanBytes)
-	of.clean, of.cleanLRU, of.cleanBytes = map[int64][]byte{}, nil, 0
+	of.clean, of.cleanVer, of.cleanLRU, of.cleanBytes = map[int64][]byte{}, nil, nil, 0
 	of.cgen++
 	of.kernelStale = of.kernelStale || outside
 }
 
-// adoptKept makes the chunks kept of the file, closed at version ver,
-// this openFile's again, and reports whether the kernel's pages of it may
-// be kept; the openFile has none of its own yet. Caller holds of.mu.
-func (of *openFile) adoptKept(ver store.Version) (kernelKeeps bool) {
-	k := of.f.clean.take(of.ino, ver)
+// adoptKept makes the chunks kept of the file this openFile's again, those
+// still at the data versions vers says (read with a, the inode, at this
+// open), and reports whether the kernel's pages of it may be kept: every
+// chunk unchanged, and the inode. The openFile has none of its own yet.
+// Caller holds of.mu.
+func (of *openFile) adoptKept(a store.Inode, vers map[int64]int64) (kernelKeeps bool) {
+	k := of.f.clean.take(of.ino)
 	if k == nil {
 		return false
 	}
-	of.clean, of.cleanLRU, of.cleanBytes = k.chunks, k.lru, k.bytes
-	return !k.kernelStale
+	same := a.Ver.Known() && a.Ver == k.ver && !k.kernelStale
+	for c, b := range k.chunks {
+		if v, asked := vers[c]; !asked || v != k.vers[c] {
+			delete(k.chunks, c)
+			delete(k.vers, c)
+			k.bytes -= int64(len(b))
+			of.f.clean.add(-int64(len(b)))
+			same = false
+		}
+	}
+	lru := k.lru[:0]
+	for _, c := range k.lru {
+		if _, ok := k.chunks[c]; ok {
+			lru = append(lru, c)
+		}
+	}
+	of.clean, of.cleanVer, of.cleanLRU, of.cleanBytes = k.chunks, k.vers, lru, k.bytes
+	return same
 }
 
 // keepClosed hands this file's chunks to the mount's kept ones at its last
-// close. Caller holds of.mu.
+// close, those whose data version is known. Caller holds of.mu.
 func (of *openFile) keepClosed() {
-	ver := of.attr.Ver
+	k := &keptFile{ino: of.ino, ver: of.attr.Ver, chunks: of.clean, vers: map[int64]int64{}, bytes: of.cleanBytes, kernelStale: of.kernelStale}
 	if of.unlinked || of.changed || len(of.dirty) > 0 || of.f.wb.pending(of.ino) {
-		ver = store.Version{} // not what the stored inode says: not kept
+		k.ver = store.Version{} // not what the stored inode says: not kept
 	}
-	of.f.clean.keep(of.ino, ver, of.clean, of.cleanLRU, of.cleanBytes, of.kernelStale)
-	of.clean, of.cleanLRU, of.cleanBytes = map[int64][]byte{}, nil, 0
+	for _, c := range of.cleanLRU {
+		if v, ok := of.cleanVer[c]; ok && v >= 0 {
+			k.vers[c] = v
+			k.lru = append(k.lru, c)
+			continue
+		}
+		b := k.chunks[c]
+		delete(k.chunks, c)
+		k.bytes -= int64(len(b))
+		of.f.clean.add(-int64(len(b)))
+		k.kernelStale = true // its pages came from a chunk not checkable
+	}
+	of.f.clean.keep(k)
+	of.clean, of.cleanVer, of.cleanLRU, of.cleanBytes = map[int64][]byte{}, nil, nil, 0
 	// Read-ahead still on its way is not for this openFile any more: kept
 	// in it, its bytes would count against the budget for ever.
 	of.cgen++
@@ -254,8 +302,8 @@ func (of *openFile) keepClosed() {
 
 // firstChunkWanted says whether an open for reading should bring the
 // file's first chunk with its inode: not if this mount has the file open
-// or kept already (its chunks are likely still right), nor if the file is
-// made in memory here.
+// or kept already (the kept chunks' versions come instead), nor if the
+// file is made in memory here.
 func (f *Mount) firstChunkWanted(ino uint64) bool {
 	return !f.wb.pending(ino) && f.openState(ino) == nil && !f.clean.has(ino)
 }
@@ -265,28 +313,50 @@ func (f *Mount) firstChunkWanted(ino uint64) bool {
 // trip, one request an open less for grep -r, cat or a compiler reading
 // its sources. withFirst false: the chunk could not be read (it does not
 // decode), which fails its read, not the open.
-func (f *Mount) inodeAndFirstChunk(ctx context.Context, ino uint64) (a store.Inode, first []byte, withFirst bool, err error) {
+func (f *Mount) inodeAndFirstChunk(ctx context.Context, ino uint64) (a store.Inode, first []byte, ver int64, withFirst bool, err error) {
 	gen := f.cache.Gen()
-	a, first, err = f.st.GetInodeAndChunk(ctx, ino, 0)
+	a, first, ver, err = f.st.GetInodeAndChunkV(ctx, ino, 0)
 	switch {
 	case err == nil:
 		f.cache.PutInode(a, gen)
-		return a, first, true, nil
+		return a, first, ver, true, nil
 	case errors.Is(err, store.ErrNotFound):
-		return a, nil, false, err
+		return a, nil, 0, false, err
 	}
 	a, err = f.freshInode(ctx, ino)
-	return a, nil, false, err
+	return a, nil, 0, false, err
+}
+
+// inodeAndKeptVersions is freshInode for a file whose chunks this mount
+// keeps (and has not open): the versions of those chunks come in the same
+// round trip. ok false: nothing kept (any more), or the file is made in
+// memory here; the caller reads the inode alone.
+func (f *Mount) inodeAndKeptVersions(ctx context.Context, ino uint64) (a store.Inode, vers map[int64]int64, ok bool, err error) {
+	if f.wb.pending(ino) || f.openState(ino) != nil {
+		return a, nil, false, nil
+	}
+	chunks, kept := f.clean.keptChunks(ino)
+	if !kept {
+		return a, nil, false, nil
+	}
+	gen := f.cache.Gen()
+	a, vers, err = f.st.InodeAndChunkVersions(ctx, ino, chunks)
+	if err != nil {
+		return a, nil, false, err
+	}
+	f.cache.PutInode(a, gen)
+	return a, vers, true, nil
 }
 
 // rememberFirst keeps chunk 0 (nil: not stored, a hole), read with the
-// inode at version ver, if the open file is at that version and has
-// nothing of its own there. Caller does not hold of.mu.
-func (of *openFile) rememberFirst(ver store.Version, b []byte) {
+// inode at version ver and at data version cver, if the open file is at
+// that version and has nothing of its own there. Caller does not hold
+// of.mu.
+func (of *openFile) rememberFirst(ver store.Version, b []byte, cver int64) {
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if _, ok := of.clean[0]; ok || of.changed || len(of.dirty) > 0 || of.attr.Ver != ver {
 		return
 	}
-	of.remember(0, b)
+	of.remember(0, b, cver)
 }

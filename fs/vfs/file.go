@@ -52,6 +52,7 @@ type openFile struct {
 	// cleanCache (clean.go). kernelStale: a change from elsewhere came while
 	// the file was open since the kernel last dropped its pages (clean.go).
 	clean       map[int64][]byte
+	cleanVer    map[int64]int64 // each clean chunk's data version, -1 unknown
 	cleanLRU    []int64
 	cleanBytes  int64
 	kernelStale bool

@@ -124,7 +124,7 @@ func (of *openFile) writeChunks(ctx context.Context) error {
 		for c, b := range of.dirty {
 			if _, ok := again[c]; !ok {
 				of.extent = max(of.extent, c*cs+int64(len(b)))
-				of.rememberWritten(c, b)
+				of.rememberWritten(c, b, st.Version)
 				delete(of.spans, c)
 			}
 		}

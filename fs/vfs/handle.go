@@ -42,6 +42,13 @@ func (h *Handle) Locks() *LockOwners { return &h.locks }
 // writeback.take): the writer starts above it, or those chunks would
 // refuse its writes and truncates as their equals.
 func (f *Mount) openHandle(ctx context.Context, a store.Inode, flags uint32, created bool) (*Handle, error) {
+	return f.openHandleKept(ctx, a, nil, flags, created)
+}
+
+// openHandleKept is openHandle for an open that read the data versions of
+// the chunks this mount keeps of the file (vers; nil: none read), which
+// it then keeps those of (clean.go).
+func (f *Mount) openHandleKept(ctx context.Context, a store.Inode, vers map[int64]int64, flags uint32, created bool) (*Handle, error) {
 	f.mu.Lock()
 	of := f.open[a.Ino]
 	first := of == nil
@@ -59,14 +66,14 @@ func (f *Mount) openHandle(ctx context.Context, a store.Inode, flags uint32, cre
 	of.mu.Lock()
 	if !of.changed && len(of.dirty) == 0 {
 		// Nothing buffered here: take the stored state as it is now. The
-		// chunks read before are still right if the inode has not changed
-		// since (clean.go), else another mount may have rewritten them.
-		switch {
-		case first:
-			keepPages = of.adoptKept(a.Ver)
-		case a.Ver.Known() && a.Ver == of.attr.Ver:
-			keepPages = !of.kernelStale
-		default:
+		// chunks kept since the file's last close here are kept again
+		// where their versions, read with the inode, say they are still
+		// right (clean.go); those read through a description open
+		// meanwhile are forgotten, as another mount may have rewritten
+		// them.
+		if first {
+			keepPages = of.adoptKept(a, vers)
+		} else {
 			of.dropClean(false)
 		}
 		of.attr, of.size = a, a.Size
@@ -85,7 +92,7 @@ func (f *Mount) openHandle(ctx context.Context, a store.Inode, flags uint32, cre
 
 // KeepPages says whether the kernel may keep the pages it has of the file
 // at this open (FOPEN_KEEP_CACHE): the file is as it was when it was last
-// open here, and they are what this mount gave it (clean.go).
+// open here, every chunk the kernel was given checked (clean.go).
 func (h *Handle) KeepPages() bool { return h.keepPages }
 
 // Open opens inode ino with open(2)'s flags; ESTALE if it is gone.
@@ -96,13 +103,18 @@ func (f *Mount) Open(ctx context.Context, ino uint64, flags uint32) (*Handle, er
 	if f.opts.ReadOnly && writing {
 		return nil, syscall.EROFS
 	}
+	// The inode, read afresh (close-to-open), and with it the first chunk
+	// for a reader, or the versions of the chunks kept since the last
+	// close here (clean.go).
 	var a store.Inode
-	var first []byte // chunk 0, read with the inode if withFirst
+	var first []byte
+	var firstVer int64
+	var vers map[int64]int64
 	var err error
-	withFirst := false
+	withFirst, withVers := false, false
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && f.firstChunkWanted(ino) {
-		a, first, withFirst, err = f.inodeAndFirstChunk(ctx, ino)
-	} else {
+		a, first, firstVer, withFirst, err = f.inodeAndFirstChunk(ctx, ino)
+	} else if a, vers, withVers, err = f.inodeAndKeptVersions(ctx, ino); err == nil && !withVers {
 		a, err = f.freshInode(ctx, ino)
 	}
 	if errors.Is(err, store.ErrNotFound) {
@@ -111,12 +123,12 @@ func (f *Mount) Open(ctx context.Context, ino uint64, flags uint32) (*Handle, er
 	if err != nil {
 		return nil, err
 	}
-	h, err := f.openHandle(ctx, a, flags, false)
+	h, err := f.openHandleKept(ctx, a, vers, flags, false)
 	if err != nil {
 		return nil, err
 	}
 	if withFirst && a.Type == store.TypeFile && a.Size > 0 {
-		h.of.rememberFirst(a.Ver, first)
+		h.of.rememberFirst(a.Ver, first, firstVer)
 	}
 	if flags&syscall.O_TRUNC != 0 && a.Size > 0 {
 		// Through the open state, whose data generation the writes that

@@ -39,7 +39,7 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 		return nil, nil // beyond the stored end: nothing stored there
 	}
 	if b, pending := of.f.wb.chunk(of.ino, c); pending {
-		of.remember(c, b)
+		of.remember(c, b, -1)
 		return b, nil // a pending file: its chunks are in its batch
 	}
 	// Read ahead: the chunk a sequential reader wants next comes in the
@@ -52,13 +52,13 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 			last = c
 		}
 	}
-	got, err := of.f.st.ReadChunks(ctx, of.ino, c, last)
+	got, vers, err := of.f.st.ReadChunksV(ctx, of.ino, c, last)
 	if err != nil {
 		return nil, err
 	}
 	for k := c; k <= last; k++ {
 		if _, isDirty := of.dirty[k]; !isDirty {
-			of.remember(k, got[k])
+			of.remember(k, got[k], vers[k])
 		}
 	}
 	return got[c], nil
@@ -114,7 +114,7 @@ func (of *openFile) readAheadFrom(c, chunks int64) (sequential bool) {
 func (of *openFile) fetchAhead(from, to int64, gen uint64, ch chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*of.f.st.Timeout())
 	defer cancel()
-	got, err := of.f.st.ReadChunks(ctx, of.ino, from, to-1)
+	got, vers, err := of.f.st.ReadChunksV(ctx, of.ino, from, to-1)
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	for k := from; k < to; k++ {
@@ -131,7 +131,7 @@ func (of *openFile) fetchAhead(from, to int64, gen uint64, ch chan struct{}) {
 	}
 	for k := from; k < to; k++ {
 		if _, isDirty := of.dirty[k]; !isDirty {
-			of.remember(k, got[k])
+			of.remember(k, got[k], vers[k])
 		}
 	}
 }

@@ -142,7 +142,7 @@ func (of *openFile) revalidate(ctx context.Context) error {
 	}
 	c := of.size / of.f.st.ChunkSize()
 	gen := of.f.cache.Gen()
-	cur, tail, err := of.f.st.GetInodeAndChunk(ctx, of.ino, c)
+	cur, tail, tailVer, err := of.f.st.GetInodeAndChunkV(ctx, of.ino, c)
 	if errors.Is(err, store.ErrNotFound) {
 		of.sizeSure = true // removed by another mount: appends go on in memory
 		return nil
@@ -155,7 +155,7 @@ func (of *openFile) revalidate(ctx context.Context) error {
 		return err
 	}
 	if _, dirty := of.dirty[c]; !dirty && c*of.f.st.ChunkSize() < cur.Size {
-		of.remember(c, tail)
+		of.remember(c, tail, tailVer)
 	}
 	return nil
 }

@@ -101,7 +101,7 @@ func (wb *writeback) hold(ctx context.Context, of *openFile) bool {
 		m[c] = heldChunk{data: b}
 		wb.dataBytes += int64(len(b))
 		of.extent = max(of.extent, c*cs+int64(len(b)))
-		of.rememberWritten(c, b)
+		of.rememberWritten(c, b, -1) // its version is the batch's, at its flush
 	}
 	of.dirty, of.dirtyLen = map[int64][]byte{}, 0
 	return true
