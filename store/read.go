@@ -11,11 +11,11 @@ import (
 
 // getResult is one document of a GET or an mget.
 type getResult struct {
-	Index       string          `json:"_index"`
-	ID          string          `json:"_id"`
-	Found       bool            `json:"found"`
-	SeqNo       int64           `json:"_seq_no"`
-	PrimaryTerm int64           `json:"_primary_term"`
+	Index       string `json:"_index"`
+	ID          string `json:"_id"`
+	Found       bool   `json:"found"`
+	SeqNo       int64  `json:"_seq_no"`
+	PrimaryTerm int64  `json:"_primary_term"`
 	// Ext is _version: a data chunk's external version (DataVersion).
 	Ext    int64           `json:"_version"`
 	Source json.RawMessage `json:"_source"`
