@@ -13,11 +13,15 @@
 #   ESFS_BENCH_REPS=N            repetitions of each case (default 5)
 #   ESFS_BENCH_ONLY=a,b          only these groups: stat, readdir, create,
 #                                write_read, rename_file, rename_dir,
-#                                rename_disjoint, lock_rt, memory, and the
-#                                peer groups mdtest, real_tools, shared
-#                                (one filesystem mounted 2 and 4 times:
+#                                rename_disjoint, lock_rt, memory,
+#                                data_floor (the forms Elasticsearch takes
+#                                file data in, raw), and the peer groups
+#                                mdtest, real_tools, shared (one
+#                                filesystem mounted 2 and 4 times:
 #                                creates and renames in one directory at
-#                                once, and a file handed back and forth)
+#                                once, and a file handed back and forth),
+#                                data (dd in, dd out through a second
+#                                mount, fio random 4 KiB reads)
 #   ESFS_BENCH_OUT=FILE          where the table goes
 #   ESFS_BENCH_ESFS_FLAGS="..."  extra mount flags for esfs in the peer
 #                                groups (say --delegations)
