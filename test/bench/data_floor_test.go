@@ -74,7 +74,7 @@ func benchDataFloor(s *suite) {
 			cpu = append(cpu, (clusterCPU(r)-cpu0).Seconds()*1000/float64(mib))
 			n := (len(data) + v.chunk - 1) / v.chunk
 			start = time.Now()
-			got := floorRead(r, index, n, max(1, (2<<20)/v.chunk), 4)
+			got := r.readChunksOf(index, 1, n, max(1, (2<<20)/v.chunk), 4)
 			reads = append(reads, time.Since(start))
 			if got < len(data) {
 				t.Fatalf("%s: read %d bytes of answers for %d of data", v.name, got, len(data))
@@ -183,38 +183,6 @@ func floorSend(r *raw, bodies [][]byte, flight int, smile bool) {
 	}
 	close(jobs)
 	wg.Wait()
-}
-
-// floorRead reads documents 1.0 .. 1.(n-1) of index, per a request,
-// flight in flight, and returns the bytes of the answers.
-func floorRead(r *raw, index string, n, per, flight int) int {
-	jobs := make(chan []string)
-	var mu sync.Mutex
-	total := 0
-	var wg sync.WaitGroup
-	for w := 0; w < flight; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ids := range jobs {
-				body, _ := json.Marshal(map[string]any{"ids": ids})
-				out := r.do("POST", "/"+index+"/_mget", body)
-				mu.Lock()
-				total += len(out)
-				mu.Unlock()
-			}
-		}()
-	}
-	for i := 0; i < n; i += per {
-		var ids []string
-		for k := i; k < min(i+per, n); k++ {
-			ids = append(ids, fmt.Sprintf("1.%d", k))
-		}
-		jobs <- ids
-	}
-	close(jobs)
-	wg.Wait()
-	return total
 }
 
 // SMILE (Jackson's binary JSON, which Elasticsearch takes for _bulk):

@@ -183,6 +183,11 @@ func (r *raw) chunkItems(ino uint64, data []byte, chunk int) []string {
 // readChunks reads chunks 0..n-1 of ino, per at a time per _mget, with
 // workers in flight, and returns the bytes of _source received.
 func (r *raw) readChunks(ino uint64, n, per, workers int) int {
+	return r.readChunksOf(r.prefix+"-data", ino, n, per, workers)
+}
+
+// readChunksOf is readChunks from index.
+func (r *raw) readChunksOf(index string, ino uint64, n, per, workers int) int {
 	jobs := make(chan []string)
 	var mu sync.Mutex
 	total := 0
@@ -193,7 +198,7 @@ func (r *raw) readChunks(ino uint64, n, per, workers int) int {
 			defer wg.Done()
 			for ids := range jobs {
 				body, _ := json.Marshal(map[string]any{"ids": ids})
-				out := r.do("POST", "/"+r.prefix+"-data/_mget", body)
+				out := r.do("POST", "/"+index+"/_mget", body)
 				mu.Lock()
 				total += len(out)
 				mu.Unlock()
