@@ -21,7 +21,12 @@
 #                                creates and renames in one directory at
 #                                once, and a file handed back and forth),
 #                                data (dd in, dd out through a second
-#                                mount, fio random 4 KiB reads)
+#                                mount, fio random 4 KiB reads); scale
+#                                (a tree of N small files: import, ls,
+#                                find, du, a directory rename, memory;
+#                                ESFS_BENCH_SCALE_FILES=10000,100000 by
+#                                default, full adds 1000000) runs only
+#                                when named
 #   ESFS_BENCH_OUT=FILE          where the table goes
 #   ESFS_BENCH_ESFS_FLAGS="..."  extra mount flags for esfs in the peer
 #                                groups (say --delegations)

@@ -27,24 +27,26 @@ import (
 type benchCase struct {
 	group string
 	run   func(s *suite)
+	named bool // runs only when ESFS_BENCH_ONLY names it (long)
 }
 
 var cases = []benchCase{
-	{"stat", benchStat},
-	{"readdir", benchReaddir},
-	{"create", benchCreate},
-	{"write_read", benchWriteRead},
-	{"rename_file", benchRenameFile},
-	{"rename_dir", benchRenameDir},
-	{"rename_disjoint", benchDisjoint},
-	{"lock_rt", benchLockRT},
-	{"flock_rt", benchFlockRT},
-	{"memory", benchMemory},
-	{"mdtest", benchMdtest},
-	{"real_tools", benchRealTools},
-	{"shared", benchShared},
-	{"data", benchData},
-	{"data_floor", benchDataFloor},
+	{group: "stat", run: benchStat},
+	{group: "readdir", run: benchReaddir},
+	{group: "create", run: benchCreate},
+	{group: "write_read", run: benchWriteRead},
+	{group: "rename_file", run: benchRenameFile},
+	{group: "rename_dir", run: benchRenameDir},
+	{group: "rename_disjoint", run: benchDisjoint},
+	{group: "lock_rt", run: benchLockRT},
+	{group: "flock_rt", run: benchFlockRT},
+	{group: "memory", run: benchMemory},
+	{group: "mdtest", run: benchMdtest},
+	{group: "real_tools", run: benchRealTools},
+	{group: "shared", run: benchShared},
+	{group: "data", run: benchData},
+	{group: "data_floor", run: benchDataFloor},
+	{group: "scale", run: benchScale, named: true},
 }
 
 // noKernelCache turns the kernel's caches off, so every lookup reaches the
