@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The chunks this mount read keep for rereads, bounded together: those of
+// The chunks this mount reads are kept for rereads, bounded together: those of
 // open files (openFile.clean) and those of files closed since (kept).
 //
 // An open file's chunks are right for as long as it is open, as before:
