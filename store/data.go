@@ -61,16 +61,11 @@ type Written struct {
 
 // ReadChunks reads chunks first..last (inclusive) of ino in one round trip.
 // Absent chunks (holes of a sparse file, or never written) are absent from
-// the map; the caller reads them as zeros up to the file size.
-func (s *Store) ReadChunks(ctx context.Context, ino uint64, first, last int64) (map[int64][]byte, error) {
-	data, _, err := s.ReadChunksV(ctx, ino, first, last)
-	return data, err
-}
-
-// ReadChunksV is ReadChunks, with the data version (DataVersion) each
-// chunk was read at, 0 for an absent one: what a reader keeps a chunk by
-// (ChunkVersions says whether it is still that).
-func (s *Store) ReadChunksV(ctx context.Context, ino uint64, first, last int64) (map[int64][]byte, map[int64]int64, error) {
+// data; the caller reads them as zeros up to the file size. vers has the
+// data version (DataVersion) each chunk was read at, 0 for an absent one:
+// what a reader keeps a chunk by (InodeAndChunkVersions says whether it is
+// still that).
+func (s *Store) ReadChunks(ctx context.Context, ino uint64, first, last int64) (data map[int64][]byte, vers map[int64]int64, err error) {
 	if last < first {
 		return map[int64][]byte{}, map[int64]int64{}, nil
 	}
@@ -149,15 +144,9 @@ func (s *Store) InodeAndChunkVersions(ctx context.Context, ino uint64, chunks []
 
 // GetInodeAndChunk reads inode ino and its chunk c in one round trip (an
 // appender's look at the file's end, and at the chunk it then writes
-// into). data is nil for a chunk not stored.
-func (s *Store) GetInodeAndChunk(ctx context.Context, ino uint64, c int64) (n Inode, data []byte, err error) {
-	n, data, _, err = s.GetInodeAndChunkV(ctx, ino, c)
-	return n, data, err
-}
-
-// GetInodeAndChunkV is GetInodeAndChunk, with the chunk's data version (0:
-// not stored).
-func (s *Store) GetInodeAndChunkV(ctx context.Context, ino uint64, c int64) (n Inode, data []byte, ver int64, err error) {
+// into; an open's first chunk), with the chunk's data version. data is nil
+// and ver 0 for a chunk not stored.
+func (s *Store) GetInodeAndChunk(ctx context.Context, ino uint64, c int64) (n Inode, data []byte, ver int64, err error) {
 	what := fmt.Sprintf("reading inode %d and its chunk %d", ino, c)
 	docs, err := s.mgetMixed(ctx, []docRef{{index: s.idx.name(inodesIndex), id: inodeID(ino)}, {index: s.idx.name(dataIndex), id: chunkID(ino, c)}}, what)
 	if err != nil {

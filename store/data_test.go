@@ -26,7 +26,7 @@ func TestChunks(t *testing.T) {
 	if w, err := s.WriteChunks(ctx, 9, map[int64][]byte{2: []byte("tail2")}, store.Stamp{Version: store.DataVersion(1, 2)}); err != nil || w.Created != 0 {
 		t.Fatalf("rewriting a chunk: %+v, %v; want nothing created", w, err)
 	}
-	got, err := s.ReadChunks(ctx, 9, 0, 3)
+	got, _, err := s.ReadChunks(ctx, 9, 0, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,14 +45,14 @@ func TestChunks(t *testing.T) {
 	if n, err := s.DeleteChunks(ctx, 9, 1, 5, store.DataVersion(1, 3)); err != nil || n != 1 {
 		t.Fatalf("deleting chunks 1-5 of 0 and 2: %d deleted, %v", n, err)
 	}
-	got, _ = s.ReadChunks(ctx, 9, 0, 3)
+	got, _, _ = s.ReadChunks(ctx, 9, 0, 3)
 	if len(got) != 1 || got[0] == nil {
 		t.Fatalf("after delete: %d chunks", len(got))
 	}
 	if err := store.RawPut(s, ctx, "data", "9.7", map[string]any{"ino": 8, "chunk": 7, "data": "AAAA"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ReadChunks(ctx, 9, 7, 7); !errors.Is(err, store.ErrCorrupt) {
+	if _, _, err := s.ReadChunks(ctx, 9, 7, 7); !errors.Is(err, store.ErrCorrupt) {
 		t.Fatalf("chunk of another inode: %v, want ErrCorrupt", err)
 	}
 }
@@ -73,7 +73,7 @@ func TestChunkVersionsFence(t *testing.T) {
 	}
 	read := func() string {
 		t.Helper()
-		got, err := s.ReadChunks(ctx, 11, 0, 0)
+		got, _, err := s.ReadChunks(ctx, 11, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +153,7 @@ func TestDeleteChunksCostsWhatIsStored(t *testing.T) {
 		t.Errorf("deleting a sparse range allocated %d MiB: its cost follows the range, not what is stored", grew>>20)
 	}
 	for _, n := range nums {
-		got, err := s.ReadChunks(ctx, 12, n, n)
+		got, _, err := s.ReadChunks(ctx, 12, n, n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +297,7 @@ func TestGetInodeAndChunk(t *testing.T) {
 	s := testenv.Store(t)
 	ctx := ctxT(t)
 	n := store.Inode{Ino: 14, Type: store.TypeFile, Mode: 0o644, Nlink: 1, Size: 5}
-	if _, _, err := s.GetInodeAndChunk(ctx, 14, 0); !errors.Is(err, store.ErrNotFound) {
+	if _, _, _, err := s.GetInodeAndChunk(ctx, 14, 0); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("an inode not stored: %v, want ErrNotFound", err)
 	}
 	if _, err := s.Write(ctx, store.CreateInode(n)); err != nil {
@@ -306,11 +306,50 @@ func TestGetInodeAndChunk(t *testing.T) {
 	if _, err := s.WriteChunks(ctx, 14, map[int64][]byte{0: []byte("hello")}, store.Stamp{Version: store.DataVersion(1, 1)}); err != nil {
 		t.Fatal(err)
 	}
-	got, data, err := s.GetInodeAndChunk(ctx, 14, 0)
-	if err != nil || got.Size != 5 || !got.Ver.Known() || string(data) != "hello" {
-		t.Fatalf("inode and chunk 0: %+v %q %v", got, data, err)
+	v1 := store.DataVersion(1, 1)
+	got, data, ver, err := s.GetInodeAndChunk(ctx, 14, 0)
+	if err != nil || got.Size != 5 || !got.Ver.Known() || string(data) != "hello" || ver != v1 {
+		t.Fatalf("inode and chunk 0: %+v %q version %d %v, want version %d", got, data, ver, err, v1)
 	}
-	if _, data, err := s.GetInodeAndChunk(ctx, 14, 3); err != nil || data != nil {
-		t.Fatalf("a chunk not stored: %q %v, want nil", data, err)
+	if _, data, ver, err := s.GetInodeAndChunk(ctx, 14, 3); err != nil || data != nil || ver != 0 {
+		t.Fatalf("a chunk not stored: %q version %d %v, want nil, 0", data, ver, err)
+	}
+}
+
+// TestChunkVersionsAsRead: a chunk is read with the data version it was written
+// at, and InodeAndChunkVersions gives the same without the bytes: a
+// rewrite raises it, a deletion makes it 0, and so does a chunk never
+// written. What a mount checks the chunks it kept against (fs/vfs/clean.go).
+func TestChunkVersionsAsRead(t *testing.T) {
+	s := testenv.Store(t)
+	ctx := ctxT(t)
+	if _, err := s.Write(ctx, store.CreateInode(store.Inode{Ino: 15, Type: store.TypeFile, Mode: 0o644, Nlink: 1, Size: 10})); err != nil {
+		t.Fatal(err)
+	}
+	v1, v2 := store.DataVersion(1, 2), store.DataVersion(2, 1)
+	if _, err := s.WriteChunks(ctx, 15, map[int64][]byte{0: []byte("zero"), 1: []byte("one")}, store.Stamp{Version: v1}); err != nil {
+		t.Fatal(err)
+	}
+	data, vers, err := s.ReadChunks(ctx, 15, 0, 2)
+	if err != nil || string(data[0]) != "zero" || vers[0] != v1 || vers[1] != v1 || vers[2] != 0 {
+		t.Fatalf("read chunks 0-2: %v, versions %v, %v; want %d, %d, 0", data, vers, err, v1, v1)
+	}
+	check := func(when string, want map[int64]int64) {
+		t.Helper()
+		n, got, err := s.InodeAndChunkVersions(ctx, 15, []int64{0, 1, 2})
+		if err != nil || n.Ino != 15 || len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+			t.Fatalf("%s: inode %d, versions %v, %v; want %v", when, n.Ino, got, err, want)
+		}
+	}
+	check("as written", map[int64]int64{0: v1, 1: v1, 2: 0})
+	if _, err := s.WriteChunks(ctx, 15, map[int64][]byte{1: []byte("ONE")}, store.Stamp{Version: v2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteChunks(ctx, 15, 0, 0, v2); err != nil {
+		t.Fatal(err)
+	}
+	check("after a rewrite of 1 and a deletion of 0", map[int64]int64{0: 0, 1: v2, 2: 0})
+	if _, _, err := s.InodeAndChunkVersions(ctx, 16, []int64{0}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an inode not stored: %v, want ErrNotFound", err)
 	}
 }

@@ -118,7 +118,7 @@ func TestWriteRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("WriteChunk", "PUT /P-data-W/_doc/70.0?"+tq+"&version="+itoa(st.Version)+"&version_type=external")
-	if got, err := s.ReadChunks(ctx, 70, 0, 0); err != nil || string(got[0]) != "text" {
+	if got, _, err := s.ReadChunks(ctx, 70, 0, 0); err != nil || string(got[0]) != "text" {
 		t.Errorf("chunk written alone: %q %v", got[0], err)
 	}
 	rec.take()
@@ -175,7 +175,7 @@ func TestWriteAndBulkAgree(t *testing.T) {
 			t.Errorf("%s: Write: %v; Bulk: %v; want %v from both", c.name, werr, res[0].Err, c.want)
 		}
 	}
-	if got, err := s.ReadChunks(ctx, 80, 0, 0); err != nil || string(got[0]) != "new" {
+	if got, _, err := s.ReadChunks(ctx, 80, 0, 0); err != nil || string(got[0]) != "new" {
 		t.Errorf("chunk after refused writes: %q %v", got[0], err)
 	}
 }

@@ -53,7 +53,7 @@ func TestDataSmallWritesCountAgainstDirtyLimit(t *testing.T) {
 	ino := st.Sys().(*syscall.Stat_t).Ino
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	chunks, err := f.Store.ReadChunks(ctx, ino, 0, total/f.Store.ChunkSize()-1)
+	chunks, _, err := f.Store.ReadChunks(ctx, ino, 0, total/f.Store.ChunkSize()-1)
 	if err != nil {
 		t.Fatal(err)
 	}

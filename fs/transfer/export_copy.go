@@ -159,7 +159,7 @@ func (ex *exporter) data(ctx context.Context, f *os.File, a store.Inode) error {
 	copyChunks := func(nums []int64) error {
 		for i := 0; i < len(nums); i += 8 {
 			part := nums[i:min(i+8, len(nums))]
-			chunks, err := ex.st.ReadChunks(ctx, a.Ino, part[0], part[len(part)-1])
+			chunks, _, err := ex.st.ReadChunks(ctx, a.Ino, part[0], part[len(part)-1])
 			if err != nil {
 				return err
 			}

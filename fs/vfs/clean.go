@@ -315,7 +315,7 @@ func (f *Mount) firstChunkWanted(ino uint64) bool {
 // decode), which fails its read, not the open.
 func (f *Mount) inodeAndFirstChunk(ctx context.Context, ino uint64) (a store.Inode, first []byte, ver int64, withFirst bool, err error) {
 	gen := f.cache.Gen()
-	a, first, ver, err = f.st.GetInodeAndChunkV(ctx, ino, 0)
+	a, first, ver, err = f.st.GetInodeAndChunk(ctx, ino, 0)
 	switch {
 	case err == nil:
 		f.cache.PutInode(a, gen)

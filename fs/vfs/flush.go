@@ -454,7 +454,7 @@ func (of *openFile) undoPastEnd(ctx context.Context) {
 		return
 	}
 	if straddle >= 0 {
-		got, err := of.f.st.ReadChunks(ctx, of.ino, straddle, straddle)
+		got, _, err := of.f.st.ReadChunks(ctx, of.ino, straddle, straddle)
 		if err != nil {
 			fail(err)
 			return

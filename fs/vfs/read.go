@@ -52,7 +52,7 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 			last = c
 		}
 	}
-	got, vers, err := of.f.st.ReadChunksV(ctx, of.ino, c, last)
+	got, vers, err := of.f.st.ReadChunks(ctx, of.ino, c, last)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (of *openFile) readAheadFrom(c, chunks int64) (sequential bool) {
 func (of *openFile) fetchAhead(from, to int64, gen uint64, ch chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*of.f.st.Timeout())
 	defer cancel()
-	got, vers, err := of.f.st.ReadChunksV(ctx, of.ino, from, to-1)
+	got, vers, err := of.f.st.ReadChunks(ctx, of.ino, from, to-1)
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	for k := from; k < to; k++ {

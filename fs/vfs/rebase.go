@@ -108,7 +108,7 @@ func (of *openFile) rebase(ctx context.Context) error {
 		}
 		var base []byte
 		if c*cs < end {
-			got, err := of.f.st.ReadChunks(ctx, of.ino, c, c)
+			got, _, err := of.f.st.ReadChunks(ctx, of.ino, c, c)
 			if err != nil {
 				return err
 			}
@@ -142,7 +142,7 @@ func (of *openFile) revalidate(ctx context.Context) error {
 	}
 	c := of.size / of.f.st.ChunkSize()
 	gen := of.f.cache.Gen()
-	cur, tail, tailVer, err := of.f.st.GetInodeAndChunkV(ctx, of.ino, c)
+	cur, tail, tailVer, err := of.f.st.GetInodeAndChunk(ctx, of.ino, c)
 	if errors.Is(err, store.ErrNotFound) {
 		of.sizeSure = true // removed by another mount: appends go on in memory
 		return nil

@@ -327,7 +327,7 @@ func (f *Mount) cutTail(ctx context.Context, ino uint64, end int64, w *dataWrite
 		return false, nil
 	}
 	c := end / cs
-	got, err := f.st.ReadChunks(ctx, ino, c, c)
+	got, _, err := f.st.ReadChunks(ctx, ino, c, c)
 	if err != nil {
 		return false, err
 	}
