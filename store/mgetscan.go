@@ -78,65 +78,53 @@ func decodeMgetDoc(b []byte, i int) (d getResult, ok bool) {
 // key (as written, which must need no unescaping) and where its value
 // lies, b[from:to]; it stops at the first false.
 func eachMember(b []byte, i int, fn func(key []byte, from, to int) bool) bool {
-	i, ok := skipSpace(b, i+1)
-	if !ok {
-		return false
-	}
-	if b[i] == '}' {
-		return true
-	}
-	for {
+	return eachItem(b, i, '}', func(i int) (int, bool) {
 		if b[i] != '"' {
-			return false
+			return 0, false
 		}
 		end, ok := skipString(b, i)
 		if !ok {
-			return false
+			return 0, false
 		}
 		key := b[i+1 : end-1]
 		if bytes.IndexByte(key, '\\') >= 0 {
-			return false
+			return 0, false
 		}
 		if i, ok = skipSpace(b, end); !ok || b[i] != ':' {
-			return false
+			return 0, false
 		}
 		from, ok := skipSpace(b, i+1)
 		if !ok {
-			return false
+			return 0, false
 		}
 		to, ok := skipValue(b, from)
-		if !ok || !fn(key, from, to) {
-			return false
-		}
-		if i, ok = skipSpace(b, to); !ok {
-			return false
-		}
-		switch b[i] {
-		case ',':
-			if i, ok = skipSpace(b, i+1); !ok {
-				return false
-			}
-		case '}':
-			return true
-		default:
-			return false
-		}
-	}
+		return to, ok && fn(key, from, to)
+	})
 }
 
 // eachElement calls fn with where each element of the array at b[i] ('[')
 // lies, b[from:to]; it stops at the first false.
 func eachElement(b []byte, i int, fn func(from, to int) bool) bool {
+	return eachItem(b, i, ']', func(i int) (int, bool) {
+		to, ok := skipValue(b, i)
+		return to, ok && fn(i, to)
+	})
+}
+
+// eachItem walks the items of the object or array opening at b[i], which
+// closes with end: item reads the one at its index and says where it
+// ends; the walk stops at the first false.
+func eachItem(b []byte, i int, end byte, item func(i int) (to int, ok bool)) bool {
 	i, ok := skipSpace(b, i+1)
 	if !ok {
 		return false
 	}
-	if b[i] == ']' {
+	if b[i] == end {
 		return true
 	}
 	for {
-		to, ok := skipValue(b, i)
-		if !ok || !fn(i, to) {
+		to, ok := item(i)
+		if !ok {
 			return false
 		}
 		if i, ok = skipSpace(b, to); !ok {
@@ -147,7 +135,7 @@ func eachElement(b []byte, i int, fn func(from, to int) bool) bool {
 			if i, ok = skipSpace(b, i+1); !ok {
 				return false
 			}
-		case ']':
+		case end:
 			return true
 		default:
 			return false

@@ -132,6 +132,13 @@ func (r *raw) refresh() { r.do("POST", "/"+r.prefix+"/_refresh", nil) }
 // scanDir reads every child of dir with a point-in-time and search_after,
 // in pages of page hits, and returns how many it saw.
 func (r *raw) scanDir(dir string, page int) int {
+	return r.scan(map[string]any{"term": map[string]any{"parent": dir}}, "name", page)
+}
+
+// scan reads every path document query matches, sorted by sortKey, with
+// a point-in-time and search_after, in pages of page hits, and returns how
+// many it saw.
+func (r *raw) scan(query map[string]any, sortKey string, page int) int {
 	var pit struct {
 		ID string `json:"id"`
 	}
@@ -142,8 +149,8 @@ func (r *raw) scanDir(dir string, page int) int {
 	n := 0
 	var after []any
 	for {
-		req := map[string]any{"size": page, "query": map[string]any{"term": map[string]any{"parent": dir}},
-			"pit": map[string]any{"id": pit.ID, "keep_alive": "1m"}, "sort": []any{map[string]any{"name": "asc"}},
+		req := map[string]any{"size": page, "query": query,
+			"pit": map[string]any{"id": pit.ID, "keep_alive": "1m"}, "sort": []any{map[string]any{sortKey: "asc"}},
 			"track_total_hits": false}
 		if after != nil {
 			req["search_after"] = after

@@ -110,7 +110,7 @@ func scaleOnce(s *suite, n int) {
 	}
 	scanAll := func() time.Duration {
 		start := time.Now()
-		if got := r.scanPrefix(rawRootN+"/", 10000); got < n {
+		if got := r.scan(map[string]any{"prefix": map[string]any{"path": rawRootN + "/"}}, "path", 10000); got < n {
 			t.Fatalf("raw scan of the tree saw %d of at least %d", got, n)
 		}
 		return time.Since(start)
@@ -213,43 +213,4 @@ func (r *raw) scaleRename(from, to string, n int) {
 		items = append(items, r.createAction(r.prefix, store.DocID(now), pathDoc(now, nextIno(), "file")), r.deleteAction(r.prefix, store.DocID(old)))
 	}
 	r.bulk(items, 5000, 4)
-}
-
-// scanPrefix reads every path document whose path starts with prefix,
-// with a point-in-time and search_after, and returns how many it saw.
-func (r *raw) scanPrefix(prefix string, page int) int {
-	var pit struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(r.do("POST", "/"+r.prefix+"/_pit?keep_alive=1m", nil), &pit); err != nil {
-		r.t.Fatal(err)
-	}
-	defer r.do("DELETE", "/_pit", []byte(fmt.Sprintf(`{"id":%q}`, pit.ID)))
-	n := 0
-	var after []any
-	for {
-		req := map[string]any{"size": page, "query": map[string]any{"prefix": map[string]any{"path": prefix}},
-			"pit": map[string]any{"id": pit.ID, "keep_alive": "1m"}, "sort": []any{map[string]any{"path": "asc"}},
-			"track_total_hits": false, "_source": []string{"ino", "type"}}
-		if after != nil {
-			req["search_after"] = after
-		}
-		body, _ := json.Marshal(req)
-		var out struct {
-			Hits struct {
-				Hits []struct {
-					Sort []any `json:"sort"`
-				} `json:"hits"`
-			} `json:"hits"`
-		}
-		if err := json.Unmarshal(r.do("POST", "/_search", body), &out); err != nil {
-			r.t.Fatal(err)
-		}
-		hits := out.Hits.Hits
-		n += len(hits)
-		if len(hits) < page {
-			return n
-		}
-		after = hits[len(hits)-1].Sort
-	}
 }
