@@ -38,6 +38,7 @@ func cmdMount() *cli.Command {
 			&cli.DurationFlag{Name: "negative-timeout", Value: time.Second, DefaultText: delegatedTimeoutText, EnvVars: []string{"ESFS_NEGATIVE_TIMEOUT"}, Usage: "how long the kernel caches missing names"},
 			&cli.DurationFlag{Name: "cache-ttl", Value: time.Second, EnvVars: []string{"ESFS_CACHE_TTL"}, Usage: "how long the daemon caches metadata (0 disables)"},
 			&cli.IntFlag{Name: "cache-size", Value: 64, EnvVars: []string{"ESFS_CACHE_SIZE"}, Usage: "daemon metadata cache size in MiB"},
+			&cli.IntFlag{Name: "names-kept", Value: vfs.DefaultNamesKept, EnvVars: []string{"ESFS_NAMES_KEPT"}, Usage: "with --delegations, how many names of delegated directories the mount keeps known at once, and lets the kernel keep (each costs about 1 KiB here and in the kernel); past it, those of the directories used least recently are forgotten, to be read again when next used (the directory in use keeps up to 100,000)"},
 			&cli.IntFlag{Name: "data-cache-size", Value: vfs.DefaultDataCache >> 20, EnvVars: []string{"ESFS_DATA_CACHE_SIZE"}, Usage: "how many MiB of file contents the daemon keeps after reading them, for rereads, of open files and of files closed since (each chunk checked against its stored version when the file is opened again); 0 keeps only what open files read ahead"},
 			&cli.BoolFlag{Name: "delegations", Value: true, EnvVars: []string{"ESFS_DELEGATIONS"}, Usage: "hold read delegations on directories: names and listings are answered from memory until another mount changes the directory, which recalls them first (--delegations=false: cache for the timeouts below instead)"},
 			&cli.BoolFlag{Name: "write-delegations", Value: true, EnvVars: []string{"ESFS_WRITE_DELEGATIONS"}, Usage: "directories this mount made or changes alone are written in memory and flushed as one atomic batch every --flush-interval, and on fsync, unmount, or when another mount looks in (needs --delegations, off with it; a crash loses at most the last interval's calls, never what fsync returned)"},
@@ -74,6 +75,9 @@ func runMount(c *cli.Context) error {
 	}
 	if c.Int("cache-size") < 1 {
 		return usagef("--cache-size must be at least 1 (MiB)")
+	}
+	if c.Int("names-kept") < 1000 {
+		return usagef("--names-kept must be at least 1000")
 	}
 	if c.Int("data-cache-size") < 0 || c.Int("data-cache-size") > 1<<20 {
 		return usagef("--data-cache-size must be between 0 and 1048576 (MiB)")
@@ -212,6 +216,7 @@ func serve(c *cli.Context, mp string) error {
 		NegativeTimeout:  kernelTimeout(c, "negative-timeout"),
 		CacheTTL:         c.Duration("cache-ttl"),
 		DataCache:        dataCache(c.Int("data-cache-size")),
+		NamesKept:        c.Int("names-kept"),
 		Delegations:      c.Bool("delegations"),
 		WriteDelegations: c.Bool("write-delegations") && c.Bool("delegations"),
 		FlushInterval:    c.Duration("flush-interval"),
@@ -275,6 +280,7 @@ func mountOptions(c *cli.Context) map[string]string {
 		"cache-ttl":         c.Duration("cache-ttl").String(),
 		"cache-size":        fmt.Sprintf("%dMiB", c.Int("cache-size")),
 		"data-cache-size":   fmt.Sprintf("%dMiB", c.Int("data-cache-size")),
+		"names-kept":        fmt.Sprint(c.Int("names-kept")),
 		"attr-timeout":      kernelTimeout(c, "attr-timeout").String(),
 		"entry-timeout":     kernelTimeout(c, "entry-timeout").String(),
 		"negative-timeout":  kernelTimeout(c, "negative-timeout").String(),

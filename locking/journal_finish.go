@@ -12,33 +12,50 @@ import (
 )
 
 // fixKnown applies fix to the documents the owner staged, at the versions
-// its writes returned, and sends extra (the caller's writes) in the same
-// bulk, whose results it returns. It reports false when any of the
+// its writes returned, and sends extra (the caller's writes) with the
+// last of them, whose results it returns. It reports false when any of the
 // documents changed since (a takeover, or damage): the caller then falls
-// back to the search.
+// back to the search. The fixes go fixBatch at a time: a directory of
+// 100,000 entries would otherwise hold 200,000 operations, encoded, at
+// once (56 MiB of a mount's memory at its peak).
 func (j *Journal) fixKnown(ctx context.Context, docs []staged, fix func(store.Dentry) (store.BulkOp, bool, error), extra ...store.BulkOp) (bool, []store.BulkResult, error) {
-	ops := make([]store.BulkOp, 0, len(docs)+len(extra))
-	for _, s := range docs {
-		o, ok, err := fix(s.doc)
+	ok := true
+	for len(docs) > 0 || extra != nil {
+		part := docs[:min(len(docs), fixBatch)]
+		docs = docs[len(part):]
+		ops := make([]store.BulkOp, 0, len(part)+len(extra))
+		for _, s := range part {
+			o, fixed, err := fix(s.doc)
+			if err != nil {
+				return false, nil, err
+			}
+			if fixed {
+				ops = append(ops, o)
+			}
+		}
+		n := len(ops)
+		if len(docs) == 0 {
+			ops = append(ops, extra...)
+		}
+		res, err := j.b.Bulk(ctx, ops)
 		if err != nil {
 			return false, nil, err
 		}
-		if ok {
-			ops = append(ops, o)
+		for _, r := range res[:n] {
+			if r.Err != nil {
+				ok = false
+			}
+		}
+		if len(docs) == 0 {
+			return ok, res[n:], nil
 		}
 	}
-	n := len(ops)
-	res, err := j.b.Bulk(ctx, append(ops, extra...))
-	if err != nil {
-		return false, nil, err
-	}
-	for _, r := range res[:n] {
-		if r.Err != nil {
-			return false, res[n:], nil
-		}
-	}
-	return true, res[n:], nil
+	return ok, nil, nil
 }
+
+// fixBatch: the staged documents fixKnown fixes in one call to Bulk (which
+// sends them as several requests in parallel).
+const fixBatch = 20000
 
 func finishFix(b Backend) func(store.Dentry) (store.BulkOp, bool, error) {
 	return func(d store.Dentry) (store.BulkOp, bool, error) {

@@ -54,16 +54,22 @@ type dirEntry struct {
 	ino    uint64
 	typ    store.FileType
 	absent bool
-	// attr, if hasAttr, are the entry's attributes, read after the grant.
-	attr    store.Inode
-	hasAttr bool
+	// attr, if not nil, are the entry's attributes, read after the grant.
+	// A pointer, never changed in place (replaced): most entries, learnt
+	// from listings, hold none, and a whole Inode in each would cost a
+	// large directory's names 200 bytes apiece.
+	attr *store.Inode
 }
 
 // dirState is what this mount knows of a directory it holds a read
 // delegation on.
 type dirState struct {
-	d   *locking.Delegation
-	ino uint64
+	d     *locking.Delegation
+	ino   uint64
+	owner *delegs // nil in tests of a state alone
+	// used: when the state was last used (delegs.tick), for shedding the
+	// least recently used (deleg_shed.go).
+	used atomic.Uint64
 
 	mu       lockorder.Mutex
 	complete bool // names lists every entry
@@ -111,19 +117,26 @@ type delegs struct {
 	// them without visiting every state. learnAttr and heldIn set it,
 	// forgetAttr drops it. It may point at a state that no longer holds
 	// them (recalled, or the entry replaced): every use checks the entry
-	// it finds (its inode, hasAttr), so a stale pointer costs a miss,
+	// it finds (its inode, attr), so a stale pointer costs a miss,
 	// never a wrong answer.
 	attrsIn map[uint64]uint64
 	// upgradeTried: when an upgrade of a directory was last asked for.
 	upgradeTried map[uint64]time.Time
+	// tick orders uses of states (dirState.used); grown counts names
+	// newly held, shedding is set while states are shed (deleg_shed.go).
+	tick     atomic.Uint64
+	grown    atomic.Uint64
+	shedding atomic.Bool
 }
 
 func newDelegs(f *Mount) *delegs {
 	return &delegs{f: f, by: map[uint64]*dirState{}, asking: map[uint64]bool{}, attrsIn: map[uint64]uint64{}, upgradeTried: map[uint64]time.Time{}}
 }
 
-func newDirState(d *locking.Delegation, node KernelNode) *dirState {
-	return &dirState{d: d, ino: d.Ino, names: map[string]dirEntry{}, kernel: map[string]bool{}, attrTold: map[uint64]KernelNode{}, node: node}
+func (ds *delegs) newDirState(d *locking.Delegation, node KernelNode) *dirState {
+	st := &dirState{d: d, ino: d.Ino, owner: ds, names: map[string]dirEntry{}, kernel: map[string]bool{}, attrTold: map[uint64]KernelNode{}, node: node}
+	st.used.Store(ds.tick.Add(1))
+	return st
 }
 
 // delegable: attributes a (read in real time) that the delegation of
@@ -143,7 +156,7 @@ func (ds *delegs) learnAttr(st *dirState, name string, a store.Inode) {
 	st.mu.Lock()
 	e, ok := st.names[name]
 	if ok && !e.absent && e.ino == a.Ino {
-		e.attr, e.hasAttr = a, true
+		e.attr = &a
 		st.names[name] = e
 	}
 	st.mu.Unlock()
@@ -172,13 +185,13 @@ func (ds *delegs) attr(dir uint64, name string, ino uint64, node KernelNode) (st
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	e, ok := st.names[name]
-	if !ok || !e.hasAttr || e.ino != ino || st.d.Revoked() {
+	if !ok || e.attr == nil || e.ino != ino || st.d.Revoked() {
 		return store.Inode{}, false
 	}
 	if node != nil {
 		st.attrTold[ino] = node
 	}
-	return e.attr, true
+	return *e.attr, true
 }
 
 // wrote records the attributes this mount just wrote for entry name of
@@ -215,8 +228,8 @@ func (ds *delegs) updateAttr(ino uint64, a store.Inode) {
 	}
 	st.mu.Lock()
 	for name, e := range st.names {
-		if e.ino == ino && e.hasAttr {
-			e.attr = a
+		if e.ino == ino && e.attr != nil {
+			e.attr = &a
 			st.names[name] = e
 		}
 	}
@@ -244,8 +257,8 @@ func (ds *delegs) forgetAttr(ino uint64) {
 	}
 	st.mu.Lock()
 	for name, e := range st.names {
-		if e.ino == ino && e.hasAttr {
-			e.attr, e.hasAttr = store.Inode{}, false
+		if e.ino == ino && e.attr != nil {
+			e.attr = nil
 			st.names[name] = e
 		}
 	}
@@ -317,6 +330,7 @@ func (ds *delegs) state(ino uint64) *dirState {
 	if st == nil || st.d.Revoked() {
 		return nil
 	}
+	st.used.Store(ds.tick.Add(1))
 	ds.f.co.Delegations.Touch()
 	return st
 }
@@ -342,7 +356,7 @@ func (ds *delegs) want(ino uint64, path string, node KernelNode) {
 		delete(ds.asking, ino)
 		if err == nil && !d.Revoked() {
 			if old := ds.by[ino]; old == nil || old.d != d {
-				ds.by[ino] = newDirState(d, node)
+				ds.by[ino] = ds.newDirState(d, node)
 			}
 		}
 		ds.mu.Unlock()

@@ -44,7 +44,10 @@ func (st *dirState) told(name string, node KernelNode) bool {
 	if st.node == nil {
 		st.node = node
 	}
-	st.kernel[name] = true
+	if !st.kernel[name] {
+		st.kernel[name] = true
+		st.grew()
+	}
 	return true
 }
 
@@ -60,6 +63,16 @@ func (st *dirState) learn(name string, e dirEntry) {
 	}
 	if had || len(st.names) < maxDelegNames {
 		st.names[name] = e
+		if !had {
+			st.grew()
+		}
+	}
+}
+
+// grew: a name is newly held (see delegs.grew).
+func (st *dirState) grew() {
+	if st.owner != nil {
+		st.owner.grew()
 	}
 }
 
@@ -80,6 +93,9 @@ func (st *dirState) changedHere(name string, e dirEntry, ok, followed bool) {
 		delete(st.names, name)
 		st.complete = false
 		return
+	}
+	if _, had := st.names[name]; !had {
+		st.grew()
 	}
 	st.names[name] = e
 }

@@ -68,7 +68,7 @@ func (ds *delegs) move(st *dirState, w *locking.Delegation) bool {
 	if st.writes.pending != 0 || st.moved || st.answering.Load() != 0 {
 		return false
 	}
-	n := newDirState(w, st.node)
+	n := ds.newDirState(w, st.node)
 	n.complete, n.changed = st.complete, st.changed
 	n.names, n.kernel, n.attrTold = maps.Clone(st.names), maps.Clone(st.kernel), maps.Clone(st.attrTold)
 	n.self, n.hasSelf = st.self, st.hasSelf
@@ -85,7 +85,7 @@ func (ds *delegs) born(d *locking.Delegation) {
 	}
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
-	st := newDirState(d, nil)
+	st := ds.newDirState(d, nil)
 	st.complete = true
 	ds.by[d.Ino] = st
 }

@@ -33,6 +33,10 @@ type Options struct {
 	// reading them, of open and closed files (clean.go); 0 is
 	// DefaultDataCache, below 0 none but what open files read ahead.
 	DataCache int64
+	// NamesKept bounds the names delegations keep, known and told to the
+	// kernel, summed over directories (deleg_shed.go); 0 is
+	// DefaultNamesKept.
+	NamesKept int
 	Debug     bool
 	Logger    *slog.Logger
 	FsName    string
@@ -121,6 +125,9 @@ func New(st *store.Store, co *locking.Coordinator, c *cache.Cache, o Options) *M
 	}
 	if o.DataCache == 0 {
 		o.DataCache = DefaultDataCache
+	}
+	if o.NamesKept <= 0 {
+		o.NamesKept = DefaultNamesKept
 	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = DefaultFlushInterval

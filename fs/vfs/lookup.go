@@ -135,7 +135,11 @@ func (f *Mount) lookupDelegated(ctx context.Context, d Dir, kn KernelNode, st *d
 		return LookupAnswer{Kept: true, Done: st.done}, syscall.ENOENT, true
 	}
 	ds := f.delegs
-	a, covered := e.attr, e.hasAttr
+	var a store.Inode
+	covered := e.attr != nil
+	if covered {
+		a = *e.attr
+	}
 	var sub *dirState // the entry's own delegation, for a directory
 	var changes uint64
 	if e.typ == store.TypeDir {

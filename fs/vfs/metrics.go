@@ -7,7 +7,8 @@ import (
 )
 
 // Metrics counts what a mount makes in memory under write delegations,
-// and the batches that flush it (see writeback.go).
+// and the batches that flush it (see writeback.go), and what it keeps in
+// memory of files and names (clean.go, deleg_shed.go).
 type Metrics struct {
 	pendingCreates prometheus.Counter
 	pendingRemoves prometheus.Counter
@@ -16,6 +17,8 @@ type Metrics struct {
 	batchSeconds   prometheus.Histogram
 	batches        *prometheus.CounterVec
 	dataCache      prometheus.Gauge
+	shedNames      prometheus.Counter
+	namesKept      prometheus.Gauge
 }
 
 // batch records one flush of a pending batch of n entries.
@@ -61,12 +64,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "esfs_data_cache_bytes",
 		Help: "File contents the daemon keeps after reading them, of open and closed files (--data-cache-size bounds it, but for what open files read ahead).",
 	})
+	m.shedNames = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "esfs_delegation_names_shed_total",
+		Help: "Names that delegations knew, or had told the kernel, forgotten to keep them under the mount's bound (the directories used least recently go first; their delegations stay).",
+	})
+	m.namesKept = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "esfs_delegation_names",
+		Help: "Names that delegations keep, known or told to the kernel, summed over directories when last counted (every sixteenth of --names-kept new ones).",
+	})
 	m.batches = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "esfs_batches_total",
 		Help: "Batch flushes of write delegations, by result (landed, failed: retried, or lost and logged).",
 	}, []string{"result"})
 	if reg != nil {
-		reg.MustRegister(m.pendingCreates, m.pendingRemoves, m.pendingRenames, m.batchSize, m.batchSeconds, m.batches, m.dataCache)
+		reg.MustRegister(m.pendingCreates, m.pendingRemoves, m.pendingRenames, m.batchSize, m.batchSeconds, m.batches, m.dataCache, m.shedNames, m.namesKept)
 	}
 	return m
 }

@@ -133,7 +133,7 @@ func (f *Mount) renameStored(ctx context.Context, from Dir, src *dirState, name 
 	// batch lands, its new directory as Parents: this mount holds both
 	// directories for writing, so nobody else sees them before.
 	attr.Ctime, attr.Parents = t, []uint64{to.Ino()}
-	dst.changedHere(newName, dirEntry{ino: e.ino, typ: e.typ, attr: attr, hasAttr: true}, true, true)
+	dst.changedHere(newName, dirEntry{ino: e.ino, typ: e.typ, attr: &attr}, true, true)
 	f.delegs.heldIn(e.ino, to.Ino())
 	if !target.absent {
 		f.cache.InvalidateInode(target.ino)
