@@ -99,3 +99,43 @@ func TestEscapePath(t *testing.T) {
 		}
 	}
 }
+
+func TestHelpFlag(t *testing.T) {
+	for _, c := range []struct{ in, want []string }{
+		{[]string{"esfs", "--help"}, []string{"esfs", "help"}},
+		{[]string{"esfs", "-h", "mount"}, []string{"esfs", "help", "mount"}},
+		{[]string{"esfs", "-help", "frob"}, []string{"esfs", "help"}},
+		{[]string{"esfs", "mount", "-h", "/mnt"}, []string{"esfs", "help", "mount"}},
+		{[]string{"esfs", "search", "--under", "/x", "--help", "foo"}, []string{"esfs", "help", "search"}},
+		{[]string{"esfs", "umount", "--help=true", "/mnt"}, []string{"esfs", "help", "umount"}},
+		// Not a help flag: a value, after "--", or turned off.
+		{[]string{"esfs", "mount", "--index", "-h", "/mnt"}, []string{"esfs", "mount", "--index", "-h", "/mnt"}},
+		{[]string{"esfs", "search", "--", "-h"}, []string{"esfs", "search", "--", "-h"}},
+		{[]string{"esfs", "mount", "--help=false", "/mnt"}, []string{"esfs", "mount", "--help=false", "/mnt"}},
+		{[]string{"esfs", "nosuch", "-h"}, []string{"esfs", "nosuch", "-h"}},
+		// A mistake before it is said first; after it, the help wins.
+		{[]string{"esfs", "mount", "--frob", "--help"}, []string{"esfs", "mount", "--frob", "--help"}},
+		{[]string{"esfs", "mount", "--help", "--frob"}, []string{"esfs", "help", "mount"}},
+	} {
+		if got := helpFlag(c.in); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("helpFlag(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestClosest(t *testing.T) {
+	names := []string{"ro", "read-only", "attr-timeout", "entry-timeout", "lazy", "mount", "search", "fsck"}
+	for typed, want := range map[string]string{
+		"mout":        "mount",
+		"serach":      "search", // a transposition: two edits in six characters
+		"atr-timeout": "attr-timeout",
+		"lazzy":       "lazy",
+		"frob":        "", // two edits from ro, one allowed in four characters
+		"frobnicate":  "",
+		"x":           "",
+	} {
+		if got := closest(typed, names); got != want {
+			t.Errorf("closest(%q) = %q, want %q", typed, got, want)
+		}
+	}
+}
