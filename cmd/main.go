@@ -48,11 +48,17 @@ func commands() []*cli.Command {
 // in the background and returns once the filesystem is mounted.
 func Main(args []string) error {
 	completing := len(args) > 1 && args[len(args)-1] == completionFlag
-	if h, ok, err := helperArgs(args); ok && !completing {
-		if err != nil || h == nil {
-			return err // h == nil: mount -f, a fake mount
+	helper := false
+	if call, ok, err := helperArgs(args); ok && !completing {
+		switch {
+		case err != nil:
+			return err
+		case call.remount != nil:
+			return call.remount.run()
+		case call.args == nil:
+			return nil // mount -f, a fake mount
 		}
-		args = h
+		args, helper = call.args, true
 	}
 	args = permuteFlags(args)
 	if !completing {
@@ -69,6 +75,7 @@ func Main(args []string) error {
 		// flagUsageError and unknownCommand, not from App.Suggest: that
 		// one is not consulted when OnUsageError is set, and suggests the
 		// nearest name however far (frobnicate: did you mean fsck?).
+		Metadata:             map[string]any{helperCallKey: helper},
 		HideHelpCommand:      true, // cmdHelp is ours: it refuses an unknown command the same way
 		EnableBashCompletion: true, // the completion scripts' --generate-bash-completion
 		ExitErrHandler:       func(*cli.Context, error) {},
@@ -93,6 +100,10 @@ func Main(args []string) error {
 	}
 	return app.Run(args)
 }
+
+// helperCallKey, in the app's Metadata, is true when mount(8) runs us as
+// its helper: the mount then says nothing on success.
+const helperCallKey = "helper"
 
 // usageError is a mistake on the command line (exit status 2).
 type usageError struct{ error }

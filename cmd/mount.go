@@ -104,7 +104,7 @@ func runMount(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("daemon") && os.Getenv(daemonEnv) == "" {
-		return daemonize(mp, c.String("index"), c.String("log-file"))
+		return daemonize(mp, c.String("index"), c.String("log-file"), c.App.Metadata[helperCallKey] == true)
 	}
 	err = serve(c, mp)
 	if fd := os.Getenv(daemonEnv); fd != "" && err != nil {
@@ -223,7 +223,7 @@ func serve(c *cli.Context, mp string) error {
 		RootIno:          root.Ino,
 		Metrics:          vfs.NewMetrics(reg),
 	})
-	srv, err := fs.Mount(mp, core, reg)
+	srv, err := fs.Mount(mp, core, reg, aboutMount(c))
 	if err != nil {
 		return oneLine(err)
 	}
@@ -287,6 +287,7 @@ func mountOptions(c *cli.Context) map[string]string {
 	if v, ok := c.Value("subdir").(string); ok && v != "" {
 		o["subdir"] = v // a mount of part of the tree, where supported
 	}
+	o["log"] = logPlace() // shown on a line of its own
 	return o
 }
 

@@ -253,11 +253,7 @@ func TestMountDashO(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "esfs.log")
 	r := mounttest.Run(t, mounttest.Cmd{Args: []string{"mount", "--es-url", f.URL, "--index", f.Index, "--daemon", "--log-file", logFile, dir, "-o", "ro"},
 		Env: []string{"ELASTICSEARCH_URL="}, Limit: 60 * time.Second})
-	if r.Code != 0 || !mounttest.IsMounted(dir) {
-		t.Fatalf("esfs mount DIR -o ro --daemon: status %d:\n%s", r.Code, r.Out)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	pid, conn := daemonOf(t, r.Out, dir)
+	pid, conn, _ := daemonMounted(t, r.Out, r.Code, dir)
 	if err := os.WriteFile(filepath.Join(dir, "g"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
 		t.Errorf("create on a daemon mounted with -o ro: %v, want EROFS", err)
 	}
