@@ -66,8 +66,12 @@ func Main(args []string) error {
 	}
 	invocation = args
 	app := &cli.App{
-		Name:     "esfs",
-		Usage:    "a POSIX filesystem stored in Elasticsearch",
+		Name:  "esfs",
+		Usage: "a POSIX filesystem stored in Elasticsearch",
+		Description: `esfs help COMMAND, or esfs COMMAND --help, shows a command's flags.
+As mount(8)'s helper (/sbin/mount.fuse.esfs, a symlink to esfs) it mounts
+fstab lines and mount -t fuse.esfs in the background, saying nothing once
+mounted, and takes mount -o remount: see esfs help mount.`,
 		Version:  thisBuild().String(),
 		Commands: commands(),
 		// One clear line on stderr, from main, never a usage dump on an

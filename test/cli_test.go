@@ -75,7 +75,7 @@ func TestCLIHelp(t *testing.T) {
 		{[]string{"--help"}, []string{"COMMANDS:", "mount"}},
 		{[]string{"-h"}, []string{"COMMANDS:", "mount"}},
 		{[]string{"--help", "mount"}, []string{"esfs mount - ", "--attr-timeout"}},
-		{[]string{"help", "mount"}, []string{"esfs mount", "--attr-timeout", "--read-only", "-o value"}},
+		{[]string{"help", "mount"}, []string{"esfs mount", "--attr-timeout", "--read-only", "-o value", "prints nothing once mounted", "mount -o remount,ro DIR"}},
 		{[]string{"mount", "--help"}, []string{"esfs mount", "--attr-timeout"}},
 		{[]string{"help", "completion"}, []string{"source <(esfs completion bash)"}},
 		// The flag after arguments, or before them: the command's help,
@@ -370,7 +370,7 @@ COMP_WORDS=(esfs completion ""); COMP_CWORD=2; _esfs_complete; echo "shells: ${C
 	if err != nil {
 		t.Fatalf("man -l -: %v\n%s", err, rendered)
 	}
-	for _, want := range []string{"NAME", "esfs - a POSIX filesystem stored in Elasticsearch", "COMMANDS", "--attr-timeout"} {
+	for _, want := range []string{"NAME", "esfs - a POSIX filesystem stored in Elasticsearch", "DESCRIPTION", "remount", "COMMANDS", "--attr-timeout"} {
 		if !strings.Contains(string(rendered), want) {
 			t.Errorf("man -l - lacks %q:\n%.2000s", want, rendered)
 		}
