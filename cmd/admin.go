@@ -362,6 +362,9 @@ func cmdStatus() *cli.Command {
 				fmt.Printf("\n%s (%s on %s)\n", s.ID, s.Mount, s.Host)
 				fmt.Printf("  esfs %s\n", orUnknown(s.Build))
 				fmt.Printf("  options %s\n", optionsLine(s.Options))
+				if l, ok := s.Options["log"]; ok {
+					fmt.Printf("  log %s\n", l)
+				}
 				if lines := statusLines(s.Stats); len(lines) > 0 {
 					fmt.Println("  as of its last heartbeat:")
 					for _, l := range lines {
@@ -448,7 +451,7 @@ func optionsLine(o map[string]string) string {
 	}
 	var rest []string
 	for k, v := range o {
-		if !seen[k] {
+		if !seen[k] && k != "log" {
 			rest = append(rest, k+"="+v)
 		}
 	}

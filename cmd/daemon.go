@@ -113,7 +113,12 @@ func (s *signals) explain(err error) error {
 // --daemon, and waits until the child reports that it mounted or failed.
 // The child keeps none of our stdio: a caller reading our output through a
 // pipe must see it close when we exit.
-func daemonize(mp, index, logFile string) error {
+//
+// quiet, for mount(8)'s helper, prints nothing once mounted: mount(8) and
+// its helpers say nothing on success, and scripts compare their output.
+// The log's place is still said by the log itself, by esfs status and by
+// the mount's esfs.mount attribute.
+func daemonize(mp, index, logFile string, quiet bool) error {
 	logTo, err := openDaemonLog(index, mp, logFile)
 	if err != nil {
 		return err
@@ -134,7 +139,7 @@ func daemonize(mp, index, logFile string) error {
 		}
 	}
 	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), daemonEnv+"=3", daemonSyslogEnv+"="+logTo.syslog)
+	cmd.Env = append(os.Environ(), daemonEnv+"=3", daemonSyslogEnv+"="+logTo.syslog, daemonLogEnv+"="+logTo.where)
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Stdin = nil
 	cmd.Stdout = logTo.out
@@ -148,7 +153,9 @@ func daemonize(mp, index, logFile string) error {
 	r.Close()
 	text := strings.TrimSpace(string(msg))
 	if text == "ok" {
-		fmt.Printf("mounted %s (pid %d); its log: %s\n", mp, cmd.Process.Pid, logTo.where)
+		if !quiet {
+			fmt.Printf("mounted %s (pid %d); its log: %s\n", mp, cmd.Process.Pid, logTo.where)
+		}
 		return nil
 	}
 	_ = cmd.Wait()

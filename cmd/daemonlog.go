@@ -26,7 +26,19 @@ const (
 	// daemonSyslogEnv tells a --daemon child to send its log to syslog
 	// through this socket.
 	daemonSyslogEnv = "ESFS_DAEMON_SYSLOG"
+	// daemonLogEnv tells a --daemon child where its log goes, in words
+	// (daemonLog.where), for esfs status and its esfs.mount attribute.
+	daemonLogEnv = "ESFS_DAEMON_LOG"
 )
+
+// logPlace says where this mount's log goes: what a --daemon parent
+// chose, else the mount's standard error (a mount in the foreground).
+func logPlace() string {
+	if w := os.Getenv(daemonLogEnv); w != "" {
+		return w
+	}
+	return "stderr"
+}
 
 // daemonLog is where a --daemon child's output goes.
 type daemonLog struct {

@@ -20,7 +20,9 @@ import (
 //     (the "mount.fuse3 convention": the subtype names the program).
 //
 // Both end up as `esfs mount --daemon`: a helper must return once the
-// filesystem is mounted, with an exit status that says whether it is.
+// filesystem is mounted, with an exit status that says whether it is, and
+// say nothing on success, as mount(8) does. mount(8) runs the helper for
+// `mount -o remount,...` of a mounted esfs too (see remount.go).
 
 // helperNames are the names under which esfs acts as a mount helper.
 var helperNames = map[string]bool{"mount.fuse.esfs": true, "mount.esfs": true}
@@ -46,11 +48,19 @@ var mountOptionFlags = map[string]string{
 	"url":         "es-url",
 }
 
+// helperCall is what a mount helper call asks for: the `esfs mount
+// --daemon ...` command line it stands for, or a remount; neither for
+// mount -f (a fake mount: nothing to do).
+type helperCall struct {
+	args    []string
+	remount *remountRequest
+}
+
 // helperArgs reports whether args (as os.Args) are a mount helper call, and
-// if so returns the equivalent `esfs mount --daemon ...` command line.
-func helperArgs(args []string) ([]string, bool, error) {
+// if so returns what it asks for.
+func helperArgs(args []string) (helperCall, bool, error) {
 	if len(args) == 0 {
-		return nil, false, nil
+		return helperCall{}, false, nil
 	}
 	asHelper := helperNames[filepath.Base(args[0])]
 	if !asHelper {
@@ -59,10 +69,10 @@ func helperArgs(args []string) ([]string, bool, error) {
 		// word is no command, the second a directory and -o follows, so
 		// that a mistyped command still gets "unknown command".
 		if len(args) < 5 || strings.HasPrefix(args[1], "-") || isCommand(args[1]) || !hasOptions(args[3:]) {
-			return nil, false, nil
+			return helperCall{}, false, nil
 		}
 		if st, err := os.Stat(args[2]); err != nil || !st.IsDir() {
-			return nil, false, nil
+			return helperCall{}, false, nil
 		}
 	}
 	var pos []string
@@ -71,9 +81,11 @@ func helperArgs(args []string) ([]string, bool, error) {
 	for i := 1; i < len(args); i++ {
 		a := args[i]
 		switch {
+		case a == "-h" || a == "--help":
+			return helperCall{args: []string{args[0], "help", "mount"}}, true, nil
 		case a == "-o":
 			if i+1 >= len(args) {
-				return nil, true, usagef("mount helper: -o needs a value")
+				return helperCall{}, true, usagef("mount helper: -o needs a value")
 			}
 			opts = append(opts, strings.Split(args[i+1], ",")...)
 			i++
@@ -89,10 +101,10 @@ func helperArgs(args []string) ([]string, bool, error) {
 				case 's':
 					sloppy = true
 				case 'f':
-					return nil, true, nil // fake: do everything but mount
+					return helperCall{}, true, nil // fake: do everything but mount
 				case 'n', 'v':
 				default:
-					return nil, true, usagef("mount helper: unknown flag -%c", ch)
+					return helperCall{}, true, usagef("mount helper: unknown flag -%c", ch)
 				}
 			}
 		default:
@@ -100,7 +112,12 @@ func helperArgs(args []string) ([]string, bool, error) {
 		}
 	}
 	if len(pos) != 2 {
-		return nil, true, usagef("mount helper: want SOURCE MOUNTPOINT [-o OPTIONS], got %d arguments", len(pos))
+		return helperCall{}, true, usagef("mount helper: want SOURCE MOUNTPOINT [-o OPTIONS], got %d arguments", len(pos))
+	}
+	for _, o := range opts {
+		if o == "remount" {
+			return helperCall{remount: &remountRequest{source: pos[0], dir: pos[1], opts: opts, sloppy: sloppy}}, true, nil
+		}
 	}
 	index := pos[0]
 	for _, p := range []string{"esfs:", "esfs#"} {
@@ -112,7 +129,7 @@ func helperArgs(args []string) ([]string, bool, error) {
 	if name, dir, ok := strings.Cut(index, ":"); ok {
 		for _, o := range opts {
 			if strings.HasPrefix(o, "subdir=") {
-				return nil, true, usagef("mount helper: the source %s names subdirectory %s, and -o %s another: give one", pos[0], dir, o)
+				return helperCall{}, true, usagef("mount helper: the source %s names subdirectory %s, and -o %s another: give one", pos[0], dir, o)
 			}
 		}
 		out = []string{args[0], "mount", "--daemon", "--index", name, "--subdir=" + dir}
@@ -124,12 +141,12 @@ func helperArgs(args []string) ([]string, bool, error) {
 		switch {
 		case sloppy && errors.As(err, &notOurs):
 		case err != nil:
-			return nil, true, err
+			return helperCall{}, true, err
 		case flag != "":
 			out = append(out, flag)
 		}
 	}
-	return append(out, pos[1]), true, nil
+	return helperCall{args: append(out, pos[1])}, true, nil
 }
 
 // notAnOption is an -o option that no flag of `esfs mount` takes (which
@@ -145,6 +162,9 @@ func mountOptionFlag(o string, known map[string]string) (string, error) {
 	name, value, hasValue := strings.Cut(o, "=")
 	if name == "" || genericOptions[name] || strings.HasPrefix(name, "x-") || name == "comment" {
 		return "", nil
+	}
+	if name == "remount" { // the helper takes it before (remount.go)
+		return "", usagef("mount option \"remount\" changes a live mount: mount -o remount,ro (or rw) MOUNTPOINT, through mount(8) and esfs's helper")
 	}
 	flag, ok := mountOptionFlags[name]
 	if !ok {

@@ -41,9 +41,10 @@ func TestHelperArgs(t *testing.T) {
 			[]string{"mount.fuse.esfs", "mount", "--daemon", "--index", "myfs", "--delegations=false", "--allow-other=true", dir}, ""},
 		{"daemon is ours to set", []string{"mount.fuse.esfs", "myfs", dir, "-o", "daemon"}, true, nil, "not an esfs option"},
 		{"missing mount point", []string{"mount.fuse.esfs", "myfs"}, true, nil, "want SOURCE MOUNTPOINT"},
+		{"the helper's help is mount's", []string{"mount.fuse.esfs", "--help"}, true, []string{"mount.fuse.esfs", "help", "mount"}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, helper, err := helperArgs(c.args)
+			call, helper, err := helperArgs(c.args)
 			if helper != c.helper {
 				t.Fatalf("helper = %v, want %v", helper, c.helper)
 			}
@@ -59,10 +60,29 @@ func TestHelperArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(got, c.want) {
-				t.Errorf("got  %q\nwant %q", got, c.want)
+			if call.remount != nil || !reflect.DeepEqual(call.args, c.want) {
+				t.Errorf("got  %q (remount %v)\nwant %q", call.args, call.remount, c.want)
 			}
 		})
+	}
+}
+
+// TestHelperRemount: -o remount, wherever it stands among the options,
+// is a remount with every option as mount(8) gave them, for run to judge.
+func TestHelperRemount(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"/sbin/mount.fuse.esfs", "esfs:myfs", dir, "-v", "-o", "ro,nosuid,nodev,relatime,remount,user_id=0,group_id=0,default_permissions,max_read=1048576", "-t", "fuse.esfs"},
+		{"esfs", "esfs:myfs", dir, "-o", "remount,ro,nosuid,nodev,relatime,user_id=0,group_id=0,default_permissions,max_read=1048576"}, // through mount.fuse3
+	} {
+		call, helper, err := helperArgs(args)
+		if err != nil || !helper || call.remount == nil {
+			t.Fatalf("helperArgs(%q) = %+v, %v, %v; want a remount", args, call, helper, err)
+		}
+		r := call.remount
+		if r.source != "esfs:myfs" || r.dir != dir || len(r.opts) != 9 || r.sloppy {
+			t.Errorf("helperArgs(%q): remount %+v", args, *r)
+		}
 	}
 }
 
@@ -96,6 +116,46 @@ func TestEscapePath(t *testing.T) {
 	} {
 		if got := escapePath(in); got != want {
 			t.Errorf("escapePath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestHelpFlag(t *testing.T) {
+	for _, c := range []struct{ in, want []string }{
+		{[]string{"esfs", "--help"}, []string{"esfs", "help"}},
+		{[]string{"esfs", "-h", "mount"}, []string{"esfs", "help", "mount"}},
+		{[]string{"esfs", "-help", "frob"}, []string{"esfs", "help"}},
+		{[]string{"esfs", "mount", "-h", "/mnt"}, []string{"esfs", "help", "mount"}},
+		{[]string{"esfs", "search", "--under", "/x", "--help", "foo"}, []string{"esfs", "help", "search"}},
+		{[]string{"esfs", "umount", "--help=true", "/mnt"}, []string{"esfs", "help", "umount"}},
+		// Not a help flag: a value, after "--", or turned off.
+		{[]string{"esfs", "mount", "--index", "-h", "/mnt"}, []string{"esfs", "mount", "--index", "-h", "/mnt"}},
+		{[]string{"esfs", "search", "--", "-h"}, []string{"esfs", "search", "--", "-h"}},
+		{[]string{"esfs", "mount", "--help=false", "/mnt"}, []string{"esfs", "mount", "--help=false", "/mnt"}},
+		{[]string{"esfs", "nosuch", "-h"}, []string{"esfs", "nosuch", "-h"}},
+		// A mistake before it is said first; after it, the help wins.
+		{[]string{"esfs", "mount", "--frob", "--help"}, []string{"esfs", "mount", "--frob", "--help"}},
+		{[]string{"esfs", "mount", "--help", "--frob"}, []string{"esfs", "help", "mount"}},
+	} {
+		if got := helpFlag(c.in); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("helpFlag(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestClosest(t *testing.T) {
+	names := []string{"ro", "read-only", "attr-timeout", "entry-timeout", "lazy", "mount", "search", "fsck"}
+	for typed, want := range map[string]string{
+		"mout":        "mount",
+		"serach":      "search", // a transposition: two edits in six characters
+		"atr-timeout": "attr-timeout",
+		"lazzy":       "lazy",
+		"frob":        "", // two edits from ro, one allowed in four characters
+		"frobnicate":  "",
+		"x":           "",
+	} {
+		if got := closest(typed, names); got != want {
+			t.Errorf("closest(%q) = %q, want %q", typed, got, want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -47,17 +48,30 @@ func commands() []*cli.Command {
 // in the background and returns once the filesystem is mounted.
 func Main(args []string) error {
 	completing := len(args) > 1 && args[len(args)-1] == completionFlag
-	if h, ok, err := helperArgs(args); ok && !completing {
-		if err != nil || h == nil {
-			return err // h == nil: mount -f, a fake mount
+	helper := false
+	if call, ok, err := helperArgs(args); ok && !completing {
+		switch {
+		case err != nil:
+			return err
+		case call.remount != nil:
+			return call.remount.run()
+		case call.args == nil:
+			return nil // mount -f, a fake mount
 		}
-		args = h
+		args, helper = call.args, true
 	}
 	args = permuteFlags(args)
+	if !completing {
+		args = helpFlag(args)
+	}
 	invocation = args
 	app := &cli.App{
-		Name:     "esfs",
-		Usage:    "a POSIX filesystem stored in Elasticsearch",
+		Name:  "esfs",
+		Usage: "a POSIX filesystem stored in Elasticsearch",
+		Description: `esfs help COMMAND, or esfs COMMAND --help, shows a command's flags.
+As mount(8)'s helper (/sbin/mount.fuse.esfs, a symlink to esfs) it mounts
+fstab lines and mount -t fuse.esfs in the background, saying nothing once
+mounted, and takes mount -o remount: see esfs help mount.`,
 		Version:  thisBuild().String(),
 		Commands: commands(),
 		// One clear line on stderr, from main, never a usage dump on an
@@ -65,6 +79,7 @@ func Main(args []string) error {
 		// flagUsageError and unknownCommand, not from App.Suggest: that
 		// one is not consulted when OnUsageError is set, and suggests the
 		// nearest name however far (frobnicate: did you mean fsck?).
+		Metadata:             map[string]any{helperCallKey: helper},
 		HideHelpCommand:      true, // cmdHelp is ours: it refuses an unknown command the same way
 		EnableBashCompletion: true, // the completion scripts' --generate-bash-completion
 		ExitErrHandler:       func(*cli.Context, error) {},
@@ -89,6 +104,10 @@ func Main(args []string) error {
 	}
 	return app.Run(args)
 }
+
+// helperCallKey, in the app's Metadata, is true when mount(8) runs us as
+// its helper: the mount then says nothing on success.
+const helperCallKey = "helper"
 
 // usageError is a mistake on the command line (exit status 2).
 type usageError struct{ error }
@@ -167,22 +186,11 @@ func permuteFlags(args []string) []string {
 	if len(args) < 3 {
 		return args
 	}
-	var cmd *cli.Command
-	for _, c := range commands() {
-		if c.HasName(args[1]) {
-			cmd = c
-		}
-	}
+	cmd := findCommand(args[1])
 	if cmd == nil {
 		return args
 	}
-	takesValue := map[string]bool{}
-	for _, f := range cmd.Flags {
-		_, isBool := f.(*cli.BoolFlag)
-		for _, n := range f.Names() {
-			takesValue[n] = !isBool
-		}
-	}
+	takesValue := valueFlags(cmd)
 	var flags, rest []string
 	completing := false
 	for i := 2; i < len(args); i++ {
@@ -212,4 +220,80 @@ func permuteFlags(args []string) []string {
 		out = append(out, completionFlag)
 	}
 	return out
+}
+
+// helpFlag turns a help flag (-h, --help) into the help command: `esfs
+// --help mount` and `esfs mount /mnt --help` are `esfs help mount`, as
+// with git and GNU tools, whatever else the line holds. urfave/cli would
+// take a command's first argument for a help topic (esfs mount -h /mnt:
+// "No help topic for '/mnt'", status 1). args are permuted (permuteFlags):
+// a command's flags come before its arguments.
+func helpFlag(args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	if isHelpFlag(args[1]) {
+		if len(args) > 2 && findCommand(args[2]) != nil {
+			return []string{args[0], "help", args[2]}
+		}
+		return []string{args[0], "help"}
+	}
+	cmd := findCommand(args[1])
+	if cmd == nil {
+		return args
+	}
+	takesValue := valueFlags(cmd)
+	for i := 2; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
+			break
+		}
+		if isHelpFlag(a) {
+			return []string{args[0], "help", cmd.Name}
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		valued, known := takesValue[name]
+		if !known {
+			break // a mistake, said before any help, as GNU tools do
+		}
+		if valued && !hasValue {
+			i++ // its value, which may look like a flag
+		}
+	}
+	return args
+}
+
+// isHelpFlag reports whether a is -h or --help (-help, --h, =true too, as
+// Go's flag package takes a switch).
+func isHelpFlag(a string) bool {
+	if !strings.HasPrefix(a, "-") {
+		return false
+	}
+	name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+	if name != "h" && name != "help" {
+		return false
+	}
+	on, err := strconv.ParseBool(value)
+	return !hasValue || err == nil && on
+}
+
+func findCommand(name string) *cli.Command {
+	for _, c := range commands() {
+		if c.HasName(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+// valueFlags says, for each name of cmd's flags, whether it takes a value.
+func valueFlags(cmd *cli.Command) map[string]bool {
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	return takesValue
 }

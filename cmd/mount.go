@@ -30,6 +30,14 @@ func cmdMount() *cli.Command {
 		Name:      "mount",
 		Usage:     "mount a filesystem; runs until unmounted or signalled",
 		ArgsUsage: "MOUNTPOINT",
+		Description: `As mount(8)'s helper (/sbin/mount.fuse.esfs, a symlink to esfs: mount -t
+fuse.esfs INDEX DIR -o OPTIONS, and fstab lines of type fuse.esfs) it
+mounts in the background and, as mount(8), prints nothing once mounted;
+esfs status and the mount's esfs.mount attribute (getfattr -n esfs.mount
+DIR) say its pid and where it logs. mount -o remount,ro DIR (or rw,
+noexec, noatime...) changes the kernel's flags of a live mount; the
+options of esfs itself hold until it is unmounted, and a remount that
+would change one is refused, as is rw for a mount made read-only.`,
 		Flags: append(esFlags(), []cli.Flag{
 			&cli.BoolFlag{Name: "read-only", Aliases: []string{"ro"}, EnvVars: []string{"ESFS_READ_ONLY"}, Usage: "mount read-only"},
 			&cli.BoolFlag{Name: "allow-other", EnvVars: []string{"ESFS_ALLOW_OTHER"}, Usage: "let other users access the mount (needs user_allow_other in /etc/fuse.conf unless root)"},
@@ -55,7 +63,7 @@ func cmdMount() *cli.Command {
 			&cli.StringFlag{Name: "subdir", EnvVars: []string{"ESFS_SUBDIR"}, Usage: "mount this directory of the filesystem (a path from its root, such as /projects/a) instead of the whole filesystem; it must exist"},
 			&cli.BoolFlag{Name: "nonempty", EnvVars: []string{"ESFS_NONEMPTY"}, Usage: "mount over a directory that is not empty, hiding its files until unmounted (refused otherwise)"},
 			&cli.BoolFlag{Name: "daemon", Aliases: []string{"d"}, Usage: "detach once mounted; the exit status says whether it mounted"},
-			&cli.StringFlag{Name: "log-file", EnvVars: []string{"ESFS_LOG_FILE"}, Usage: "with --daemon, append the daemon's log here; without it, the log goes to syslog (the system journal) through " + defaultSyslogSocket + " when that exists (" + syslogSocketEnv + " names another socket), else to " + defaultLogDir + "/INDEX@MOUNTPOINT.log (" + logDirEnv + " names another directory); the line printed once mounted says where"},
+			&cli.StringFlag{Name: "log-file", EnvVars: []string{"ESFS_LOG_FILE"}, Usage: "with --daemon, append the daemon's log here; without it, the log goes to syslog (the system journal) through " + defaultSyslogSocket + " when that exists (" + syslogSocketEnv + " names another socket), else to " + defaultLogDir + "/INDEX@MOUNTPOINT.log (" + logDirEnv + " names another directory); esfs mount --daemon says where once mounted, and esfs status says it of every mount"},
 		}...),
 		Action: runMount,
 	}
@@ -108,7 +116,7 @@ func runMount(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("daemon") && os.Getenv(daemonEnv) == "" {
-		return daemonize(mp, c.String("index"), c.String("log-file"))
+		return daemonize(mp, c.String("index"), c.String("log-file"), c.App.Metadata[helperCallKey] == true)
 	}
 	err = serve(c, mp)
 	if fd := os.Getenv(daemonEnv); fd != "" && err != nil {
@@ -228,7 +236,7 @@ func serve(c *cli.Context, mp string) error {
 		RootIno:          root.Ino,
 		Metrics:          vfs.NewMetrics(reg),
 	})
-	srv, err := fs.Mount(mp, core, reg)
+	srv, err := fs.Mount(mp, core, reg, aboutMount(c))
 	if err != nil {
 		return oneLine(err)
 	}
@@ -293,6 +301,7 @@ func mountOptions(c *cli.Context) map[string]string {
 	if v, ok := c.Value("subdir").(string); ok && v != "" {
 		o["subdir"] = v // a mount of part of the tree, where supported
 	}
+	o["log"] = logPlace() // shown on a line of its own
 	return o
 }
 

@@ -44,15 +44,17 @@ func checkMountpoint(mp string, nonempty bool) error {
 	return nil
 }
 
-// mounted is one line of the mount table.
-type mounted struct{ fstype, source string }
+// mounted is one line of the mount table: the filesystem's type and
+// source, the mount's own options (ro, nosuid, relatime...) and its
+// superblock's (for FUSE: rw or ro, user_id, allow_other...).
+type mounted struct{ fstype, source, mountOpts, superOpts string }
 
 func (m mounted) String() string { return m.fstype + " from " + m.source }
 
 // mountEntry reads the mount at mp from /proc/self/mountinfo (the top one
-// if several are stacked there): fields 5 (mount point) and, after the
-// "-" separator, the type and source, with spaces and other bytes escaped
-// as octal.
+// if several are stacked there): fields 5 (mount point) and 6 (its
+// options) and, after the "-" separator, the type, source and superblock
+// options, with spaces and other bytes escaped as octal.
 func mountEntry(mp string) (mounted, bool, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -70,8 +72,9 @@ func mountEntry(mp string) (mounted, bool, error) {
 		}
 		found, m = true, mounted{}
 		for i, x := range fields {
-			if x == "-" && i+2 < len(fields) {
-				m = mounted{fstype: fields[i+1], source: unescapeMountinfo(fields[i+2])}
+			if x == "-" && i+3 < len(fields) {
+				m = mounted{fstype: fields[i+1], source: unescapeMountinfo(fields[i+2]),
+					mountOpts: fields[5], superOpts: fields[i+3]}
 				break
 			}
 		}

@@ -60,10 +60,10 @@ func TestSubdirOfSource(t *testing.T) {
 // --subdir.
 func TestHelperSubdir(t *testing.T) {
 	dir := t.TempDir()
-	got, helper, err := helperArgs([]string{"/sbin/mount.fuse.esfs", "esfs:myfs", dir, "-o", "rw,subdir=/projects/a,_netdev"})
+	call, helper, err := helperArgs([]string{"/sbin/mount.fuse.esfs", "esfs:myfs", dir, "-o", "rw,subdir=/projects/a,_netdev"})
 	want := []string{"/sbin/mount.fuse.esfs", "mount", "--daemon", "--index", "myfs", "--subdir=/projects/a", dir}
-	if err != nil || !helper || !reflect.DeepEqual(got, want) {
-		t.Errorf("got %q, %v, %v; want %q", got, helper, err, want)
+	if err != nil || !helper || !reflect.DeepEqual(call.args, want) {
+		t.Errorf("got %q, %v, %v; want %q", call.args, helper, err, want)
 	}
 	if _, _, err := helperArgs([]string{"/sbin/mount.fuse.esfs", "myfs", dir, "-o", "subdir"}); err == nil || !strings.Contains(err.Error(), "needs a value") {
 		t.Errorf("-o subdir without a value: %v", err)

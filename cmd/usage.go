@@ -28,9 +28,13 @@ func closest(typed string, names []string) string {
 	if len(typed) < 3 {
 		return "" // x for -d, h or l: a guess
 	}
-	best, bestEdits, bestScore := "", max(1, len(typed)/3)+1, 0.0
+	limit := max(1, len(typed)/3)
+	best, bestEdits, bestScore := "", limit+1, 0.0
 	for _, n := range names {
 		edits := smetrics.WagnerFischer(typed, n, 1, 1, 1)
+		if edits > limit {
+			continue // frob is two edits from ro: no guess
+		}
 		score := smetrics.JaroWinkler(typed, n, 0.7, 4)
 		if edits < bestEdits || edits == bestEdits && score > bestScore {
 			best, bestEdits, bestScore = n, edits, score

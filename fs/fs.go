@@ -40,6 +40,7 @@ type FS struct {
 	// flushOwners: the lock owner of each FLUSH under way (flushOwner).
 	flushOwners sync.Map
 	metrics     *requestMetrics
+	about       []byte // the root's AboutXattr
 }
 
 // ctxOf is the context a kernel request runs under (vfs.Mount.CallContext),

@@ -39,10 +39,10 @@ type Server struct {
 // request is answered ENOSYS regardless).
 //
 // reg registers the FUSE request metrics (nil: they count but nobody
-// scrapes them).
-func Mount(mountpoint string, core *vfs.Mount, reg prometheus.Registerer) (*Server, error) {
+// scrapes them). about is what the mount's root answers for AboutXattr.
+func Mount(mountpoint string, core *vfs.Mount, reg prometheus.Registerer, about []byte) (*Server, error) {
 	o := core.Options()
-	f := &FS{core: core, opts: o, log: o.Logger, metrics: newRequestMetrics(reg)}
+	f := &FS{core: core, opts: o, log: o.Logger, metrics: newRequestMetrics(reg), about: about}
 	root := &node{f: f}
 	opts := MountOptions(f.opts, log.New(logWriter{f}, "", 0))
 	// flock and fcntl locks come to esfs (filelock.go), which holds them

@@ -237,7 +237,24 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 
 // Extended attributes (vfs.Mount.Getxattr and the others say which).
 
+// AboutXattr names the attribute in which a mount's root tells what the
+// daemon serving it was given to say of itself (Mount's about: its pid,
+// its log, its settings), for the mount helper's remount and for whoever
+// looks (getfattr -n esfs.mount DIR). It is answered here and never
+// stored: the esfs namespace is the daemon's own, as ceph.* is CephFS's
+// (vfs refuses to store it), and it is not listed.
+const AboutXattr = "esfs.mount"
+
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if attr == AboutXattr {
+		if !n.IsRoot() || n.f.about == nil {
+			return 0, syscall.ENODATA
+		}
+		if len(dest) < len(n.f.about) {
+			return uint32(len(n.f.about)), syscall.ERANGE
+		}
+		return uint32(copy(dest, n.f.about)), 0
+	}
 	size, err := n.f.core.Getxattr(withCaller(ctx), n, attr, dest)
 	return size, n.f.toErrno("getxattr", err)
 }

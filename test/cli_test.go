@@ -60,22 +60,41 @@ func runOneLineCases(t *testing.T, cases []oneLineCase) {
 }
 
 // TestCLIHelp: esfs help lists the commands, esfs help mount a command's
-// flags (-o among them), on stdout with status 0; an unknown topic is a
-// usage mistake with a suggestion.
+// flags (-o among them), on stdout with status 0, and so do esfs alone,
+// -h and --help, for the program and for every command wherever the flag
+// stands; an unknown topic is a usage mistake with a suggestion.
 func TestCLIHelp(t *testing.T) {
 	mounttest.QuickExit(t)
-	for _, c := range []struct {
+	dir := t.TempDir()
+	cases := []struct {
 		args []string
 		want []string
 	}{
 		{[]string{"help"}, []string{"COMMANDS:", "mount", "search", "completion", "man"}},
 		{nil, []string{"COMMANDS:", "mount"}},
 		{[]string{"--help"}, []string{"COMMANDS:", "mount"}},
-		{[]string{"help", "mount"}, []string{"esfs mount", "--attr-timeout", "--read-only", "-o value"}},
+		{[]string{"-h"}, []string{"COMMANDS:", "mount"}},
+		{[]string{"--help", "mount"}, []string{"esfs mount - ", "--attr-timeout"}},
+		{[]string{"help", "mount"}, []string{"esfs mount", "--attr-timeout", "--read-only", "-o value", "prints nothing once mounted", "mount -o remount,ro DIR"}},
 		{[]string{"mount", "--help"}, []string{"esfs mount", "--attr-timeout"}},
 		{[]string{"help", "completion"}, []string{"source <(esfs completion bash)"}},
-	} {
-		r := mounttest.Run(t, mounttest.Cmd{Args: c.args, Split: true, Limit: 30 * time.Second})
+		// The flag after arguments, or before them: the command's help,
+		// never the argument taken for a help topic.
+		{[]string{"mount", "-h", dir}, []string{"esfs mount - ", "--attr-timeout"}},
+		{[]string{"mount", dir, "--help", "-o", "ro"}, []string{"esfs mount - "}},
+		{[]string{"search", "foo", "-h"}, []string{"esfs search - ", "--under"}},
+		{[]string{"completion", "bash", "--help"}, []string{"esfs completion - "}},
+	}
+	for _, name := range []string{"mkfs", "mount", "umount", "fsck", "locks", "status", "search", "import", "export", "config", "destroy", "completion", "man"} {
+		for _, flag := range []string{"--help", "-h"} {
+			cases = append(cases, struct {
+				args []string
+				want []string
+			}{[]string{name, flag}, []string{"esfs " + name + " - ", "USAGE:"}})
+		}
+	}
+	for _, c := range cases {
+		r := mounttest.Run(t, mounttest.Cmd{Args: c.args, Env: []string{"ELASTICSEARCH_URL="}, Split: true, Limit: 30 * time.Second})
 		if r.Code != 0 || r.Stderr != "" {
 			t.Errorf("esfs %q: status %d, stderr %q", c.args, r.Code, r.Stderr)
 		}
@@ -96,6 +115,8 @@ func TestCLISuggestions(t *testing.T) {
 		{name: "command, transposed", args: []string{"serach", "foo"}, code: 2, want: []string{"did you mean search?"}},
 		{name: "help topic", args: []string{"help", "mout"}, code: 2, want: []string{"unknown command mout: did you mean mount?"}},
 		{name: "no guess", args: []string{"frobnicate"}, code: 2, want: []string{"unknown command frobnicate"}, avoid: []string{"did you mean"}},
+		{name: "no guess for a flag two edits away", args: []string{"mount", "--frob", dir}, code: 2, want: []string{"unknown flag --frob"}, avoid: []string{"did you mean"}},
+		{name: "help flag after a mistake", args: []string{"mount", "--frob", "--help", dir}, code: 2, want: []string{"unknown flag --frob"}},
 		{name: "flag", args: []string{"mount", "--atr-timeout=1s", dir}, code: 2, want: []string{"unknown flag --atr-timeout: did you mean --attr-timeout?"}},
 		{name: "flag of another command", args: []string{"umount", "--lazzy", dir}, code: 2, want: []string{"did you mean --lazy?"}},
 		{name: "flag like none", args: []string{"mount", "--no-such-flag", dir}, code: 2, want: []string{"unknown flag --no-such-flag"}, avoid: []string{"did you mean"}},
@@ -232,11 +253,7 @@ func TestMountDashO(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "esfs.log")
 	r := mounttest.Run(t, mounttest.Cmd{Args: []string{"mount", "--es-url", f.URL, "--index", f.Index, "--daemon", "--log-file", logFile, dir, "-o", "ro"},
 		Env: []string{"ELASTICSEARCH_URL="}, Limit: 60 * time.Second})
-	if r.Code != 0 || !mounttest.IsMounted(dir) {
-		t.Fatalf("esfs mount DIR -o ro --daemon: status %d:\n%s", r.Code, r.Out)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	pid, conn := daemonOf(t, r.Out, dir)
+	pid, conn, _ := daemonMounted(t, r.Out, r.Code, dir)
 	if err := os.WriteFile(filepath.Join(dir, "g"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
 		t.Errorf("create on a daemon mounted with -o ro: %v, want EROFS", err)
 	}
@@ -353,7 +370,7 @@ COMP_WORDS=(esfs completion ""); COMP_CWORD=2; _esfs_complete; echo "shells: ${C
 	if err != nil {
 		t.Fatalf("man -l -: %v\n%s", err, rendered)
 	}
-	for _, want := range []string{"NAME", "esfs - a POSIX filesystem stored in Elasticsearch", "COMMANDS", "--attr-timeout"} {
+	for _, want := range []string{"NAME", "esfs - a POSIX filesystem stored in Elasticsearch", "DESCRIPTION", "remount", "COMMANDS", "--attr-timeout"} {
 		if !strings.Contains(string(rendered), want) {
 			t.Errorf("man -l - lacks %q:\n%.2000s", want, rendered)
 		}

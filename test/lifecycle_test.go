@@ -7,7 +7,9 @@ package test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -225,20 +227,37 @@ func oneFailure(t *testing.T, what, out string, code int, want string) {
 	}
 }
 
-// daemonMounted checks a --daemon mount's report and returns the daemon's
-// pid, its FUSE connection, and where it says its log goes.
+// daemonMounted checks an `esfs mount --daemon` mount's report, the line
+// saying the daemon's pid and where it logs, against what the mount says
+// of itself (daemonOf), and returns those and the daemon's FUSE
+// connection.
 func daemonMounted(t *testing.T, out string, code int, dir string) (pid, conn int, logAt string) {
 	t.Helper()
 	if code != 0 || !mounttest.IsMounted(dir) {
 		t.Fatalf("daemon mount: status %d, mounted %v:\n%s", code, mounttest.IsMounted(dir), out)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	pid, conn = daemonOf(t, out, dir)
-	m := regexp.MustCompile(`its log: (.*)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("the mounted line does not say where the log goes: %q", out)
+	pid, conn, logAt = daemonOf(t, dir)
+	if want := fmt.Sprintf("mounted %s (pid %d); its log: %s\n", dir, pid, logAt); out != want {
+		t.Fatalf("esfs mount --daemon printed %q, want %q", out, want)
 	}
-	return pid, conn, strings.TrimSpace(m[1])
+	return pid, conn, logAt
+}
+
+// helperMounted checks a mount by the mount helper (run by mount(8) or
+// as mount(8) runs it): mounted, with status 0 and nothing printed, as
+// mount(8) and its helpers are on success. It returns the daemon's pid,
+// FUSE connection and log, from what the mount says of itself.
+func helperMounted(t *testing.T, what, out string, code int, dir string) (pid, conn int, logAt string) {
+	t.Helper()
+	if code != 0 || !mounttest.IsMounted(dir) {
+		t.Fatalf("%s: status %d, mounted %v:\n%s", what, code, mounttest.IsMounted(dir), out)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	if out != "" {
+		t.Errorf("%s printed %q on success, want nothing (as mount(8) and its helpers)", what, out)
+	}
+	return daemonOf(t, dir)
 }
 
 // umountDaemon unmounts a --daemon mount with esfs umount and waits for its
@@ -283,7 +302,7 @@ func TestMountNonEmpty(t *testing.T) {
 		Argv0: "mount.fuse.esfs",
 		Limit: time.Minute,
 	})
-	pid, conn, _ := daemonMounted(t, r.Out, r.Code, dir)
+	pid, conn, _ := helperMounted(t, "the helper with -o nonempty", r.Out, r.Code, dir)
 	umountDaemon(t, f, dir, pid, conn)
 	if b, err := os.ReadFile(filepath.Join(dir, "underneath")); err != nil || string(b) != "local" {
 		t.Errorf("the directory's own file after the unmount: %q, %v", b, err)
@@ -393,9 +412,14 @@ func TestMountDaemonLogs(t *testing.T) {
 		logDir := t.TempDir()
 		env := []string{"ESFS_SYSLOG_SOCKET=/nonexistent/log", "ESFS_LOG_DIR=" + logDir}
 		r := mounttest.Run(t, mounttest.Cmd{Args: []string{f.Index, dir, "-o", "es_url=" + f.URL}, Env: env, Argv0: "mount.fuse.esfs", Limit: time.Minute})
-		pid, conn, logAt := daemonMounted(t, r.Out, r.Code, dir)
+		pid, conn, logAt := helperMounted(t, "the helper", r.Out, r.Code, dir)
 		if filepath.Dir(logAt) != logDir {
 			t.Errorf("the helper's daemon logs to %q, want a file in %s", logAt, logDir)
+		}
+		// The helper said nothing: esfs status says where the log is.
+		status, code := mounttest.RunOn(t, f, "", "status")
+		if want := "\n  log " + logAt + "\n"; code != 0 || !strings.Contains(status, want) {
+			t.Errorf("esfs status (status %d) lacks %q:\n%s", code, want, status)
 		}
 		umountDaemon(t, f, dir, pid, conn)
 		if b, err := os.ReadFile(logAt); err != nil || !strings.Contains(string(b), "msg=unmounted") {
@@ -423,29 +447,43 @@ func sysMount(t *testing.T, env []string, prog string, args ...string) (string, 
 	return string(out), err
 }
 
-// daemonPid reads the pid from the helper's "mounted DIR (pid N)" line.
-func daemonPid(t *testing.T, out string) int {
-	t.Helper()
-	m := regexp.MustCompile(`\(pid (\d+)\)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("no pid in the helper's output: %q", out)
-	}
-	pid, _ := strconv.Atoi(m[1])
-	return pid
-}
-
 // mountEntry returns the fstype and source of the mount at dir.
 func mountEntry(dir string) (fstype, source string) {
 	_, fstype, source, _ = mounttest.MountEntry(dir)
 	return fstype, source
 }
 
-// daemonOf returns the pid the helper printed and the FUSE connection of
-// the mount at dir, for ending the daemon within a bound.
-func daemonOf(t *testing.T, out, dir string) (pid, conn int) {
+// mountAbout is what a mount's root says of the daemon serving it, in
+// its esfs.mount attribute.
+type mountAbout struct {
+	Pid   int
+	Log   string
+	Flags map[string]string
+}
+
+// aboutOf reads the esfs.mount attribute of the mount at dir.
+func aboutOf(t *testing.T, dir string) mountAbout {
 	t.Helper()
+	buf := make([]byte, 64<<10)
+	n, err := syscall.Getxattr(dir, "esfs.mount", buf)
+	if err != nil {
+		t.Fatalf("getxattr %s esfs.mount: %v", dir, err)
+	}
+	var a mountAbout
+	if err := json.Unmarshal(buf[:n], &a); err != nil || a.Pid <= 0 || a.Flags == nil {
+		t.Fatalf("esfs.mount of %s: %q (%v)", dir, buf[:n], err)
+	}
+	return a
+}
+
+// daemonOf returns the pid and the log of the daemon serving dir, as its
+// root's esfs.mount attribute says them, and the FUSE connection of the
+// mount, for ending the daemon within a bound.
+func daemonOf(t *testing.T, dir string) (pid, conn int, logAt string) {
+	t.Helper()
+	a := aboutOf(t, dir)
 	conn, _, _, _ = mounttest.MountEntry(dir)
-	return daemonPid(t, out), conn
+	return a.Pid, conn, a.Log
 }
 
 // TestMountFstabAndHelper: `mount -t fuse.esfs`, an /etc/fstab line, and fuse3's
@@ -478,11 +516,12 @@ func TestMountFstabAndHelper(t *testing.T) {
 		if err != nil || !mounttest.IsMounted(dir) {
 			t.Fatalf("mount -t fuse.esfs: %v\n%s", err, out)
 		}
-		pid, conn := daemonOf(t, out, dir)
+		pid, conn, _ := helperMounted(t, "mount -t fuse.esfs", out, 0, dir)
 		if typ, src := mountEntry(dir); typ != "fuse.esfs" || src != "esfs:"+f.Index {
 			t.Errorf("mount table says %q %q, want fuse.esfs esfs:%s", typ, src, f.Index)
 		}
 		mounttest.Sh(t, dir, `echo through-mount > f && test "$(cat f)" = through-mount`)
+		remountCycle(t, dir)
 		if out, err := sysMount(t, nil, "umount", dir); err != nil || mounttest.IsMounted(dir) {
 			t.Fatalf("umount: %v\n%s", err, out)
 		}
@@ -503,12 +542,17 @@ func TestMountFstabAndHelper(t *testing.T) {
 		if err != nil || !mounttest.IsMounted(dir) {
 			t.Fatalf("mount --fstab (%s): %v\n%s", line, err, out)
 		}
-		pid, conn := daemonOf(t, out, dir)
+		pid, conn, _ := helperMounted(t, "mount --fstab", out, 0, dir)
 		if data, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(data) != "through-mount\n" {
 			t.Errorf("reading the file written before: %q, %v", data, err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "g"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
 			t.Errorf("writing on a ro fstab mount: %v, want EROFS", err)
+		}
+		// ro from fstab, rw typed: mount(8) passes both, the last wins.
+		out, err = sysMount(t, nil, "mount", "--fstab", fstab, "-o", "remount,rw", dir)
+		if err == nil || !strings.Contains(out, "it was mounted read-only (ro), and its daemon cannot start writing live") {
+			t.Errorf("mount -o remount,rw of a read-only fstab mount: %v, output %q; want it refused", err, out)
 		}
 		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -517,6 +561,35 @@ func TestMountFstabAndHelper(t *testing.T) {
 		if mounttest.IsMounted(dir) {
 			t.Fatal("still mounted after SIGTERM to the daemon")
 		}
+	})
+
+	t.Run("fstab line, remount", func(t *testing.T) {
+		dir := t.TempDir()
+		fstab := filepath.Join(t.TempDir(), "fstab")
+		line := "esfs:" + f.Index + "  " + dir + "  fuse.esfs  " + opts + "  0  0\n"
+		if err := os.WriteFile(fstab, []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := sysMount(t, nil, "mount", "--fstab", fstab, dir)
+		if err != nil || !mounttest.IsMounted(dir) {
+			t.Fatalf("mount --fstab (%s): %v\n%s", line, err, out)
+		}
+		pid, conn, _ := helperMounted(t, "mount --fstab", out, 0, dir)
+		// mount(8) passes the line's options again, with those typed:
+		// the same settings are no change.
+		remountCycle(t, dir, "--fstab", fstab)
+		// The line edited since the mount: a remount would not apply it.
+		if err := os.WriteFile(fstab, []byte(strings.Replace(line, "lease=2s", "lease=3s", 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err = sysMount(t, nil, "mount", "--fstab", fstab, "-o", "remount", dir)
+		if err == nil || !strings.Contains(out, "lease=3s (it runs with 2s)") {
+			t.Errorf("mount -o remount after the fstab line's lease changed: %v, output %q; want it refused, naming lease", err, out)
+		}
+		if out, err := sysMount(t, nil, "umount", dir); err != nil {
+			t.Fatalf("umount: %v\n%s", err, out)
+		}
+		mounttest.EndDaemon(t, pid, conn, dir, 30*time.Second)
 	})
 
 	t.Run("mount.fuse3 convention", func(t *testing.T) {
@@ -542,8 +615,9 @@ func TestMountFstabAndHelper(t *testing.T) {
 		if err != nil || !mounttest.IsMounted(dir) {
 			t.Fatalf("mount -t fuse.esfs through mount.fuse3: %v\n%s", err, out)
 		}
-		pid, conn := daemonOf(t, out, dir)
+		pid, conn, _ := helperMounted(t, "mount -t fuse.esfs through mount.fuse3", out, 0, dir)
 		mounttest.Sh(t, dir, `test "$(cat f)" = through-mount`)
+		remountCycle(t, dir) // mount.fuse3 runs esfs with -o remount,...
 		if out, err := sysMount(t, nil, "umount", dir); err != nil {
 			t.Fatalf("umount: %v\n%s", err, out)
 		}
@@ -633,18 +707,16 @@ func TestMountDaemonMode(t *testing.T) {
 	dir := t.TempDir()
 	logFile := filepath.Join(t.TempDir(), "esfs.log") // not the system's log directory
 	r := mounttest.Run(t, mounttest.Cmd{Args: []string{"mount", "--daemon", "--log-file", logFile, "--es-url", f.URL, "--index", f.Index, dir}, Env: []string{"ELASTICSEARCH_URL="}, Limit: 60 * time.Second})
-	out, code := r.Out, r.Code
-	if code != 0 || !mounttest.IsMounted(dir) {
-		t.Fatalf("daemon mount: status %d, mounted %v:\n%s", code, mounttest.IsMounted(dir), out)
+	pid, conn, logAt := daemonMounted(t, r.Out, r.Code, dir)
+	if logAt != logFile {
+		t.Errorf("the daemon says it logs to %q, want --log-file %s", logAt, logFile)
 	}
-	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
-	pid, conn := daemonOf(t, out, dir)
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("daemon"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	umountDaemon(t, f, dir, pid, conn)
 	r = mounttest.Run(t, mounttest.Cmd{Args: []string{"mount", "--daemon", "--es-url", f.URL, "--index", "esfs-never-made", dir}, Env: []string{"ELASTICSEARCH_URL="}, Limit: 60 * time.Second})
-	out, code = r.Out, r.Code
+	out, code := r.Out, r.Code
 	if code == 0 || !strings.Contains(out, "esfs mkfs") || mounttest.IsMounted(dir) {
 		t.Fatalf("daemon mount of a missing filesystem: status %d:\n%s", code, out)
 	}

@@ -375,10 +375,7 @@ func TestSubdirHelperOption(t *testing.T) {
 	dir := t.TempDir()
 	logFile := filepath.Join(t.TempDir(), "esfs.log")
 	r := mounttest.Run(t, mounttest.Cmd{Args: []string{"esfs:" + f.Index, dir, "-o", "rw,_netdev,es_url=" + f.URL + ",subdir=/projects/a,log_file=" + logFile}, Limit: 90 * time.Second})
-	if r.Code != 0 || !mounttest.IsMounted(dir) {
-		t.Fatalf("esfs SOURCE DIR -o subdir=/projects/a: status %d\n%s", r.Code, r.Out)
-	}
-	pid, conn := daemonOf(t, r.Out, dir)
+	pid, conn, _ := helperMounted(t, "esfs SOURCE DIR -o subdir=/projects/a", r.Out, r.Code, dir)
 	if _, src := mountEntry(dir); src != "esfs:"+f.Index+":/projects/a" {
 		t.Errorf("mount source %q, want esfs:%s:/projects/a", src, f.Index)
 	}
@@ -392,10 +389,7 @@ func TestSubdirHelperOption(t *testing.T) {
 	// The source as the mount table showed it mounts the same directory
 	// (what a user copies from /proc/mounts into fstab).
 	r = mounttest.Run(t, mounttest.Cmd{Args: []string{"esfs:" + f.Index + ":/projects/a", dir, "-o", "es_url=" + f.URL + ",log_file=" + logFile}, Limit: 90 * time.Second})
-	if r.Code != 0 || !mounttest.IsMounted(dir) {
-		t.Fatalf("esfs esfs:INDEX:/projects/a DIR: status %d\n%s", r.Code, r.Out)
-	}
-	pid, conn = daemonOf(t, r.Out, dir)
+	pid, conn, _ = helperMounted(t, "esfs esfs:INDEX:/projects/a DIR", r.Out, r.Code, dir)
 	if got := listDir(t, dir); strings.Join(got, " ") != "f" {
 		t.Errorf("the mount of source esfs:INDEX:/projects/a lists %q, want [f]", got)
 	}
