@@ -117,6 +117,9 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if d.l == nil {
 		return d.n.Lookup(ctx, name, out)
 	}
+	if !d.l.Kept() {
+		return nil, syscall.EAGAIN // the name alone: see below
+	}
 	sn, ok, err := d.l.Entry(ctx, name)
 	if err != nil {
 		return nil, f.toErrno("readdirplus", err)

@@ -81,10 +81,20 @@ func (cc *cleanCache) add(n int64) {
 	cc.gauge.Add(float64(n))
 }
 
-// CachedData is how many bytes of file contents the mount keeps now
-// (--data-cache-size bounds it, but for what open files read ahead): the
-// daemon's soft memory limit follows it.
-func (f *Mount) CachedData() int64 { return f.clean.used.Load() }
+// KeptMemory is about how much of the daemon's memory holds what the mount
+// keeps on purpose, beyond its metadata cache: the file contents it keeps
+// (clean.go), and the names its delegations keep with their share of
+// go-fuse's nodes (deleg_shed.go, at heldNameBytes each). The daemon's soft
+// memory limit follows it (cmd/mount.go), so that the collector neither
+// lets garbage grow into room nothing uses nor runs without end over a
+// heap this keeps.
+func (f *Mount) KeptMemory() int64 {
+	kept := f.clean.used.Load()
+	if f.delegs != nil {
+		kept += f.delegs.held.Load() * heldNameBytes
+	}
+	return kept
+}
 
 // keep takes the chunks of a file closed with its inode at version ver
 // (the caller has emptied its openFile's maps). Chunks of an unknown

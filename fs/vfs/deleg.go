@@ -123,10 +123,12 @@ type delegs struct {
 	// upgradeTried: when an upgrade of a directory was last asked for.
 	upgradeTried map[uint64]time.Time
 	// tick orders uses of states (dirState.used); grown counts names
-	// newly held, shedding is set while states are shed (deleg_shed.go).
+	// newly held, shedding is set while states are shed, held is what
+	// they held when last summed (deleg_shed.go).
 	tick     atomic.Uint64
 	grown    atomic.Uint64
 	shedding atomic.Bool
+	held     atomic.Int64
 }
 
 func newDelegs(f *Mount) *delegs {

@@ -386,6 +386,12 @@ func (l *Listing) held(e store.Dentry) (store.Inode, bool) {
 	return f.delegs.attr(l.dir.Ino(), e.Name, e.Ino, nil)
 }
 
+// Kept says whether the kernel may keep what this listing answers: with
+// delegations, only if it is made under the directory's (see Tell). When
+// it may not, readdirplus gives the kernel names alone, and reading the
+// entries' attributes (an _mget a page) would be for nothing.
+func (l *Listing) Kept() bool { return l.st != nil || l.f.delegs == nil }
+
 // Tell is told for an answer about name from this listing being given to
 // the kernel, whose node for the directory is kn: kept says whether the
 // kernel may keep it (it was read under the directory's delegation, not
