@@ -32,6 +32,7 @@ func commands() []*cli.Command {
 		cmdLocks(),
 		cmdStatus(),
 		cmdSearch(),
+		cmdFind(),
 		cmdImport(),
 		cmdExport(),
 		cmdConfig(),
@@ -173,8 +174,8 @@ func permuteFlags(args []string) []string {
 			cmd = c
 		}
 	}
-	if cmd == nil {
-		return args
+	if cmd == nil || cmd.SkipFlagParsing {
+		return args // find: its expression's words start with a dash too
 	}
 	takesValue := map[string]bool{}
 	for _, f := range cmd.Flags {

@@ -84,7 +84,9 @@ func (st *dirState) changedHere(name string, e dirEntry, ok, followed bool) {
 	st.names[name] = e
 }
 
-// listing returns the names of a complete state, sorted.
+// listing returns the names of a complete state, in the order a listing
+// from the store has (store.NameLess), so that a directory lists in one
+// order whether from memory or not.
 func (st *dirState) listing() ([]string, map[string]dirEntry, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -97,7 +99,7 @@ func (st *dirState) listing() ([]string, map[string]dirEntry, bool) {
 			names = append(names, n)
 		}
 	}
-	sort.Strings(names)
+	sort.Slice(names, func(i, j int) bool { return store.NameLess(names[i], names[j]) })
 	return names, st.names, true
 }
 
