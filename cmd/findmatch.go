@@ -239,15 +239,17 @@ func inClass(name string, c rune, chars bool) (in, known bool) {
 }
 
 var classes = map[string]func(rune) bool{
-	"alnum":  func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) },
-	"alpha":  unicode.IsLetter,
-	"blank":  func(r rune) bool { return r == ' ' || r == '\t' },
-	"cntrl":  unicode.IsControl,
-	"digit":  func(r rune) bool { return '0' <= r && r <= '9' },
-	"graph":  func(r rune) bool { return unicode.IsGraphic(r) && !unicode.IsSpace(r) },
-	"lower":  unicode.IsLower,
-	"print":  func(r rune) bool { return unicode.IsPrint(r) },
-	"punct":  func(r rune) bool { return r < 0x80 && unicode.IsPunct(r) || r < 0x80 && unicode.IsSymbol(r) || r >= 0x80 && unicode.IsPunct(r) },
+	"alnum": func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) },
+	"alpha": unicode.IsLetter,
+	"blank": func(r rune) bool { return r == ' ' || r == '\t' },
+	"cntrl": unicode.IsControl,
+	"digit": func(r rune) bool { return '0' <= r && r <= '9' },
+	"graph": func(r rune) bool { return unicode.IsGraphic(r) && !unicode.IsSpace(r) },
+	"lower": unicode.IsLower,
+	"print": func(r rune) bool { return unicode.IsPrint(r) },
+	"punct": func(r rune) bool {
+		return r < 0x80 && unicode.IsPunct(r) || r < 0x80 && unicode.IsSymbol(r) || r >= 0x80 && unicode.IsPunct(r)
+	},
 	"space":  unicode.IsSpace,
 	"upper":  unicode.IsUpper,
 	"xdigit": func(r rune) bool { return '0' <= r && r <= '9' || 'a' <= r && r <= 'f' || 'A' <= r && r <= 'F' },
