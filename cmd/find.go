@@ -267,14 +267,17 @@ func resolveFindPath(given, index string, mounts []mountRow) (findStart, error) 
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
 		local = filepath.Join(dir, filepath.Base(abs))
 	}
-	// The mount the kernel would find it in: the last one mounted on the
-	// longest directory above it.
-	var in *mountRow
-	for i := range mounts {
-		m := &mounts[i]
-		if store.IsWithin(local, m.dir) && (in == nil || len(m.dir) >= len(in.dir)) {
-			in = m
+	in := mountOf(local, mounts)
+	if in != nil && in.fstype == esfsType && strings.HasSuffix(given, "/") {
+		// A trailing slash makes the kernel follow a symbolic link, and
+		// insist on a directory.
+		full, err := filepath.EvalSymlinks(abs)
+		if err != nil {
+			s.missing = statError(given, err)
+			return s, nil
 		}
+		local = full
+		in = mountOf(local, mounts)
 	}
 	if in != nil && in.fstype == esfsType {
 		subdir, ok := subdirOfSource(in.source, index)
@@ -294,6 +297,19 @@ func resolveFindPath(given, index string, mounts []mountRow) (findStart, error) 
 	}
 	s.fsPath = filepath.Clean(given)
 	return s, nil
+}
+
+// mountOf is the mount the kernel finds path in: the last one mounted
+// on the longest directory above it.
+func mountOf(path string, mounts []mountRow) *mountRow {
+	var in *mountRow
+	for i := range mounts {
+		m := &mounts[i]
+		if store.IsWithin(path, m.dir) && (in == nil || len(m.dir) >= len(in.dir)) {
+			in = m
+		}
+	}
+	return in
 }
 
 // findRun is one run of esfs find.
@@ -338,6 +354,10 @@ func (fr *findRun) walk(ctx context.Context, s *findStart) error {
 	}
 	if !ent.Found {
 		fr.fail("‘%s’: %s", s.given, fr.missingWhy(ctx, s.fsPath))
+		return nil
+	}
+	if strings.HasSuffix(s.given, "/") && ent.Type != store.TypeDir {
+		fr.fail("‘%s’: Not a directory", s.given)
 		return nil
 	}
 	root := &fentry{path: s.given, start: s, d: ent.Dentry}

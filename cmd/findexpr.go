@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,6 +41,88 @@ type fnode struct {
 	// whenTrue and whenFalse hold for at least the files the test is true
 	// (false) for: conditions on their path and inode documents.
 	whenTrue, whenFalse sides
+	// cost is what GNU find's optimizer thinks the test costs (see
+	// gnuCommaOrder).
+	cost int
+}
+
+// GNU find's evaluation costs (its enum EvaluationCost), of the tests
+// esfs find has.
+const (
+	costNothing  = 0
+	costInodeNum = 1
+	costType     = 2
+	costStat     = 3
+	costLinkName = 4
+)
+
+// primaryCost is the cost of each primary; every other is costStat.
+var primaryCost = map[string]int{
+	"-name": costNothing, "-iname": costNothing, "-path": costNothing, "-ipath": costNothing,
+	"-wholename": costNothing, "-iwholename": costNothing, "-true": costNothing, "-false": costNothing,
+	"-type": costType, "-inum": costInodeNum, "-lname": costLinkName, "-ilname": costLinkName,
+}
+
+// worstCost is the highest cost in n.
+func (n *fnode) worstCost() int {
+	if n == nil {
+		return costNothing
+	}
+	return max(n.cost, n.l.worstCost(), n.r.worstCost())
+}
+
+// sideEffects reports whether n prints.
+func (n *fnode) sideEffects() bool {
+	return n != nil && (n.kind == fAction || n.l.sideEffects() || n.r.sideEffects())
+}
+
+// gnuCommaOrder orders the operands of each chain of commas as GNU find
+// 4.9 evaluates them: its optimizer swaps two neighbouring operands
+// without actions when the left one costs more (do_arm_swaps, meant for
+// -a and -o, where the order changes nothing but the work), so that each
+// run of such operands is evaluated cheapest first, and `A , B` without
+// actions has the value of the costlier. The output is GNU find's only
+// if the expression is evaluated the way GNU find evaluates it.
+func gnuCommaOrder(n *fnode) *fnode {
+	if n == nil {
+		return nil
+	}
+	if n.kind != fComma {
+		n.l, n.r = gnuCommaOrder(n.l), gnuCommaOrder(n.r)
+		return n
+	}
+	var ops []*fnode
+	var flatten func(c *fnode)
+	flatten = func(c *fnode) {
+		if c.kind == fComma {
+			flatten(c.l)
+			ops = append(ops, c.r)
+			return
+		}
+		ops = append(ops, c)
+	}
+	flatten(n)
+	for i, op := range ops {
+		ops[i] = gnuCommaOrder(op)
+	}
+	for start := 0; start < len(ops); {
+		if ops[start].sideEffects() {
+			start++
+			continue
+		}
+		end := start
+		for end < len(ops) && !ops[end].sideEffects() {
+			end++
+		}
+		run := ops[start:end]
+		sort.SliceStable(run, func(i, j int) bool { return run[i].worstCost() < run[j].worstCost() })
+		start = end
+	}
+	out := ops[0]
+	for _, op := range ops[1:] {
+		out = &fnode{kind: fComma, l: out, r: op}
+	}
+	return out
 }
 
 // sides is a condition on a file's path document and on its inode
@@ -194,7 +277,7 @@ func parseFind(args []string, env findEnv) (*findExpr, error) {
 	}
 	p := &findParser{args: args, i: i, env: env, x: x}
 	var root *fnode
-	if p.i < len(args) {
+	if _, ok := p.peek(); ok {
 		n, err := p.parseComma()
 		if err != nil {
 			return nil, err
@@ -207,7 +290,7 @@ func parseFind(args []string, env findEnv) (*findExpr, error) {
 				return nil, findErrorf("paths must precede expression: `%s'", a)
 			}
 		}
-		root = n
+		root = gnuCommaOrder(n)
 	}
 	print := &fnode{kind: fAction, name: "-print", test: func(fr *findRun, e *fentry) bool {
 		fr.out.WriteString(e.path)
@@ -224,7 +307,17 @@ func parseFind(args []string, env findEnv) (*findExpr, error) {
 	return x, nil
 }
 
+// peek is the next word of the expression. -daystart is no word of it
+// for GNU find (unlike its other options, which are true): it is
+// applied, and skipped.
 func (p *findParser) peek() (string, bool) {
+	for p.i < len(p.args) && p.args[p.i] == "-daystart" {
+		if p.dayStart.IsZero() {
+			t := p.env.now
+			p.dayStart = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, t.Location())
+		}
+		p.i++
+	}
 	if p.i < len(p.args) {
 		return p.args[p.i], true
 	}
@@ -301,7 +394,10 @@ func (p *findParser) parseAnd() (*fnode, error) {
 }
 
 func (p *findParser) parseUnary() (*fnode, error) {
-	a, _ := p.peek()
+	a, ok := p.peek()
+	if !ok {
+		return nil, findErrorf("invalid expression")
+	}
 	switch a {
 	case "!", "-not":
 		p.i++
@@ -365,7 +461,11 @@ func (p *findParser) primary(a string) (*fnode, error) {
 	env := p.env
 	test := func(when, unless sides, f func(fr *findRun, e *fentry) bool) *fnode {
 		p.sawTest = true
-		return &fnode{kind: fTest, name: a, test: f, whenTrue: when, whenFalse: unless}
+		cost, ok := primaryCost[a]
+		if !ok {
+			cost = costStat
+		}
+		return &fnode{kind: fTest, name: a, test: f, whenTrue: when, whenFalse: unless, cost: cost}
 	}
 	attrTest := func(when, unless sides, f func(fr *findRun, e *fentry) bool) *fnode {
 		p.x.needs.attr = true
@@ -375,7 +475,7 @@ func (p *findParser) primary(a string) (*fnode, error) {
 		if p.sawTest {
 			p.x.warnings = append(p.x.warnings, fmt.Sprintf("warning: you have specified the global option %s after the argument %s, but global options are not positional, i.e., %s affects tests specified before it as well as those specified after it.  Please specify global options before other arguments.", a, p.args[max(0, p.i-2)], a))
 		}
-		return &fnode{kind: fTest, name: a, test: func(*findRun, *fentry) bool { return true }, whenTrue: always, whenFalse: never}
+		return &fnode{kind: fTest, name: a, test: func(*findRun, *fentry) bool { return true }, whenTrue: always, whenFalse: never, cost: costNothing}
 	}
 	switch a {
 	case "-print", "-print0":
@@ -599,12 +699,6 @@ func (p *findParser) primary(a string) (*fnode, error) {
 		return option(), nil
 	case "-depth", "-d":
 		p.x.depth = true
-		return option(), nil
-	case "-daystart":
-		if p.dayStart.IsZero() {
-			t := env.now
-			p.dayStart = time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, t.Location())
-		}
 		return option(), nil
 	case "-noleaf", "-xdev", "-mount", "-ignore_readdir_race", "-noignore_readdir_race", "-warn", "-nowarn", "-P":
 		return option(), nil

@@ -2,8 +2,9 @@ package cmd
 
 // Shell patterns as GNU find matches them (-name, -path and their -i
 // forms): glibc's fnmatch(3) without flags, or with FNM_CASEFOLD. In a
-// UTF-8 locale it matches characters, and falls back to bytes when the
-// pattern or the name is not UTF-8; in any other locale it matches bytes.
+// UTF-8 locale it matches characters, and when that fails (or the
+// pattern or the name is not UTF-8) bytes: "?" matches "é", and so does
+// "??" (glibc 2.36); in any other locale it matches bytes.
 
 import (
 	"strings"
@@ -28,8 +29,8 @@ func utf8Locale(getenv func(string) string) bool {
 // fnmatch reports whether name matches pattern as glibc's fnmatch does
 // (no flags, or FNM_CASEFOLD with fold); chars: the locale is UTF-8.
 func fnmatch(pattern, name string, fold, chars bool) bool {
-	if chars && utf8.ValidString(pattern) && utf8.ValidString(name) {
-		return globMatch([]rune(pattern), []rune(name), fold, true)
+	if chars && utf8.ValidString(pattern) && utf8.ValidString(name) && globMatch([]rune(pattern), []rune(name), fold, true) {
+		return true
 	}
 	return globMatch(byteRunes(pattern), byteRunes(name), fold, false)
 }
@@ -137,6 +138,7 @@ func matchBracket(p []rune, i int, c rune, fold, chars bool) (ok bool, next int,
 		negate = true
 		j++
 	}
+	orig := c // classes test the character as it is, ranges and members folded
 	if fold {
 		c = foldRune(c, chars)
 	}
@@ -168,7 +170,7 @@ func matchBracket(p []rune, i int, c rune, fold, chars bool) (ok bool, next int,
 				break
 			}
 			class := string(p[j+2 : end])
-			in, known := inClass(class, c, chars)
+			in, known := inClass(class, orig, chars)
 			if !known {
 				return false, 0, false
 			}

@@ -158,7 +158,7 @@ func NameIs(name string) Cond {
 // characters (see encodeText). A pattern that is not UTF-8 holds for
 // every name (its bytes may match parts of stored characters).
 func NameGlob(glob string, fold bool) Cond {
-	if !utf8.ValidString(glob) {
+	if !utf8.ValidString(glob) || strings.Count(glob, "?")+strings.Count(glob, "[")+strings.Count(glob, "*") > maxGlobWildcards {
 		return TrueCond
 	}
 	var b strings.Builder
@@ -186,8 +186,20 @@ func NameGlob(glob string, fold bool) Cond {
 			writeGlobLiteral(&b, r, fold)
 		}
 	}
+	if b.Len() > maxRegexp {
+		return TrueCond
+	}
 	return Cond{op: condRegexp, field: "name", re: b.String()}
 }
+
+// Bounds on the name patterns pushed down: Elasticsearch refuses a
+// regular expression longer than index.max_regex_length (1,000), and one
+// whose automaton grows too large; longer patterns are matched on the
+// client alone.
+const (
+	maxRegexp        = 900
+	maxGlobWildcards = 20
+)
 
 // bracketEnd is the index of the ] that closes the bracket expression
 // opening at rs[i], or 0 if none does (the [ is then a literal).
