@@ -428,6 +428,9 @@ func (p *findParser) parseUnary() (*fnode, error) {
 	case ")":
 		return nil, findErrorf("invalid expression; you have too many ')'")
 	}
+	if !strings.HasPrefix(a, "-") {
+		return nil, findErrorf("paths must precede expression: `%s'", a)
+	}
 	p.i++
 	return p.primary(a)
 }

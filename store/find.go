@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -477,4 +478,61 @@ func (s *Store) EntryCounts(ctx context.Context, dirs []string) (plain, inFlight
 		}
 	}
 	return plain, inFlight, nil
+}
+
+// Holds reports whether c holds for path document d, or with n not nil
+// for inode document n, as Elasticsearch would judge it (for tests of
+// what is pushed down).
+func (c Cond) Holds(d Dentry, n *Inode) bool {
+	switch c.op {
+	case condTrue:
+		return true
+	case condFalse:
+		return false
+	case condAll:
+		for _, s := range c.subs {
+			if !s.Holds(d, n) {
+				return false
+			}
+		}
+		return true
+	case condAny:
+		for _, s := range c.subs {
+			if s.Holds(d, n) {
+				return true
+			}
+		}
+		return false
+	case condNot:
+		return !c.subs[0].Holds(d, n)
+	case condRange:
+		if n == nil {
+			return false
+		}
+		v := map[string]int64{"ino": int64(n.Ino), "size": n.Size, "mode": int64(n.Mode), "uid": int64(n.Uid), "gid": int64(n.Gid),
+			"nlink": int64(n.Nlink), "atime": n.Atime, "mtime": n.Mtime, "ctime": n.Ctime}[c.field]
+		return c.lo <= v && v <= c.hi
+	case condRegexp:
+		v := d.Name
+		if c.field == "path" {
+			v = d.Path
+		}
+		re, err := regexp.Compile(`(?s)^(?:` + c.re + `)$`)
+		return err == nil && re.MatchString(encodeText(v))
+	case condTerms:
+		v := encodeText(d.Name)
+		if c.field == "type" {
+			v = d.Type.String()
+			if n != nil {
+				v = n.Type.String()
+			}
+		}
+		for _, t := range c.terms {
+			if t == v {
+				return true
+			}
+		}
+		return false
+	}
+	return false
 }
