@@ -115,6 +115,9 @@ func TestFindPrecedence(t *testing.T) {
 		// GNU's comma order: the costlier operand's value (-size) decides.
 		{[]string{"-size", "+5k", ",", "-type", "d"}, ""},
 		{[]string{"-type", "d", ",", "-name", "*"}, "top/dir\n"},
+		{[]string{"-size", "+5k", ",", "-name", "x", ",", "-type", "d"}, "top/dir\n"},
+		{[]string{"-name", "x", ",", "-size", "+5k", ",", "-type", "d"}, ""},
+		{[]string{"-size", "+5k", ",", "-type", "d", ",", "-name", "*"}, "top/dir\n"},
 	} {
 		if got := runExpr(t, append([]string{"top"}, c.args...), f, d); got != c.want {
 			t.Errorf("find %q: %q, want %q", c.args, got, c.want)

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,12 +76,13 @@ func (n *fnode) sideEffects() bool {
 }
 
 // gnuCommaOrder orders the operands of each chain of commas as GNU find
-// 4.9 evaluates them: its optimizer swaps two neighbouring operands
-// without actions when the left one costs more (do_arm_swaps, meant for
-// -a and -o, where the order changes nothing but the work), so that each
-// run of such operands is evaluated cheapest first, and `A , B` without
-// actions has the value of the costlier. The output is GNU find's only
-// if the expression is evaluated the way GNU find evaluates it.
+// 4.9 evaluates them. Its optimizer (do_arm_swaps, meant for -a and -o,
+// where the order changes nothing but the work) goes once along the
+// chain from its last operand to its first, and swaps each pair of
+// neighbouring operands without actions whose left one costs more: so
+// `-size +5k , -type d` has the value of -size, `-size +5k , -name x ,
+// -type d` that of -type (found by running GNU find). The output is GNU
+// find's only if the expression is evaluated in GNU find's order.
 func gnuCommaOrder(n *fnode) *fnode {
 	if n == nil {
 		return nil
@@ -105,18 +105,11 @@ func gnuCommaOrder(n *fnode) *fnode {
 	for i, op := range ops {
 		ops[i] = gnuCommaOrder(op)
 	}
-	for start := 0; start < len(ops); {
-		if ops[start].sideEffects() {
-			start++
-			continue
+	for j := len(ops) - 1; j > 0; j-- {
+		l, r := ops[j-1], ops[j]
+		if !l.sideEffects() && !r.sideEffects() && l.worstCost() > r.worstCost() {
+			ops[j-1], ops[j] = r, l
 		}
-		end := start
-		for end < len(ops) && !ops[end].sideEffects() {
-			end++
-		}
-		run := ops[start:end]
-		sort.SliceStable(run, func(i, j int) bool { return run[i].worstCost() < run[j].worstCost() })
-		start = end
 	}
 	out := ops[0]
 	for _, op := range ops[1:] {
