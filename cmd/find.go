@@ -32,7 +32,14 @@ func cmdFind() *cli.Command {
 	return &cli.Command{
 		Name:      "find",
 		Usage:     "find files by name and attributes as GNU find does, from the index: esfs find /mnt/esfs -size +100M -mtime -7",
-		ArgsUsage: "[PATH...] [EXPRESSION]",
+		// UsageText, unlike Description, is in the man page too.
+		UsageText: `esfs find [--index NAME] [--es-url URL] [PATH...] [EXPRESSION]
+EXPRESSION (GNU find's): -name -iname -path -ipath -lname -ilname PATTERN,
+-type [fdlpscb], -size [+-]N[bcwkMG], -mtime -atime -ctime [+-]DAYS,
+-mmin -amin -cmin [+-]MINUTES, -newer -anewer -cnewer FILE, -user -group NAME,
+-uid -gid -links -inum [+-]N, -nouser, -nogroup, -perm [-/]MODE, -empty,
+-true, -false; -print, -print0, -printf FORMAT; -maxdepth N, -mindepth N,
+-depth, -daystart; ( EXPR ), ! EXPR, -not, -a, -and, -o, -or, ","`,
 		Description: `Prints the files under each PATH that EXPRESSION selects, as GNU find
 does through a mount, from the index instead of walking the tree
 (mounts that write in memory are asked to flush first).
@@ -46,26 +53,19 @@ esfs's own flags come first, before the paths: every argument after them
 is find's (or set ELASTICSEARCH_URL and ESFS_INDEX):
   esfs find --index fs /mnt/esfs -name '*.log' -size +100M
 
-EXPRESSION is GNU find's, with its precedence and -print as the default:
-  tests      -name -iname -path -ipath -lname -ilname PATTERN
-             -type [fdlpscb] (or a list: f,d)   -size [+-]N[bcwkMG]
-             -mtime -atime -ctime [+-]DAYS   -mmin -amin -cmin [+-]MINUTES
-             -newer -anewer -cnewer FILE   -user -group NAME
-             -uid -gid -links -inum [+-]N   -nouser -nogroup
-             -perm MODE, -MODE or /MODE (octal or symbolic)   -empty -true -false
-  actions    -print   -print0   -printf FORMAT (%p %P %f %h %H %d %s %b %k %n
-             %i %l %m %M %u %g %U %G %y %S %F %a %c %t %Ak %Ck %Tk %%, widths
-             such as %-10s, and \n \t \0 \\ \NNN \c)
-  options    -maxdepth N   -mindepth N   -depth   -daystart
-  operators  ( EXPR )   ! EXPR   -not EXPR   EXPR -a EXPR (or side by side)
-             EXPR -o EXPR   EXPR , EXPR
+EXPRESSION is GNU find's (see USAGE), with its precedence and -print as
+the default. -printf knows %p %P %f %h %H %d %s %b %k %n %i %l %m %M %u %g
+%U %G %y %S %F %a %c %t %Ak %Ck %Tk %%, widths such as %-10s, and \n \t
+\0 \\ \NNN \c.
 
 The output is GNU find's through a mount of the filesystem, in the same
 order. What differs: symbolic links are never followed (as find -P);
 there is no -exec, -delete, -prune, -quit, -regex, -ls, %D or %Y (pipe the
 paths to xargs instead: esfs find ... -print0 | xargs -0 ...); names are
-printed as they are, also to a terminal. Exit status 0, or 1 when a PATH
-does not exist or the expression is wrong.`,
+printed as they are, also to a terminal; where GNU find's optimizer moves
+a test before an action that precedes it in the expression (a bug of GNU
+find 4.9), the written order holds. Exit status 0, or 1 when a PATH does
+not exist or the expression is wrong.`,
 		SkipFlagParsing: true, // find's expression is GNU's, with single dashes: read by runFind
 		Flags:           adminFlags(),
 		BashComplete:    completeFind,
