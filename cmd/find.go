@@ -30,8 +30,8 @@ const findPageSize = 5000
 
 func cmdFind() *cli.Command {
 	return &cli.Command{
-		Name:      "find",
-		Usage:     "find files by name and attributes as GNU find does, from the index: esfs find /mnt/esfs -size +100M -mtime -7",
+		Name:  "find",
+		Usage: "find files by name and attributes as GNU find does, from the index: esfs find /mnt/esfs -size +100M -mtime -7",
 		// UsageText, unlike Description, is in the man page too.
 		UsageText: `esfs find [--index NAME] [--es-url URL] [PATH...] [EXPRESSION]
 EXPRESSION (GNU find's): -name -iname -path -ipath -lname -ilname PATTERN,
