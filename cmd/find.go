@@ -47,7 +47,8 @@ does through a mount, from the index instead of walking the tree
 PATH is a path under a mount point of the filesystem (/mnt/esfs/projects,
 or . in a mount), printed as given so that the output can go to xargs;
 or, when it is under no mount of the filesystem, a path from its root
-(/projects). Without PATH: the current directory.
+(/projects). Without PATH: the current directory. Without --index (or
+ESFS_INDEX), the filesystem is the one mounted where the paths are.
 
 esfs's own flags come first, before the paths: every argument after them
 is find's (or set ELASTICSEARCH_URL and ESFS_INDEX):
@@ -171,6 +172,15 @@ func runFind(c *cli.Context) error {
 	mounts, err := readMountTable()
 	if err != nil {
 		return err
+	}
+	if !c.IsSet("index") || c.String("index") == "" {
+		// Neither --index nor ESFS_INDEX: the filesystem mounted where
+		// the paths are, if they are under mounts of one.
+		if idx := mountedIndex(x.paths, mounts); idx != "" {
+			if err := c.Set("index", idx); err != nil {
+				return err
+			}
+		}
 	}
 	index := c.String("index")
 	// Each PATH is resolved before anything is asked of Elasticsearch: a
@@ -297,6 +307,31 @@ func resolveFindPath(given, index string, mounts []mountRow) (findStart, error) 
 	}
 	s.fsPath = filepath.Clean(given)
 	return s, nil
+}
+
+// mountedIndex is the filesystem of the esfs mounts that paths are in,
+// "" if they are in none or in mounts of several.
+func mountedIndex(paths []string, mounts []mountRow) string {
+	index := ""
+	for _, p := range paths {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return ""
+		}
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+			abs = filepath.Join(dir, filepath.Base(abs))
+		}
+		m := mountOf(abs, mounts)
+		if m == nil || m.fstype != esfsType {
+			continue
+		}
+		idx, _, _ := strings.Cut(strings.TrimPrefix(m.source, "esfs:"), ":")
+		if index != "" && idx != index {
+			return ""
+		}
+		index = idx
+	}
+	return index
 }
 
 // mountOf is the mount the kernel finds path in: the last one mounted

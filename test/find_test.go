@@ -93,6 +93,13 @@ touch -d '40 days ago' projects/a/deep/old.log
 		t.Errorf("esfs find --es-url --index /projects -name note*: status %d %q %s", r.Code, r.Stdout, r.Stderr)
 	}
 
+	// Without --index or ESFS_INDEX: the filesystem mounted there.
+	r = mounttest.Run(t, mounttest.Cmd{Args: []string{"find", m.Path("projects", "b"), "-name", "note*"},
+		Env: []string{"ELASTICSEARCH_URL=" + f.URL, "ESFS_INDEX="}, Split: true, Limit: time.Minute})
+	if want := m.Path("projects", "b", "note.txt") + "\n"; r.Code != 0 || r.Stdout != want {
+		t.Errorf("esfs find in a mount without --index: status %d %q %s", r.Code, r.Stdout, r.Stderr)
+	}
+
 	// A subdirectory mount: its paths are those under it.
 	sub := f.Mount(t, "--subdir", "/projects/b")
 	same(sub.Dir, ".", "-type", "l", "-printf", "%p -> %l\n")
