@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/esfs/esfs/fs"
@@ -454,7 +455,10 @@ func (fr *findRun) missingWhy(ctx context.Context, path string) string {
 // whose path and inode documents meet the pushed-down conditions, with
 // their attributes if the expression needs them. With a condition on
 // inodes that few meet, those inodes are found first and their paths
-// looked up; else the paths are scanned and their inodes read.
+// looked up; else the paths are scanned and their inodes read. Pages are
+// read one after the other, and what each needs next (its inodes, or its
+// inodes' paths) is asked for beside the next page (findInFlight at
+// once): the work is waiting on Elasticsearch more than computing.
 func (fr *findRun) below(ctx context.Context, s *findStart) ([]*fentry, error) {
 	x := fr.x
 	root := s.fsPath
@@ -469,113 +473,216 @@ func (fr *findRun) below(ctx context.Context, s *findStart) ([]*fentry, error) {
 	if pathCond.IsFalse() || inodeCond.IsFalse() {
 		return nil, nil
 	}
-	filter := store.SearchFilter{Under: root, Where: pathCond}
 	inodeFirst := false
 	if !inodeCond.IsTrue() {
 		ni, err := fr.st.CountInodes(ctx, inodeCond)
 		if err != nil || ni == 0 {
 			return nil, err
 		}
-		np, err := fr.st.CountPaths(ctx, root, pathCond)
+		// A page of inodes and their paths cost no more than a scan of
+		// paths would: more than that, whichever is fewer.
+		inodeFirst = ni <= findPageSize
+		if !inodeFirst {
+			np, err := fr.st.CountPaths(ctx, root, pathCond)
+			if err != nil {
+				return nil, err
+			}
+			inodeFirst = ni < np
+		}
+	}
+	p := &findPipe{fr: fr, ctx: ctx, s: s, slots: make(chan struct{}, findInFlight)}
+	if inodeFirst {
+		// The paths of a page of inodes, wherever they are: the inode
+		// numbers are the narrowest condition (the root, and what else
+		// the paths must meet, is judged here).
+		sc := fr.st.FindInodes(inodeCond, findPageSize)
+		for {
+			page, bad, err := sc.Next(ctx)
+			if err != nil {
+				p.wait()
+				return nil, err
+			}
+			for _, b := range bad {
+				fr.fail("skipping a damaged inode document: %v", b)
+			}
+			if page == nil {
+				break
+			}
+			p.run(func() (findBatch, error) { return p.pathsOf(page) })
+		}
+	} else {
+		pages, err := fr.view.Search("", nil, store.SearchFilter{Under: root, Where: pathCond}, findPageSize)
 		if err != nil {
 			return nil, err
 		}
-		inodeFirst = ni < np
-	}
-	var out []*fentry
-	seen := map[string]bool{}
-	add := func(page []store.Dentry, attrs map[uint64]store.Inode) error {
-		var want []uint64
-		wanted := map[uint64]bool{}
-		for _, d := range page {
-			if _, ok := attrs[d.Ino]; !ok && x.needs.attr && !wanted[d.Ino] {
-				wanted[d.Ino] = true
-				want = append(want, d.Ino)
-			}
-		}
-		if len(want) > 0 {
-			res, err := fr.st.GetInodes(ctx, want)
-			if err != nil {
-				return err
-			}
-			for _, r := range res {
-				if r.Err == nil {
-					attrs[r.Inode.Ino] = r.Inode
-				} else if !errors.Is(r.Err, store.ErrNotFound) {
-					return r.Err
-				}
-			}
-		}
-		for _, d := range page {
-			if d.Path == root || seen[d.Path] {
-				continue
-			}
-			seen[d.Path] = true
-			e := fr.entry(s, d)
-			if x.needs.attr {
-				a, ok := attrs[d.Ino]
-				if !ok {
-					fr.fail("‘%s’: No such file or directory", e.path)
-					continue
-				}
-				e.attr = a
-			}
-			out = append(out, e)
-		}
-		return nil
-	}
-	scan := func(inos []uint64, attrs map[uint64]store.Inode) error {
-		pages, err := fr.view.Search("", inos, filter, findPageSize)
-		if err != nil {
-			return err
-		}
-		defer pages.Close()
 		for {
 			page, bad, err := pages.Next(ctx)
 			if err != nil {
-				return err
+				pages.Close()
+				p.wait()
+				return nil, err
 			}
 			for _, b := range bad {
 				fr.fail("skipping a damaged path document: %v", b)
 			}
 			if page == nil {
-				return nil
+				break
 			}
-			if err := add(page, attrs); err != nil {
-				return err
+			p.run(func() (findBatch, error) { return p.withInodes(page, nil) })
+		}
+		pages.Close()
+	}
+	return p.collect()
+}
+
+// findInFlight bounds the requests a find has in flight at once.
+const findInFlight = 3
+
+// findPipe runs the second request of each page of find's scans beside
+// the scan, and gathers their files.
+type findPipe struct {
+	fr    *findRun
+	ctx   context.Context
+	s     *findStart
+	slots chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	done  []findBatch // GUARDED_BY(mu)
+	err   error       // GUARDED_BY(mu): the first
+}
+
+// findBatch is what one page gave: files, and the paths whose inode
+// was gone.
+type findBatch struct {
+	entries []*fentry
+	gone    []string
+}
+
+func (p *findPipe) run(fn func() (findBatch, error)) {
+	p.slots <- struct{}{}
+	p.wg.Add(1)
+	go func() {
+		defer func() { <-p.slots; p.wg.Done() }()
+		b, err := fn()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err != nil && p.err == nil {
+			p.err = err
+		}
+		p.done = append(p.done, b)
+	}()
+}
+
+func (p *findPipe) wait() { p.wg.Wait() }
+
+// collect waits for every page and returns their files, each path once.
+func (p *findPipe) collect() ([]*fentry, error) {
+	p.wait()
+	if p.err != nil {
+		return nil, p.err
+	}
+	var out []*fentry
+	seen := map[string]bool{}
+	for _, b := range p.done {
+		for _, g := range b.gone {
+			p.fr.fail("‘%s’: No such file or directory", g)
+		}
+		for _, e := range b.entries {
+			if !seen[e.d.Path] {
+				seen[e.d.Path] = true
+				out = append(out, e)
 			}
 		}
-	}
-	if !inodeFirst {
-		return out, scan(nil, map[uint64]store.Inode{})
-	}
-	attrs := map[uint64]store.Inode{}
-	var inos []uint64
-	sc := fr.st.FindInodes(inodeCond, findPageSize)
-	for {
-		page, bad, err := sc.Next(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, b := range bad {
-			fr.fail("skipping a damaged inode document: %v", b)
-		}
-		if page == nil {
-			break
-		}
-		for _, a := range page {
-			attrs[a.Ino] = a
-			inos = append(inos, a.Ino)
-		}
-	}
-	for len(inos) > 0 {
-		n := min(len(inos), inoBatch)
-		if err := scan(inos[:n], attrs); err != nil {
-			return nil, err
-		}
-		inos = inos[n:]
 	}
 	return out, nil
+}
+
+// pathsOf looks up the paths below the root of the inodes of page.
+func (p *findPipe) pathsOf(page []store.Inode) (findBatch, error) {
+	attrs := make(map[uint64]store.Inode, len(page))
+	inos := make([]uint64, len(page))
+	for i, a := range page {
+		attrs[a.Ino] = a
+		inos[i] = a.Ino
+	}
+	pages, err := p.fr.view.Search("", inos, store.SearchFilter{}, findPageSize)
+	if err != nil {
+		return findBatch{}, err
+	}
+	defer pages.Close()
+	var all findBatch
+	for {
+		found, bad, err := pages.Next(p.ctx)
+		if err != nil {
+			return findBatch{}, err
+		}
+		if len(bad) > 0 {
+			return findBatch{}, fmt.Errorf("a damaged path document: %w", bad[0])
+		}
+		if found == nil {
+			return all, nil
+		}
+		b, err := p.withInodes(found, attrs)
+		if err != nil {
+			return findBatch{}, err
+		}
+		all.entries, all.gone = append(all.entries, b.entries...), append(all.gone, b.gone...)
+	}
+}
+
+// withInodes makes the files of the path documents of page strictly
+// below the root, with their attributes (from attrs, else read) if the
+// expression needs them.
+func (p *findPipe) withInodes(page []store.Dentry, attrs map[uint64]store.Inode) (findBatch, error) {
+	root := p.s.fsPath
+	var keep []store.Dentry
+	for _, d := range page {
+		if d.Path != root && store.IsWithin(d.Path, root) {
+			keep = append(keep, d)
+		}
+	}
+	var b findBatch
+	if !p.fr.x.needs.attr {
+		for _, d := range keep {
+			b.entries = append(b.entries, p.fr.entry(p.s, d))
+		}
+		return b, nil
+	}
+	if attrs == nil {
+		attrs = map[uint64]store.Inode{}
+	}
+	var want []uint64
+	wanted := map[uint64]bool{}
+	for _, d := range keep {
+		if _, ok := attrs[d.Ino]; !ok && !wanted[d.Ino] {
+			wanted[d.Ino] = true
+			want = append(want, d.Ino)
+		}
+	}
+	if len(want) > 0 {
+		res, err := p.fr.st.GetInodes(p.ctx, want)
+		if err != nil {
+			return b, err
+		}
+		for _, r := range res {
+			if r.Err == nil {
+				attrs[r.Inode.Ino] = r.Inode
+			} else if !errors.Is(r.Err, store.ErrNotFound) {
+				return b, r.Err
+			}
+		}
+	}
+	for _, d := range keep {
+		e := p.fr.entry(p.s, d)
+		a, ok := attrs[d.Ino]
+		if !ok {
+			b.gone = append(b.gone, e.path)
+			continue
+		}
+		e.attr = a
+		b.entries = append(b.entries, e)
+	}
+	return b, nil
 }
 
 // entry is the file of path document d below start s, named as find
