@@ -72,6 +72,7 @@ func TestFindParseErrors(t *testing.T) {
 		{[]string{"-type", "f,f"}, "Duplicate file type"},
 		{[]string{"-size", "3q"}, "invalid -size type `q'"},
 		{[]string{"-size", "+"}, "invalid argument `+' to `-size'"},
+		{[]string{"-size", "+99999999999999999999G"}, "Invalid argument `+99999999999999999999G' to -size"},
 		{[]string{"-perm", "999"}, "invalid mode ‘999’"},
 		{[]string{"-perm", "u+q"}, "invalid mode"},
 		{[]string{"-mtime", "x"}, "invalid argument `x' to `-mtime'"},
@@ -142,8 +143,11 @@ func TestFindSize(t *testing.T) {
 		{"+0", 1, math.MaxInt64},
 		{"3w", 5, 6},
 		{"1G", 1, 1 << 30},
+		{"+99999999999999999G", 1, 0},
+		{"99999999999999999G", 1, 0},
+		{"-18446744073709551615c", 0, math.MaxInt64 - 1},
 	} {
-		_, lo, hi, err := parseSize(c.arg)
+		lo, hi, err := parseSize(c.arg)
 		if err != nil || lo != c.lo || hi != c.hi {
 			t.Errorf("-size %s: [%d, %d] %v, want [%d, %d]", c.arg, lo, hi, err, c.lo, c.hi)
 		}

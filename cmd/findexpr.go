@@ -568,12 +568,11 @@ func (p *findParser) primary(a string) (*fnode, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmp, lo, hi, err := parseSize(arg)
+		lo, hi, err := parseSize(arg)
 		if err != nil {
 			return nil, err
 		}
 		c := store.InodeRange(store.FieldSize, lo, hi)
-		_ = cmp
 		return attrTest(onInode(c), onInode(store.NotCond(c)), func(fr *findRun, e *fentry) bool {
 			return lo <= e.attr.Size && e.attr.Size <= hi
 		}), nil
@@ -805,8 +804,9 @@ func uintRange(field store.InodeField, lo, hi uint64) store.Cond {
 // parseSize reads -size's [+-]N[bcwkMG]: the sizes in bytes it means.
 // GNU counts a size in units rounded up: -size -1M is an empty file
 // only, -size 2k a size from 1025 to 2048 bytes.
-func parseSize(arg string) (cmp byte, lo, hi int64, err error) {
+func parseSize(arg string) (lo, hi int64, err error) {
 	s := arg
+	cmp := byte(0)
 	if s != "" && (s[0] == '+' || s[0] == '-') {
 		cmp, s = s[0], s[1:]
 	}
@@ -817,18 +817,19 @@ func parseSize(arg string) (cmp byte, lo, hi int64, err error) {
 		if last < '0' || last > '9' {
 			u, ok := units[last]
 			if !ok {
-				return 0, 0, 0, findErrorf("invalid -size type `%c'", last)
+				return 0, 0, findErrorf("invalid -size type `%c'", last)
 			}
 			unit, s = u, s[:len(s)-1]
 		}
 	}
 	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
-		return 0, 0, 0, findErrorf("invalid argument `%s' to `-size'", arg)
+		return 0, 0, findErrorf("invalid argument `%s' to `-size'", arg)
 	}
-	n, perr := strconv.ParseInt(s, 10, 64)
+	u, perr := strconv.ParseUint(s, 10, 64)
 	if perr != nil {
-		n = math.MaxInt64
+		return 0, 0, findErrorf("Invalid argument `%s' to -size", arg)
 	}
+	n := int64(min(u, math.MaxInt64)) // sizes are below that many units
 	// The sizes whose count of units, rounded up, is n: (n-1)*unit+1 to
 	// n*unit; 0 for n = 0.
 	upTo := func(n int64) int64 { // the largest size of n units
@@ -837,19 +838,31 @@ func parseSize(arg string) (cmp byte, lo, hi int64, err error) {
 		}
 		return n * unit
 	}
+	above := func(n int64) int64 { // the smallest size of more than n units
+		if u := upTo(n); u < math.MaxInt64 {
+			return u + 1
+		}
+		return math.MaxInt64 // beyond any size: lo > hi below, or only the largest
+	}
 	switch cmp {
 	case '+':
-		return cmp, upTo(n) + 1, math.MaxInt64, nil
+		if upTo(n) == math.MaxInt64 {
+			return 1, 0, nil
+		}
+		return above(n), math.MaxInt64, nil
 	case '-':
 		if n == 0 {
-			return cmp, 1, 0, nil
+			return 1, 0, nil
 		}
-		return cmp, 0, upTo(n - 1), nil
+		return 0, upTo(n - 1), nil
 	}
 	if n == 0 {
-		return cmp, 0, 0, nil
+		return 0, 0, nil
 	}
-	return cmp, upTo(n-1) + 1, upTo(n), nil
+	if upTo(n-1) == math.MaxInt64 {
+		return 1, 0, nil
+	}
+	return above(n - 1), upTo(n), nil
 }
 
 // timeFieldOf is the time a time test reads, and whether it counts
