@@ -226,6 +226,9 @@ func TestFindTimes(t *testing.T) {
 		{"-5", true, now - 5*minute + 1, true},
 		{"+5", true, now - 5*minute - 1, true},
 		{"1.5", false, now - 2*day, true},
+		{"-1e300", false, math.MinInt64 + 1, true},
+		{"+1e300", false, math.MinInt64 + 1, false},
+		{"-inf", false, now, true},
 	} {
 		p := &findParser{env: env}
 		w, err := p.timeWindow(c.arg, c.min)

@@ -915,7 +915,7 @@ func (p *findParser) timeWindow(arg string, perMinute bool) (timeWindow, error) 
 		s = s[1:]
 	}
 	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || s == "" || strings.ContainsAny(s, "+-") && !strings.ContainsAny(s, "eE") {
+	if err != nil && !errors.Is(err, strconv.ErrRange) || s == "" || math.IsNaN(v) {
 		return timeWindow{}, errors.New("not a number")
 	}
 	// The origin: a day before the start (or the start of today), a day
@@ -934,7 +934,10 @@ func (p *findParser) timeWindow(arg string, perMinute bool) (timeWindow, error) 
 	} else if cmp == '-' {
 		originSec += day - 1
 	}
-	whole, frac := math.Modf(v * unit)
+	// Beyond 10^15 seconds (30 million years) every time stored is on
+	// the same side: GNU find's answers for such numbers, without its
+	// arithmetic overflowing here.
+	whole, frac := math.Modf(max(-1e15, min(1e15, v*unit)))
 	nanosec := frac * 1e9
 	w := timeWindow{window: window}
 	w.refSec = originSec - int64(whole)
@@ -976,7 +979,15 @@ func (w timeWindow) holds(ns int64) bool {
 // at least the files it holds for (or does not hold for).
 func (w timeWindow) pushdown(field store.InodeField) (when, unless sides) {
 	const slop = int64(time.Millisecond)
-	ref := addNs(mulNs(w.refSec, 1e9), w.refNs)
+	var ref int64 // the reference time in nanoseconds, beyond their range at its ends
+	switch {
+	case w.refSec <= math.MinInt64/int64(time.Second):
+		ref = math.MinInt64
+	case w.refSec >= math.MaxInt64/int64(time.Second):
+		ref = math.MaxInt64
+	default:
+		ref = w.refSec*1e9 + w.refNs
+	}
 	switch w.cmp {
 	case '>':
 		return onInode(store.InodeRange(field, addNs(ref, -slop), math.MaxInt64)),
@@ -991,7 +1002,7 @@ func (w timeWindow) pushdown(field store.InodeField) (when, unless sides) {
 	return onInode(inside), onInode(store.NotCond(core))
 }
 
-// addNs and mulNs saturate instead of wrapping.
+// addNs saturates instead of wrapping.
 func addNs(a, b int64) int64 {
 	s := a + b
 	if b > 0 && s < a {
@@ -1003,15 +1014,6 @@ func addNs(a, b int64) int64 {
 	return s
 }
 
-func mulNs(a, b int64) int64 {
-	if a > math.MaxInt64/b {
-		return math.MaxInt64
-	}
-	if a < math.MinInt64/b {
-		return math.MinInt64
-	}
-	return a * b
-}
 
 // mtimeNs is a local file's mtime in nanoseconds.
 func mtimeNs(st os.FileInfo) int64 {
