@@ -1014,7 +1014,6 @@ func addNs(a, b int64) int64 {
 	return s
 }
 
-
 // mtimeNs is a local file's mtime in nanoseconds.
 func mtimeNs(st os.FileInfo) int64 {
 	if s, ok := st.Sys().(*syscall.Stat_t); ok {
