@@ -33,6 +33,7 @@ func commands() []*cli.Command {
 		cmdLocks(),
 		cmdStatus(),
 		cmdSearch(),
+		cmdFind(),
 		cmdImport(),
 		cmdExport(),
 		cmdConfig(),
@@ -187,8 +188,8 @@ func permuteFlags(args []string) []string {
 		return args
 	}
 	cmd := findCommand(args[1])
-	if cmd == nil {
-		return args
+	if cmd == nil || cmd.SkipFlagParsing {
+		return args // find: its expression's words start with a dash too
 	}
 	takesValue := valueFlags(cmd)
 	var flags, rest []string

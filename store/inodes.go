@@ -185,6 +185,7 @@ func SetCtime(ino uint64, ctime int64) BulkOp {
 type InodeScanner struct {
 	s     *Store
 	query map[string]any
+	size  int // hits per page; DefaultPageSize if 0
 	after []any
 	done  bool
 }
@@ -215,7 +216,10 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 	if sc.done {
 		return nil, nil, nil
 	}
-	req := map[string]any{"size": DefaultPageSize, "query": sc.query,
+	if sc.size <= 0 {
+		sc.size = DefaultPageSize
+	}
+	req := map[string]any{"size": sc.size, "query": sc.query,
 		"sort": []any{map[string]any{"ino": "asc"}}, "seq_no_primary_term": true, "track_total_hits": false}
 	if sc.after != nil {
 		req["search_after"] = sc.after
@@ -229,7 +233,7 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 		return nil, nil, err
 	}
 	hits := out.Hits.Hits
-	if len(hits) < DefaultPageSize {
+	if len(hits) < sc.size {
 		sc.done = true
 	}
 	if len(hits) > 0 {

@@ -373,6 +373,17 @@ func encodeText(s string) string {
 	return b.String()
 }
 
+// NameLess reports whether name a comes before name b in a directory's
+// listing: in the order of their stored forms (see encodeText), which is
+// byte order for UTF-8 names, and puts a byte that is not UTF-8 after
+// every character.
+func NameLess(a, b string) bool {
+	if !needsEncoding(a) && !needsEncoding(b) {
+		return a < b
+	}
+	return encodeText(a) < encodeText(b)
+}
+
 func decodeText(s string) (string, error) {
 	if !needsEncoding(s) {
 		return s, nil

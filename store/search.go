@@ -9,11 +9,14 @@ import (
 )
 
 // SearchFilter narrows esfs search: paths at or below Under, whose name
-// matches the shell glob Name (case-insensitively with NameFold).
+// matches the shell glob Name (case-insensitively with NameFold), and
+// that meet Where (esfs find's conditions on path documents; those that
+// carry a rename's intent pass it, as the view may show them otherwise).
 type SearchFilter struct {
 	Under    string
 	Name     string
 	NameFold bool
+	Where    Cond
 }
 
 // textQuery is the query language of esfs search: Elasticsearch's
@@ -99,11 +102,17 @@ func (s *Store) SearchPaths(query string, inos []uint64, f SearchFilter, pageSiz
 			"value": re, "flags": "NONE", "case_insensitive": f.NameFold, "max_determinized_states": 100000,
 		}}})
 	}
+	if !f.Where.IsTrue() {
+		filter = append(filter, orInFlight(f.Where))
+	}
 	if query != "" {
 		should = append(should, textQuery(query, "name.text"))
 	}
 	if len(inos) > 0 {
-		should = append(should, map[string]any{"terms": map[string]any{"ino": inos}})
+		// new_ino: a name that a rename in flight replaces shows its new
+		// inode once the rename commits.
+		should = append(should, map[string]any{"terms": map[string]any{"ino": inos}},
+			map[string]any{"terms": map[string]any{"new_ino": inos}})
 	}
 	b := map[string]any{"filter": filter}
 	if len(should) > 0 {

@@ -25,8 +25,10 @@
 #                                (a tree of N small files: import, ls,
 #                                find, du, a directory rename, memory;
 #                                ESFS_BENCH_SCALE_FILES=10000,100000 by
-#                                default, full adds 1000000) runs only
-#                                when named
+#                                default, full adds 1000000) and find
+#                                (esfs find against GNU find through the
+#                                mount, ESFS_BENCH_FIND_FILES=100000) run
+#                                only when named
 #   ESFS_BENCH_OUT=FILE          where the table goes
 #   ESFS_BENCH_ESFS_FLAGS="..."  extra mount flags for esfs in the peer
 #                                groups (say --delegations)

@@ -169,6 +169,9 @@ func TestSecurePrivileges(t *testing.T) {
 		if out := mustRun(readerKey, "search", "okapi"); out != "/d/g.txt\n" {
 			t.Errorf("search: %q", out)
 		}
+		if out := mustRun(readerKey, "find", "/d", "-size", "-1k", "-name", "g.*"); out != "/d/g.txt\n" {
+			t.Errorf("find: %q", out)
+		}
 		dst := filepath.Join(t.TempDir(), "out")
 		mustRun(readerKey, "export", "/", dst)
 		if b, err := os.ReadFile(filepath.Join(dst, "imported", "imported.txt")); err != nil || string(b) != "zebu\n" {

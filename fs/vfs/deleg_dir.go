@@ -100,8 +100,11 @@ func (st *dirState) changedHere(name string, e dirEntry, ok, followed bool) {
 	st.names[name] = e
 }
 
-// listing returns the names of a complete state, sorted.
-func (st *dirState) listing() ([]string, map[string]dirEntry, bool) {
+// listing returns the names of a complete state and their entries, in
+// the order a listing from the store has (store.NameLess), so that a
+// directory lists in one order whether from memory or not. The entries
+// are copied under the lock: the state changes beside the listing.
+func (st *dirState) listing() ([]string, []dirEntry, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !st.complete {
@@ -113,8 +116,12 @@ func (st *dirState) listing() ([]string, map[string]dirEntry, bool) {
 			names = append(names, n)
 		}
 	}
-	sort.Strings(names)
-	return names, st.names, true
+	sort.Slice(names, func(i, j int) bool { return store.NameLess(names[i], names[j]) })
+	entries := make([]dirEntry, len(names))
+	for i, n := range names {
+		entries[i] = st.names[n]
+	}
+	return names, entries, true
 }
 
 // listed makes the state complete after a listing of n entries that

@@ -168,11 +168,11 @@ func (l *Listing) start(ctx context.Context) error {
 		}
 	default:
 		l.st = st
-		if names, known, ok := st.listing(); ok {
+		if names, entries, ok := st.listing(); ok {
 			l.fromMem = true
 			l.mem = make([]store.Dentry, len(names))
 			for i, name := range names {
-				e := known[name]
+				e := entries[i]
 				l.mem[i] = store.Dentry{Path: store.Join(l.path, name), Parent: l.path, Name: name, Ino: e.ino, Type: e.typ}
 			}
 			return nil

@@ -47,6 +47,7 @@ var cases = []benchCase{
 	{group: "data", run: benchData},
 	{group: "data_floor", run: benchDataFloor},
 	{group: "scale", run: benchScale, named: true},
+	{group: "find", run: benchFind, named: true},
 }
 
 // noKernelCache turns the kernel's caches off, so every lookup reaches the
