@@ -57,16 +57,12 @@ func fileType(mode uint32) store.FileType {
 // fillAttr converts store attributes for the kernel.
 func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 	a = f.core.Current(a)
-	size, chunks := a.Size, a.Chunks
 	out.Ino = a.Ino
-	out.Size = uint64(size)
-	out.Blocks = (uint64(size) + 511) / 512
-	if a.Type == store.TypeFile && chunks >= 0 {
-		// What the file stores, in whole chunks: cp, tar and rsync take
-		// fewer blocks than the size for a sparse file, and then find its
-		// holes with SEEK_HOLE instead of reading them.
-		out.Blocks = min(out.Blocks, uint64(chunks)*uint64(f.core.ChunkSize())/512)
-	}
+	out.Size = uint64(a.Size)
+	// What the file stores, in whole chunks: cp, tar and rsync take fewer
+	// blocks than the size for a sparse file, and then find its holes
+	// with SEEK_HOLE instead of reading them.
+	out.Blocks = uint64(a.Blocks(f.core.ChunkSize()))
 	// The allocation unit is the chunk: st_blocks counts whole chunks,
 	// holes are whole absent chunks, and SEEK_DATA answers a chunk's start
 	// (Lseek); the size Linux lets a filesystem report data at is the

@@ -159,6 +159,18 @@ type Inode struct {
 	Ver     Version // of the inode document
 }
 
+// Blocks is n's st_blocks, in 512-byte units, as every mount reports it
+// and as esfs du sums it: the size rounded up to 512 bytes, and for a
+// file whose chunks are counted no more than its stored chunks take, in
+// whole chunks of chunkSize bytes (a sparse file takes fewer).
+func (n Inode) Blocks(chunkSize int64) int64 {
+	b := (n.Size + 511) / 512
+	if n.Type == TypeFile && n.Chunks >= 0 {
+		b = min(b, n.Chunks*chunkSize/512)
+	}
+	return b
+}
+
 // HeldBy returns the directory whose read delegations may hold n's
 // attributes, as mounts cache them: a directory's own, a file's with one
 // link the directory Parents name; 0 for none (several links, or none
