@@ -413,6 +413,12 @@ func decodeText(s string) (string, error) {
 	return b.String(), nil
 }
 
+// CompareNames orders names as the path index sorts them, by their stored
+// bytes (see encodeText), which is the order of every listing from the
+// store: a listing served from memory must come in the same order, or two
+// listings of one directory would differ for names that are not UTF-8.
+func CompareNames(a, b string) int { return strings.Compare(encodeText(a), encodeText(b)) }
+
 // NewIno picks an inode number no one uses: random 63-bit numbers, made
 // unique by creating the inode document with op_type=create. No counter
 // document, so creates on different mounts never contend.

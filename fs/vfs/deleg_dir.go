@@ -5,7 +5,7 @@ package vfs
 // to it; see deleg.go.
 
 import (
-	"sort"
+	"slices"
 
 	"github.com/esfs/esfs/store"
 )
@@ -113,7 +113,7 @@ func (st *dirState) listing() ([]string, map[string]dirEntry, bool) {
 			names = append(names, n)
 		}
 	}
-	sort.Strings(names)
+	slices.SortFunc(names, store.CompareNames) // as the store lists them
 	return names, st.names, true
 }
 
