@@ -86,7 +86,14 @@ func TestDuSizeFormatAsGNU(t *testing.T) {
 		{"-b", duUnits{blockSize: 1}},
 	} {
 		cmd := exec.Command("du", "-a", "-c", "--apparent-size", c.flag, dir)
-		cmd.Env = append(os.Environ(), "LC_ALL=C", "DU_BLOCK_SIZE=", "BLOCK_SIZE=", "BLOCKSIZE=", "POSIXLY_CORRECT=")
+		for _, e := range os.Environ() {
+			switch name, _, _ := strings.Cut(e, "="); name {
+			case "DU_BLOCK_SIZE", "BLOCK_SIZE", "BLOCKSIZE", "POSIXLY_CORRECT", "LC_ALL", "LC_NUMERIC", "LANG":
+			default:
+				cmd.Env = append(cmd.Env, e)
+			}
+		}
+		cmd.Env = append(cmd.Env, "LC_ALL=C")
 		out, err := cmd.Output()
 		if err != nil {
 			t.Fatalf("du %s: %v", c.flag, err)

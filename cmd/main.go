@@ -33,6 +33,7 @@ func commands() []*cli.Command {
 		cmdLocks(),
 		cmdStatus(),
 		cmdSearch(),
+		cmdDu(),
 		cmdImport(),
 		cmdExport(),
 		cmdConfig(),
@@ -187,8 +188,8 @@ func permuteFlags(args []string) []string {
 		return args
 	}
 	cmd := findCommand(args[1])
-	if cmd == nil {
-		return args
+	if cmd == nil || cmd.SkipFlagParsing {
+		return args // a command that parses its own (esfs du, as GNU du)
 	}
 	takesValue := valueFlags(cmd)
 	var flags, rest []string

@@ -201,6 +201,8 @@ const (
 	// SearchedData: the data index, for the chunks a file has stored and
 	// searches of contents.
 	SearchedData
+	// SearchedInodes: the inode index, for sums over inodes (esfs du).
+	SearchedInodes
 	// SearchedAll: every index of the filesystem (fsck, tests).
 	SearchedAll
 )
@@ -218,6 +220,9 @@ func (s *Store) Refresh(ctx context.Context, which Searched) error {
 	}
 	if which&SearchedData != 0 {
 		names = append(names, s.idx.Data)
+	}
+	if which&SearchedInodes != 0 {
+		names = append(names, s.idx.Inodes)
 	}
 	if len(names) == 0 {
 		return nil

@@ -1,0 +1,147 @@
+package cmd
+
+// A PATH operand of esfs du: a path in the filesystem, or a path on this
+// machine under a mount point of it (found in the mount table), printed
+// as given either way.
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/esfs/esfs/store"
+)
+
+// duArg is one PATH operand.
+type duArg struct {
+	shown string // as du prints it: as given, trailing slashes as fts keeps them
+	path  string // the path in the filesystem
+	// problem, if not "", is why the operand names nothing (du says so
+	// and goes on with the others, exiting 1).
+	problem string
+}
+
+// mountLine is one line of the mount table.
+type mountLine struct {
+	dir, fstype, source string
+}
+
+// mountTable reads /proc/self/mountinfo: the mount point (field 5) and,
+// after the "-" separator, the type and source of each mount.
+func mountTable() ([]mountLine, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []mountLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		m := mountLine{dir: unescapeMountinfo(fields[4])}
+		for i, x := range fields {
+			if x == "-" && i+2 < len(fields) {
+				m.fstype, m.source = fields[i+1], unescapeMountinfo(fields[i+2])
+				break
+			}
+		}
+		out = append(out, m)
+	}
+	return out, sc.Err()
+}
+
+// mountOf is the mount that holds path (absolute, clean) on this
+// machine: the last mounted of those at its longest mount point prefix.
+func mountOf(path string, mounts []mountLine) (mountLine, bool) {
+	best, found := mountLine{}, false
+	for _, m := range mounts {
+		if store.IsWithin(path, m.dir) && (!found || len(m.dir) >= len(best.dir)) {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// ftsShown is an operand as fts keeps it: two or more trailing slashes
+// trimmed to one (gnulib fts_open).
+func ftsShown(p string) string {
+	n := len(p)
+	if 2 < n && p[n-1] == '/' {
+		for 1 < n && p[n-2] == '/' {
+			n--
+		}
+	}
+	return p[:n]
+}
+
+// resolveDuArg finds the path in filesystem index that operand p names.
+// Under a mount point of the filesystem (esfs mount, or --subdir), it is
+// the mounted directory's path plus the rest; an absolute path that is
+// under no mount of it is a path in the filesystem itself. A relative p
+// is taken from the working directory, and must then be under a mount.
+// An error is a usage mistake that stops the command; an operand that
+// names nothing gets a problem instead.
+func resolveDuArg(p, index string, mounts []mountLine) (duArg, error) {
+	a := duArg{shown: ftsShown(p)}
+	if p == "" {
+		a.problem = "invalid zero-length file name"
+		return a, nil
+	}
+	abs := p
+	if !filepath.IsAbs(p) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return a, err
+		}
+		abs = filepath.Join(wd, p)
+	}
+	abs = filepath.Clean(abs)
+	path, ok, err := mountedPath(abs, index, mounts)
+	if err != nil {
+		return a, err
+	}
+	if !ok {
+		// The directory may be reached through a symbolic link on this
+		// machine (a link to the mount point): where it really is.
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+			real := filepath.Join(dir, filepath.Base(abs))
+			if path, ok, err = mountedPath(real, index, mounts); err != nil {
+				return a, err
+			}
+		}
+	}
+	switch {
+	case ok:
+		a.path = path
+	case filepath.IsAbs(p):
+		a.path = abs
+	default:
+		return a, usagef("%s is not under a mount of filesystem %s: give a path in the filesystem (/dir), or one under where it is mounted", p, index)
+	}
+	return a, nil
+}
+
+// mountedPath is the path in filesystem index of abs, a path on this
+// machine, if it is under a mount of that filesystem (ok); a path under
+// a mount of another esfs filesystem is a mistake.
+func mountedPath(abs, index string, mounts []mountLine) (path string, ok bool, err error) {
+	m, found := mountOf(abs, mounts)
+	if !found || m.fstype != esfsType {
+		return "", false, nil
+	}
+	subdir, ok := subdirOfSource(m.source, index)
+	if !ok {
+		other, _, _ := strings.Cut(strings.TrimPrefix(m.source, "esfs:"), ":")
+		return "", false, usagef("%s is in filesystem %s (mounted at %s), not %s: give --index %s", abs, other, m.dir, index, other)
+	}
+	rest := strings.TrimPrefix(abs, m.dir)
+	if m.dir == "/" {
+		rest = abs
+	}
+	return filepath.Join(subdir, rest), true, nil
+}

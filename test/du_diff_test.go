@@ -1,0 +1,386 @@
+package test
+
+// esfs du against GNU du: generated trees, random invocations, the same
+// output byte for byte (issue 30).
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/esfs/esfs/test/mounttest"
+	"golang.org/x/sys/unix"
+)
+
+// duSeed is the seed of a randomized test: ESFS_TEST_SEED, or a new one,
+// logged so that a failure can be replayed.
+func duSeed(t *testing.T) uint64 {
+	seed := rand.Uint64()
+	if s := os.Getenv("ESFS_TEST_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("ESFS_TEST_SEED=%q: want a number", s)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (ESFS_TEST_SEED=%d replays it)", seed, seed)
+	return seed
+}
+
+// duPath is one path of a generated tree, relative to its root.
+type duPath struct {
+	rel string
+	dir bool
+}
+
+// duNames are names that test the order of listings and du's output as
+// bytes: spaces, newlines, bytes that are not UTF-8 (stored escaped, and
+// listed in the order of their stored form: "\x80" after "😀"), the
+// private-use runes the escaping uses, and names that sort differently
+// by bytes and by case.
+var duNames = []string{"a b", "new\nline", "tab\tname", "\x80", "\xff\xfe", "\xf0\x9f\x98\x80", "\U0010FFFF", "\U0010FF00x",
+	"a\xfe", "Z", "a", "é", "-dash", "quote'\"", "back\\slash", "*glob?", "..dots", " lead", "trail "}
+
+// makeDuTree makes a random tree below root (a directory of a mount) and
+// returns its paths: every file type, sizes from empty through chunk
+// boundaries to sparse and huge sparse, owners, modes and times, hard
+// links inside and across directories, deep and wide directories, and
+// the names of duNames.
+func makeDuTree(t *testing.T, rnd *rand.Rand, root string) []duPath {
+	t.Helper()
+	var out []duPath
+	var files []string // regular files, for hard links
+	var dirs []string
+	check := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := func(i int) string {
+		if rnd.IntN(4) == 0 {
+			return duNames[rnd.IntN(len(duNames))] + strconv.Itoa(i)
+		}
+		return fmt.Sprintf("n%d-%d", rnd.IntN(100), i)
+	}
+	decorate := func(p string, dir bool) {
+		mode := uint32(rnd.IntN(0o1000))
+		if dir {
+			mode |= 0o700
+		}
+		check(os.Lchown(p, rnd.IntN(70000), rnd.IntN(70000)))
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink == 0 {
+			check(os.Chmod(p, os.FileMode(mode)))
+			tm := time.Unix(rnd.Int64N(4e9)-1e9, rnd.Int64N(1e9))
+			check(os.Chtimes(p, tm, tm))
+		}
+	}
+	// A file of a random kind of size.
+	regular := func(p string) {
+		f, err := os.Create(p)
+		check(err)
+		const mib = 1 << 20
+		switch k := rnd.IntN(12); {
+		case k < 2: // empty
+		case k < 6:
+			_, err = f.Write(randBytes(rnd, rnd.IntN(5000)+1))
+		case k == 6:
+			_, err = f.Write(randBytes(rnd, []int{511, 512, 513, 1023, 1024, 1025}[rnd.IntN(6)]))
+		case k == 7:
+			_, err = f.Write(randBytes(rnd, []int{mib - 1, mib, mib + 1, 2*mib + mib/2}[rnd.IntN(4)]))
+		case k == 8: // sparse: a little data in a larger size
+			check(f.Truncate(int64(rnd.IntN(8*mib) + 1)))
+			_, err = f.WriteAt(randBytes(rnd, rnd.IntN(3000)+1), int64(rnd.IntN(4*mib)))
+		case k == 9: // huge sparse, nothing stored
+			err = f.Truncate(5 << 30)
+		case k == 10: // huge sparse, one byte at the end
+			_, err = f.WriteAt([]byte{1}, 5<<30)
+		default: // holes between data
+			_, err = f.WriteAt(randBytes(rnd, 100), 0)
+			if err == nil {
+				_, err = f.WriteAt(randBytes(rnd, 100), int64(3*mib+rnd.IntN(mib)))
+			}
+		}
+		check(err)
+		check(f.Close())
+		files = append(files, p)
+	}
+	var fill func(dir string, depth int)
+	fill = func(dir string, depth int) {
+		dirs = append(dirs, dir)
+		n := rnd.IntN(9)
+		if depth == 0 {
+			n = 14
+		}
+		for i := 0; i < n; i++ {
+			p := filepath.Join(dir, name(i))
+			isDir := false
+			switch k := rnd.IntN(20); {
+			case k < 5 && depth < 5:
+				check(os.Mkdir(p, 0o755))
+				fill(p, depth+1)
+				isDir = true
+			case k < 12:
+				regular(p)
+			case k < 14:
+				check(os.Symlink(strings.Repeat("t", rnd.IntN(300)+1), p))
+			case k == 14:
+				check(unix.Mkfifo(p, 0o644))
+			case k == 15:
+				check(unix.Mknod(p, syscall.S_IFSOCK|0o644, 0))
+			case k == 16:
+				check(unix.Mknod(p, syscall.S_IFCHR|0o644, int(unix.Mkdev(1, 3))))
+			case k == 17:
+				check(unix.Mknod(p, syscall.S_IFBLK|0o644, int(unix.Mkdev(7, uint32(rnd.IntN(8))))))
+			default:
+				if len(files) == 0 {
+					regular(p)
+					break
+				}
+				check(os.Link(files[rnd.IntN(len(files))], p)) // inside or across directories
+			}
+			decorate(p, isDir)
+			out = append(out, duPath{rel: rel(root, p), dir: isDir})
+		}
+	}
+	fill(root, 0)
+	// Deep: a chain of directories, a file at the bottom.
+	deep := filepath.Join(root, "deep")
+	p := deep
+	for i := 0; i < 24; i++ {
+		check(os.Mkdir(p, 0o755))
+		out = append(out, duPath{rel: rel(root, p), dir: true})
+		p = filepath.Join(p, fmt.Sprintf("level %d", i))
+	}
+	regular(p)
+	out = append(out, duPath{rel: rel(root, p)})
+	// Wide: hundreds of entries in one directory.
+	wide := filepath.Join(root, "wide")
+	check(os.Mkdir(wide, 0o755))
+	out = append(out, duPath{rel: "wide", dir: true})
+	for i := 0; i < 300; i++ {
+		p := filepath.Join(wide, name(i))
+		if i%50 == 0 {
+			check(os.Mkdir(p, 0o755))
+			regular(filepath.Join(p, "inner"))
+			out = append(out, duPath{rel: rel(root, p), dir: true})
+			continue
+		}
+		if rnd.IntN(10) == 0 {
+			regular(p)
+		} else {
+			check(os.WriteFile(p, randBytes(rnd, rnd.IntN(2000)), 0o644))
+		}
+		out = append(out, duPath{rel: rel(root, p)})
+	}
+	// More hard links, now that there are files everywhere: several to
+	// one file, in one directory and across.
+	for i := 0; i < 30; i++ {
+		d := dirs[rnd.IntN(len(dirs))]
+		p := filepath.Join(d, fmt.Sprintf("link %d", i))
+		check(os.Link(files[rnd.IntN(len(files))], p))
+		out = append(out, duPath{rel: rel(root, p)})
+	}
+	return out
+}
+
+func rel(root, p string) string {
+	r, _ := filepath.Rel(root, p)
+	return r
+}
+
+func randBytes(rnd *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rnd.Uint32())
+	}
+	return b
+}
+
+// duRun is the outcome of one du.
+type duRun struct {
+	stdout, stderr string
+	code           int
+}
+
+func runDu(t *testing.T, dir string, env []string, name string, args ...string) duRun {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	// GNU du's units, decimal point and option parsing follow these
+	// (POSIXLY_CORRECT even when empty); esfs du's do not.
+	for _, e := range os.Environ() {
+		name, _, _ := strings.Cut(e, "=")
+		switch name {
+		case "DU_BLOCK_SIZE", "BLOCK_SIZE", "BLOCKSIZE", "POSIXLY_CORRECT", "LC_ALL", "LC_NUMERIC", "LANG":
+			continue
+		}
+		cmd.Env = append(cmd.Env, e)
+	}
+	cmd.Env = append(append(cmd.Env, "LC_ALL=C"), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s %q: %v", name, args, err)
+	}
+	return duRun{out.String(), errb.String(), code}
+}
+
+// randomDuArgs is a random du command line over paths (relative to the
+// working directory, a mount's root; abs is the mount point, for
+// absolute operands): options GNU and esfs du both take, combined and
+// spelled in the ways getopt takes them, before and after the operands.
+func randomDuArgs(rnd *rand.Rand, paths []duPath, abs string) []string {
+	var opts [][]string // an option, with its value if a separate word
+	flag := func(p int, spellings ...string) {
+		if rnd.IntN(100) < p {
+			opts = append(opts, []string{spellings[rnd.IntN(len(spellings))]})
+		}
+	}
+	summarize := rnd.IntN(4) == 0
+	if summarize {
+		flag(100, "-s", "--summarize", "--sum")
+	} else {
+		flag(35, "-a", "--all")
+		if rnd.IntN(3) == 0 {
+			d := strconv.Itoa([]int{0, 1, 1, 2, 2, 3, 5, 100}[rnd.IntN(8)])
+			switch rnd.IntN(4) {
+			case 0:
+				opts = append(opts, []string{"-d", d})
+			case 1:
+				opts = append(opts, []string{"-d" + d})
+			case 2:
+				opts = append(opts, []string{"--max-depth=" + d})
+			default:
+				opts = append(opts, []string{"--max-depth", d})
+			}
+		}
+	}
+	flag(30, "-c", "--total")
+	flag(20, "--apparent-size", "--apparent")
+	for i := rnd.IntN(3); i > 0; i-- {
+		flag(100, "-h", "--human-readable", "--si", "-k", "-m", "-b", "--bytes")
+	}
+	// Short options combined: -s -h -> -sh, and -a -d 1 -> -ad 1.
+	if rnd.IntN(2) == 0 {
+		var cluster string
+		var rest, depth [][]string
+		for _, o := range opts {
+			switch {
+			case len(o) == 1 && len(o[0]) == 2 && o[0][0] == '-' && o[0][1] != '-':
+				cluster += o[0][1:]
+			case o[0] == "-d":
+				depth = append(depth, o)
+			default:
+				rest = append(rest, o)
+			}
+		}
+		if len(depth) == 1 && cluster != "" {
+			opts = append(rest, []string{"-" + cluster + "d", depth[0][1]})
+		} else if len(cluster) > 1 {
+			opts = append(append(rest, depth...), []string{"-" + cluster})
+		}
+	}
+	var operands []string
+	for i := rnd.IntN(3) + 1; i > 0; i-- {
+		var p string
+		switch k := rnd.IntN(20); {
+		case k == 0:
+			p = "."
+		case k == 1:
+			p = "no such file"
+		default:
+			c := paths[rnd.IntN(len(paths))]
+			p = c.rel
+			if c.dir && rnd.IntN(5) == 0 {
+				p += strings.Repeat("/", rnd.IntN(3)+1)
+			}
+		}
+		if rnd.IntN(4) == 0 {
+			p = filepath.Join(abs, p) + strings.Repeat("/", len(p)-len(strings.TrimRight(p, "/")))
+		}
+		operands = append(operands, p)
+	}
+	if len(operands) > 1 && rnd.IntN(5) == 0 {
+		operands = append(operands, operands[0]) // the same operand twice
+	}
+	// Options before, among or after the operands, as getopt permutes;
+	// after "--" an operand is never an option.
+	words := slices.Clone(opts)
+	dashes := rnd.IntN(10) == 0
+	for _, o := range operands {
+		if dashes {
+			words = append(words, []string{o})
+		} else {
+			words = slices.Insert(words, rnd.IntN(len(words)+1), []string{o})
+		}
+	}
+	var args []string
+	for i, w := range words {
+		if dashes && i == len(opts) {
+			args = append(args, "--")
+		}
+		args = append(args, w...)
+	}
+	return args
+}
+
+// TestDuDiff: esfs du prints what GNU du prints through a mount of the
+// same tree, byte for byte, with the same exit status, for hundreds of
+// random invocations over a random tree (ESFS_TEST_SEED replays one;
+// ESFS_DU_RUNS sets how many). GNU du runs through two mounts: the one
+// that made the tree (its listings from memory) and a fresh one (from the
+// store).
+func TestDuDiff(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(duSeed(t), 0))
+	runs := 400
+	if s := os.Getenv("ESFS_DU_RUNS"); s != "" {
+		runs, _ = strconv.Atoi(s)
+	}
+	f := mounttest.NewFS(t)
+	m := f.Mount(t)
+	start := time.Now()
+	paths := makeDuTree(t, rnd, m.Dir)
+	t.Logf("made a tree of %d paths in %s", len(paths), time.Since(start).Round(time.Millisecond))
+	fresh := f.Mount(t)
+	env := []string{"ESFS_INDEX=" + f.Index, "ELASTICSEARCH_URL=" + f.URL}
+	failures := 0
+	for i := 0; i < runs && failures < 10; i++ {
+		mnt := m
+		if i%2 == 1 {
+			mnt = fresh
+		}
+		args := randomDuArgs(rnd, paths, mnt.Dir)
+		gnu := runDu(t, mnt.Dir, nil, "du", args...)
+		got := runDu(t, mnt.Dir, env, f.Bin, append([]string{"du"}, args...)...)
+		if got.stdout != gnu.stdout || got.code != gnu.code || (got.stderr == "") != (gnu.stderr == "") {
+			failures++
+			t.Errorf("du %q in %s:\nGNU du (status %d):\n%s%s\nesfs du (status %d):\n%s%s\n%s", args, mnt.Dir,
+				gnu.code, gnu.stdout, gnu.stderr, got.code, got.stdout, got.stderr, firstDiff(gnu.stdout, got.stdout))
+		}
+	}
+}
+
+// firstDiff says where two outputs part.
+func firstDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(al) && i < len(bl); i++ {
+		if al[i] != bl[i] {
+			return fmt.Sprintf("first difference at line %d: %q vs %q", i+1, al[i], bl[i])
+		}
+	}
+	return fmt.Sprintf("one is a prefix of the other (%d and %d lines)", len(al), len(bl))
+}
