@@ -293,7 +293,15 @@ func runDu(c *cli.Context) error {
 	}
 	out := bufio.NewWriterSize(os.Stdout, 64<<10)
 	w := newDuWalk(o, out, len(args))
-	b := &duBuilder{st: st, view: r.View, all: o.all, maxDepth: w.maxDepth}
+	b := &duBuilder{st: st, view: r.View, all: o.all, maxDepth: w.maxDepth, log: quietLogger(c.Bool("debug"))}
+	if len(args) > 1 {
+		b.operands = map[string]bool{}
+		for _, a := range args {
+			if a.problem == "" {
+				b.operands[a.path] = true
+			}
+		}
+	}
 	failed := false
 	for _, a := range args {
 		if a.problem != "" {
@@ -301,7 +309,7 @@ func runDu(c *cli.Context) error {
 			failed = true
 			continue
 		}
-		n, problems, err := b.build(ctx, a.path)
+		n, problems, err := b.build(ctx, a.path, a.dirOnly)
 		if err != nil {
 			out.Flush()
 			return explain(err, c.String("es-url"))

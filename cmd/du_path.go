@@ -6,6 +6,7 @@ package cmd
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,9 @@ import (
 type duArg struct {
 	shown string // as du prints it: as given, trailing slashes as fts keeps them
 	path  string // the path in the filesystem
+	// dirOnly: the operand ends with a slash, and names a directory or
+	// nothing (a symbolic link to one was followed, as the kernel does).
+	dirOnly bool
 	// problem, if not "", is why the operand names nothing (du says so
 	// and goes on with the others, exiting 1).
 	problem string
@@ -101,18 +105,27 @@ func resolveDuArg(p, index string, mounts []mountLine) (duArg, error) {
 		abs = filepath.Join(wd, p)
 	}
 	abs = filepath.Clean(abs)
-	path, ok, err := mountedPath(abs, index, mounts)
+	// Where abs is for the kernel: symbolic links on the way followed
+	// (the mount point reached through one, or a link in the filesystem
+	// itself), and the last one too if a slash ends the operand.
+	real := abs
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		real = filepath.Join(dir, filepath.Base(abs))
+	}
+	a.dirOnly = strings.HasSuffix(p, "/")
+	if a.dirOnly {
+		if target, err := filepath.EvalSymlinks(real); err == nil {
+			real = target
+		}
+	}
+	path, ok, err := mountedPath(real, index, mounts)
 	if err != nil {
 		return a, err
 	}
-	if !ok {
-		// The directory may be reached through a symbolic link on this
-		// machine (a link to the mount point): where it really is.
-		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-			real := filepath.Join(dir, filepath.Base(abs))
-			if path, ok, err = mountedPath(real, index, mounts); err != nil {
-				return a, err
-			}
+	if !ok && real != abs {
+		if _, ok, _ = mountedPath(abs, index, mounts); ok {
+			a.problem = fmt.Sprintf("cannot access %s: it leads out of filesystem %s (to %s)", duQuote(a.shown), index, real)
+			return a, nil
 		}
 	}
 	switch {

@@ -5,8 +5,11 @@ package test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 	"golang.org/x/sys/unix"
 )
@@ -311,6 +315,8 @@ func randomDuArgs(rnd *rand.Rand, paths []duPath, abs string) []string {
 		}
 		if rnd.IntN(4) == 0 {
 			p = filepath.Join(abs, p) + strings.Repeat("/", len(p)-len(strings.TrimRight(p, "/")))
+		} else if strings.HasPrefix(p, "-") {
+			p = "./" + p // not an option
 		}
 		operands = append(operands, p)
 	}
@@ -343,7 +349,9 @@ func randomDuArgs(rnd *rand.Rand, paths []duPath, abs string) []string {
 // random invocations over a random tree (ESFS_TEST_SEED replays one;
 // ESFS_DU_RUNS sets how many). GNU du runs through two mounts: the one
 // that made the tree (its listings from memory) and a fresh one (from the
-// store).
+// store). Half the invocations run after some inodes lost their Parents
+// or their blocks field, as those an older esfs wrote: esfs du must then
+// read what the sums miss, and still print the same.
 func TestDuDiff(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(duSeed(t), 0))
 	runs := 400
@@ -356,20 +364,267 @@ func TestDuDiff(t *testing.T) {
 	paths := makeDuTree(t, rnd, m.Dir)
 	t.Logf("made a tree of %d paths in %s", len(paths), time.Since(start).Round(time.Millisecond))
 	fresh := f.Mount(t)
-	env := []string{"ESFS_INDEX=" + f.Index, "ELASTICSEARCH_URL=" + f.URL}
-	failures := 0
-	for i := 0; i < runs && failures < 10; i++ {
-		mnt := m
-		if i%2 == 1 {
-			mnt = fresh
+	d := newDuDiff(t, f)
+	if w := d.way(m.Dir, "-s", "."); !strings.Contains(w, "summed by directory") || !strings.Contains(w, "listed=0") {
+		t.Errorf("esfs du -s of a tree esfs wrote did not sum it by directory without listing any:\n%s", w)
+	}
+	for i := 0; i < runs/2 && d.failures < 10; i++ {
+		mnt := []*mounttest.Mount{m, fresh}[i%2]
+		d.compare(mnt.Dir, randomDuArgs(rnd, paths, mnt.Dir))
+	}
+	// As an older esfs left them: inodes without Parents, or without
+	// the blocks field, or both. The mount that made the tree writes no
+	// more; the fresh one reads the index as it is now.
+	m.Sync(t)
+	t.Logf("took the Parents or blocks of %d inodes", ageInodes(t, f, rnd))
+	if w := d.way(m.Dir, "-s", "."); !strings.Contains(w, "summed by directory") || strings.Contains(w, "listed=0") {
+		t.Errorf("esfs du -s of a tree with inodes lacking Parents did not list the directories that hold them:\n%s", w)
+	}
+	for i := runs / 2; i < runs && d.failures < 10; i++ {
+		d.compare(fresh.Dir, randomDuArgs(rnd, paths, fresh.Dir))
+	}
+}
+
+// TestDuDiffBigDir: a directory of more than 10,000 entries, which fts
+// reads sorted by inode number, with directories among them that hold
+// other links of its files: which name du meets first, and prints with
+// -a, follows that order. The tree is written straight into the index,
+// and its links made through a mount; GNU du runs through a fresh one.
+func TestDuDiffBigDir(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(duSeed(t), 0))
+	f := mounttest.NewFS(t)
+	var names []string
+	for i := 0; i < 10030; i++ {
+		names = append(names, fmt.Sprintf("w%05d", i))
+	}
+	for i := 0; i < 6; i++ {
+		names = append(names, fmt.Sprintf("sub%d/x", i))
+	}
+	mounttest.Populate(t, f, "/big", names, nil)
+	mounttest.Populate(t, f, "/other", []string{"o1", "o2"}, nil)
+	m := f.Mount(t)
+	for i := 0; i < 12; i++ {
+		from := m.Path("big", names[rnd.IntN(10030)])
+		to := m.Path("big", fmt.Sprintf("sub%d", rnd.IntN(6)), fmt.Sprintf("link%d", i))
+		if i%4 == 0 {
+			to = m.Path("other", fmt.Sprintf("link%d", i))
 		}
-		args := randomDuArgs(rnd, paths, mnt.Dir)
-		gnu := runDu(t, mnt.Dir, nil, "du", args...)
-		got := runDu(t, mnt.Dir, env, f.Bin, append([]string{"du"}, args...)...)
-		if got.stdout != gnu.stdout || got.code != gnu.code || (got.stderr == "") != (gnu.stderr == "") {
-			failures++
-			t.Errorf("du %q in %s:\nGNU du (status %d):\n%s%s\nesfs du (status %d):\n%s%s\n%s", args, mnt.Dir,
-				gnu.code, gnu.stdout, gnu.stderr, got.code, got.stdout, got.stderr, firstDiff(gnu.stdout, got.stdout))
+		if err := os.WriteFile(from, randBytes(rnd, rnd.IntN(3000)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(from, to); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
+	// Alone: a mount that shares the directory with the writer asks the
+	// store for every file's attributes.
+	m.Unmount(t)
+	fresh := f.Mount(t)
+	d := newDuDiff(t, f)
+	for _, args := range [][]string{
+		{"-a", "big"}, {"big", "other"}, {"-a", "other", "big"}, {"-ac", "."}, {"-d1", "."},
+		{"-s", "big/sub1", "big"}, {"-b", "big"}, {"-ah", "--max-depth=1", "big/"},
+	} {
+		d.compare(fresh.Dir, args)
+	}
+}
+
+// duDiff compares esfs du with GNU du on one filesystem.
+type duDiff struct {
+	t        *testing.T
+	f        *mounttest.FS
+	env      []string
+	failures int
+}
+
+func newDuDiff(t *testing.T, f *mounttest.FS) *duDiff {
+	return &duDiff{t: t, f: f, env: []string{"ESFS_INDEX=" + f.Index, "ELASTICSEARCH_URL=" + f.URL}}
+}
+
+// compare runs GNU du and esfs du with args in dir, a directory of a
+// mount, and fails the test if they differ in output or status, or if
+// one says something on stderr and the other not.
+func (d *duDiff) compare(dir string, args []string) {
+	t := d.t
+	t.Helper()
+	t0 := time.Now()
+	gnu := runDu(t, dir, nil, "du", args...)
+	t1 := time.Now()
+	got := runDu(t, dir, d.env, d.f.Bin, append([]string{"du"}, args...)...)
+	if took := time.Since(t1); took > 2*time.Second || t1.Sub(t0) > 2*time.Second {
+		t.Logf("du %q: GNU %s, esfs %s", args, t1.Sub(t0).Round(time.Millisecond), took.Round(time.Millisecond))
+	}
+	if got.stdout != gnu.stdout || got.code != gnu.code || (got.stderr == "") != (gnu.stderr == "") {
+		d.failures++
+		t.Errorf("du %q in %s:\nGNU du (status %d):\n%s%s\nesfs du (status %d):\n%s%s\n%s", args, dir,
+			gnu.code, gnu.stdout, gnu.stderr, got.code, got.stdout, got.stderr, firstDiff(gnu.stdout, got.stdout))
+	}
+}
+
+// way is the way esfs du takes for args in dir, from its --debug log.
+func (d *duDiff) way(dir string, args ...string) string {
+	d.t.Helper()
+	r := runDu(d.t, dir, d.env, d.f.Bin, append([]string{"du", "--debug"}, args...)...)
+	if r.code != 0 {
+		d.t.Fatalf("esfs du --debug %q: status %d: %s", args, r.code, r.stderr)
+	}
+	return r.stderr
+}
+
+// ageInodes strips, from about a fifth of the inodes of f that are not
+// directories, the Parents or the blocks field or both, as an esfs that
+// kept neither wrote them, and returns how many it changed.
+func ageInodes(t *testing.T, f *mounttest.FS, rnd *rand.Rand) int {
+	t.Helper()
+	index := f.Index + "-inodes"
+	var page struct {
+		Hits struct {
+			Hits []struct {
+				ID     string         `json:"_id"`
+				Source map[string]any `json:"_source"`
+			} `json:"hits"`
+		} `json:"hits"`
+	}
+	esJSON(t, f, "POST", "/"+index+"/_refresh", nil, nil)
+	esJSON(t, f, "POST", "/"+index+"/_search", map[string]any{"size": 10000, "query": map[string]any{"bool": map[string]any{
+		"must_not": []any{map[string]any{"term": map[string]any{"type": "dir"}}}}}}, &page)
+	n := 0
+	for _, h := range page.Hits.Hits {
+		if rnd.IntN(5) != 0 {
+			continue
+		}
+		switch rnd.IntN(3) {
+		case 0:
+			delete(h.Source, "parents")
+		case 1:
+			delete(h.Source, "blocks")
+		default:
+			delete(h.Source, "parents")
+			delete(h.Source, "blocks")
+		}
+		esJSON(t, f, "PUT", "/"+index+"/_doc/"+h.ID, h.Source, nil)
+		n++
+	}
+	esJSON(t, f, "POST", "/"+index+"/_refresh", nil, nil)
+	return n
+}
+
+// esJSON sends a request to the test cluster and decodes its answer.
+func esJSON(t *testing.T, f *mounttest.FS, method, path string, body, out any) {
+	t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, strings.TrimSuffix(f.URL, "/")+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode/100 != 2 {
+		t.Fatalf("%s %s: %s: %.500s", method, path, res.Status, raw)
+	}
+	if out != nil {
+		// Numbers as they are: inode numbers pass 2^53.
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(out); err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+	}
+}
+
+// TestDuRenameInFlight: path documents that carry an intent (a rename in
+// flight: here one whose record is missing, which readers take as rolled
+// back, so its new name is hidden and its old one shown) are what only
+// the view resolves; esfs du reads such a tree whole, through it, and
+// prints what GNU du prints through a mount.
+func TestDuRenameInFlight(t *testing.T) {
+	f := mounttest.NewFS(t)
+	mounttest.Populate(t, f, "/t", []string{"a/one", "a/two", "b/three", "b/c/four", "five"}, func(name string) string { return strings.Repeat("x", 1000*len(name)) })
+	// A new name staged in b (hidden), and an old name in a (shown).
+	esJSON(t, f, "PUT", "/"+f.Index+"/_doc/"+store.DocID("/t/b/staged")+"?refresh=true",
+		map[string]any{"path": "/t/b/staged", "parent": "/t/b", "name": "staged", "ino": 12345, "type": "file", "op": "du-test-rename", "role": "dst"}, nil)
+	var src map[string]any
+	var got struct {
+		Source map[string]any `json:"_source"`
+	}
+	esJSON(t, f, "GET", "/"+f.Index+"/_doc/"+store.DocID("/t/a/one"), nil, &got)
+	src = got.Source
+	src["op"], src["role"] = "du-test-rename", "src"
+	esJSON(t, f, "PUT", "/"+f.Index+"/_doc/"+store.DocID("/t/a/one")+"?refresh=true", src, nil)
+
+	env := []string{"ESFS_INDEX=" + f.Index, "ELASTICSEARCH_URL=" + f.URL}
+	r := runDu(t, "/", env, f.Bin, "du", "--debug", "-a", "/t")
+	if r.code != 0 || !strings.Contains(r.stderr, "reading the whole tree") {
+		t.Fatalf("esfs du -a of a tree with a rename in flight: status %d, not read whole:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	m := f.Mount(t)
+	gnu := runDu(t, m.Dir, nil, "du", "-a", "t")
+	if want := strings.ReplaceAll(gnu.stdout, "\tt", "\t/t"); r.stdout != want {
+		t.Errorf("esfs du -a /t:\n%s\nGNU du -a through a mount:\n%s", r.stdout, gnu.stdout)
+	}
+	if strings.Contains(r.stdout, "staged") || !strings.Contains(r.stdout, "/t/a/one") {
+		t.Errorf("esfs du -a /t shows the rename's new name, or hides its old one:\n%s", r.stdout)
+	}
+}
+
+// TestDuUsage: mistakes on esfs du's command line get one line and status
+// 2; a PATH that names nothing gets GNU's message and status 1, after the
+// others are printed; --help and esfs help du describe it.
+func TestDuUsage(t *testing.T) {
+	f := mounttest.NewFS(t)
+	mounttest.Populate(t, f, "/t", []string{"f", "d/g"}, nil)
+	env := []string{"ESFS_INDEX=" + f.Index, "ELASTICSEARCH_URL=" + f.URL}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-s", "-a", "/t"}, "cannot both summarize and show all"},
+		{[]string{"-sd", "2", "/t"}, "summarizing conflicts"},
+		{[]string{"--frobnicate", "/t"}, "unknown option --frobnicate"},
+		{[]string{"--totl", "/t"}, "did you mean --total"},
+		{[]string{"-x", "/t"}, "unknown option -x"},
+		{[]string{"--s", "/t"}, "ambiguous"},
+		{[]string{"-d"}, "-d needs a value"},
+		{[]string{"--max-depth=deep", "/t"}, "invalid maximum depth"},
+		{[]string{"--all=yes", "/t"}, "takes no value"},
+		{[]string{"relative/path"}, "not under a mount"},
+		{[]string{"--es-timeout", "soon", "/t"}, "--es-timeout"},
+	} {
+		r := runDu(t, "/", env, f.Bin, append([]string{"du"}, c.args...)...)
+		if r.code != 2 || r.stdout != "" || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("esfs du %q: status %d, stdout %q, stderr %q; want status 2 and one line saying %q", c.args, r.code, r.stdout, r.stderr, c.want)
+		}
+	}
+	r := runDu(t, "/", env, f.Bin, "du", "-s", "/nowhere", "/t/f/x", "/t", "")
+	if r.code != 1 || r.stdout != "0\t/t\n" || !strings.Contains(r.stderr, "cannot access '/nowhere': No such file or directory") ||
+		!strings.Contains(r.stderr, "cannot access '/t/f/x': Not a directory") || !strings.Contains(r.stderr, "invalid zero-length file name") {
+		t.Errorf("esfs du -s /nowhere /t/f/x /t '': status %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// Another filesystem's mount: a mistake, not a path of this one.
+	other := mounttest.NewFS(t)
+	om := other.Mount(t)
+	r = runDu(t, "/", env, f.Bin, "du", "-s", om.Dir)
+	if r.code != 2 || !strings.Contains(r.stderr, "give --index "+other.Index) {
+		t.Errorf("esfs du of another filesystem's mount point: status %d: %s", r.code, r.stderr)
+	}
+	for _, args := range [][]string{{"du", "--help"}, {"help", "du"}, {"du", "--he"}} {
+		r := runDu(t, "/", env, f.Bin, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "GNU du") || !strings.Contains(r.stdout, "--max-depth") || strings.Contains(r.stdout, "--help, -h") {
+			t.Errorf("esfs %q: status %d:\n%s%s", args, r.code, r.stdout, r.stderr)
 		}
 	}
 }
