@@ -639,3 +639,35 @@ func firstDiff(a, b string) string {
 	}
 	return fmt.Sprintf("one is a prefix of the other (%d and %d lines)", len(al), len(bl))
 }
+
+// TestDuHelpCompletionMan: esfs help lists du, bash completion completes
+// its options, and the manual page describes it.
+func TestDuHelpCompletionMan(t *testing.T) {
+	bin, err := filepath.Abs(mounttest.Binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := t.TempDir()
+	if err := os.Symlink(bin, filepath.Join(path, "esfs")); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=" + path + ":" + os.Getenv("PATH")}
+	r := runDu(t, "/", env, "bash", "-c", `set -e
+source <(esfs completion bash)
+COMP_WORDS=(esfs d); COMP_CWORD=1; _esfs_complete; echo "commands: ${COMPREPLY[*]}"
+COMP_WORDS=(esfs du --max); COMP_CWORD=2; _esfs_complete; echo "flags: ${COMPREPLY[*]}"
+COMP_WORDS=(esfs du -s --app); COMP_CWORD=3; _esfs_complete; echo "after a flag: ${COMPREPLY[*]}"`)
+	for _, want := range []string{"commands: du destroy\n", "flags: --max-depth\n", "after a flag: --apparent-size\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("bash completion: output lacks %q:\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+	help := runDu(t, "/", nil, bin, "help")
+	if help.code != 0 || !strings.Contains(help.stdout, "\n   du ") {
+		t.Errorf("esfs help does not list du:\n%s", help.stdout)
+	}
+	man := runDu(t, "/", nil, bin, "man")
+	if man.code != 0 || !strings.Contains(man.stdout, ".SH du") || !strings.Contains(man.stdout, "max-depth") || !strings.Contains(man.stdout, "apparent-size") {
+		t.Errorf("esfs man does not describe du:\n%.3000s", man.stdout)
+	}
+}
