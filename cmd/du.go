@@ -36,9 +36,10 @@ the PATHs; -- ends them. The --es-* and --index options are esfs's.
 What differs from GNU du: only the options above; -h is human-readable (use
 --help for help); a usage mistake exits with status 2 (GNU: 1); the
 environment's DU_BLOCK_SIZE, BLOCK_SIZE and POSIXLY_CORRECT are ignored,
-and sizes are written with a "." whatever the locale; a PATH that goes
-through a symbolic link of the filesystem is refused, and an operand is
-never followed (as du without -D).`,
+and sizes are written with a "." whatever the locale; a path in the
+filesystem (not under a mount) that goes through a symbolic link is
+refused, where under a mount the kernel follows it. An operand that is a
+symbolic link is not followed (as du without -D), unless a slash ends it.`,
 		SkipFlagParsing:    true, // GNU's syntax: runDu parses it (parseDu)
 		HideHelp:           true, // -h is --human-readable; --help is duFlags'
 		CustomHelpTemplate: duHelpTemplate,
