@@ -39,9 +39,9 @@ type TreeShape struct {
 	// Dirs are the root (if a directory) and every directory below it,
 	// in path order.
 	Dirs []Dentry
-	// Entries counts the path documents in each directory (by path) at
-	// or below the root: what a listing of it holds, but for renames in
-	// flight.
+	// Entries counts the path documents at or below the root by their
+	// directory (the root's own in its parent's): what a listing of each
+	// directory holds, but for renames in flight.
 	Entries map[string]int64
 	// Intents counts the path documents at or below the root that carry
 	// an intent: renames in flight, which only a View resolves.
