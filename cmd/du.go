@@ -306,6 +306,7 @@ func runDu(c *cli.Context) error {
 	failed := false
 	for _, a := range args {
 		if a.problem != "" {
+			out.Flush() // in order with the lines before it, as du writes them
 			fmt.Fprintf(os.Stderr, "esfs: du: %s\n", a.problem)
 			failed = true
 			continue
@@ -316,6 +317,7 @@ func runDu(c *cli.Context) error {
 			return explain(err, c.String("es-url"))
 		}
 		for _, p := range problems {
+			out.Flush()
 			fmt.Fprintf(os.Stderr, "esfs: du: cannot access %s: %s\n", duQuote(childOf(a.shown, a.path, p.path)), p.what)
 			failed = true
 		}
