@@ -240,8 +240,8 @@ func helpFlag(args []string) []string {
 		return []string{args[0], "help"}
 	}
 	cmd := findCommand(args[1])
-	if cmd == nil {
-		return args
+	if cmd == nil || cmd.SkipFlagParsing {
+		return args // its own parser reads --help (esfs du, where -h is GNU du's)
 	}
 	takesValue := valueFlags(cmd)
 	for i := 2; i < len(args); i++ {

@@ -621,7 +621,11 @@ func TestDuUsage(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "give --index "+other.Index) {
 		t.Errorf("esfs du of another filesystem's mount point: status %d: %s", r.code, r.stderr)
 	}
-	for _, args := range [][]string{{"du", "--help"}, {"help", "du"}, {"du", "--he"}} {
+	// -h is GNU du's --human-readable, never help.
+	if r := runDu(t, "/", env, f.Bin, "du", "-h", "/t"); r.code != 0 || r.stdout != "0\t/t/d\n0\t/t\n" {
+		t.Errorf("esfs du -h /t: status %d:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"du", "--help"}, {"help", "du"}, {"du", "--he"}, {"--help", "du"}, {"du", "/t", "--help"}} {
 		r := runDu(t, "/", env, f.Bin, args...)
 		if r.code != 0 || !strings.Contains(r.stdout, "GNU du") || !strings.Contains(r.stdout, "--max-depth") || strings.Contains(r.stdout, "--help, -h") {
 			t.Errorf("esfs %q: status %d:\n%s%s", args, r.code, r.stdout, r.stderr)
