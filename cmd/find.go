@@ -170,7 +170,7 @@ func runFind(c *cli.Context) error {
 	if len(x.paths) == 0 {
 		x.paths = []string{"."}
 	}
-	mounts, err := readMountTable()
+	mounts, err := mountTable()
 	if err != nil {
 		return err
 	}
@@ -230,41 +230,11 @@ type findStart struct {
 	missing string
 }
 
-// mountRow is one line of the mount table.
-type mountRow struct{ dir, fstype, source string }
-
-// readMountTable reads /proc/self/mountinfo (see mountEntry).
-func readMountTable() ([]mountRow, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var rows []mountRow
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		row := mountRow{dir: unescapeMountinfo(fields[4])}
-		for i, x := range fields {
-			if x == "-" && i+2 < len(fields) {
-				row.fstype, row.source = fields[i+1], unescapeMountinfo(fields[i+2])
-				break
-			}
-		}
-		rows = append(rows, row)
-	}
-	return rows, sc.Err()
-}
-
 // resolveFindPath maps a PATH of find to the filesystem: a path inside a
 // mount of filesystem index (its directories resolved by the kernel, as
 // find would, its last component not: a symbolic link is not followed),
 // else an absolute path of the filesystem.
-func resolveFindPath(given, index string, mounts []mountRow) (findStart, error) {
+func resolveFindPath(given, index string, mounts []mountLine) (findStart, error) {
 	s := findStart{given: given}
 	if given == "" {
 		s.missing = "‘’: No such file or directory"
@@ -278,8 +248,8 @@ func resolveFindPath(given, index string, mounts []mountRow) (findStart, error) 
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
 		local = filepath.Join(dir, filepath.Base(abs))
 	}
-	in := mountOf(local, mounts)
-	if in != nil && in.fstype == esfsType && strings.HasSuffix(given, "/") {
+	in, ok := mountOf(local, mounts)
+	if ok && in.fstype == esfsType && strings.HasSuffix(given, "/") {
 		// A trailing slash makes the kernel follow a symbolic link, and
 		// insist on a directory.
 		full, err := filepath.EvalSymlinks(abs)
@@ -288,9 +258,9 @@ func resolveFindPath(given, index string, mounts []mountRow) (findStart, error) 
 			return s, nil
 		}
 		local = full
-		in = mountOf(local, mounts)
+		in, ok = mountOf(local, mounts)
 	}
-	if in != nil && in.fstype == esfsType {
+	if ok && in.fstype == esfsType {
 		subdir, ok := subdirOfSource(in.source, index)
 		if !ok {
 			other, _, _ := strings.Cut(strings.TrimPrefix(in.source, "esfs:"), ":")
@@ -312,7 +282,7 @@ func resolveFindPath(given, index string, mounts []mountRow) (findStart, error) 
 
 // mountedIndex is the filesystem of the esfs mounts that paths are in,
 // "" if they are in none or in mounts of several.
-func mountedIndex(paths []string, mounts []mountRow) string {
+func mountedIndex(paths []string, mounts []mountLine) string {
 	index := ""
 	for _, p := range paths {
 		abs, err := filepath.Abs(p)
@@ -322,8 +292,8 @@ func mountedIndex(paths []string, mounts []mountRow) string {
 		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
 			abs = filepath.Join(dir, filepath.Base(abs))
 		}
-		m := mountOf(abs, mounts)
-		if m == nil || m.fstype != esfsType {
+		m, ok := mountOf(abs, mounts)
+		if !ok || m.fstype != esfsType {
 			continue
 		}
 		idx, _, _ := strings.Cut(strings.TrimPrefix(m.source, "esfs:"), ":")
@@ -333,19 +303,6 @@ func mountedIndex(paths []string, mounts []mountRow) string {
 		index = idx
 	}
 	return index
-}
-
-// mountOf is the mount the kernel finds path in: the last one mounted
-// on the longest directory above it.
-func mountOf(path string, mounts []mountRow) *mountRow {
-	var in *mountRow
-	for i := range mounts {
-		m := &mounts[i]
-		if store.IsWithin(path, m.dir) && (in == nil || len(m.dir) >= len(in.dir)) {
-			in = m
-		}
-	}
-	return in
 }
 
 // findRun is one run of esfs find.
@@ -757,7 +714,7 @@ func (fr *findRun) listsNothing(ctx context.Context, dir string) (bool, error) {
 }
 
 // pathLess orders paths as a walk visits them: directory by directory,
-// each in its listing's order (store.NameLess), a directory before what
+// each in its listing's order (store.CompareNames), a directory before what
 // it holds, or after it with post (-depth).
 func pathLess(a, b string, post bool) bool {
 	i, j := 0, 0
@@ -782,14 +739,14 @@ func pathLess(a, b string, post bool) bool {
 			ej++
 		}
 		if ca, cb := a[i:ei], b[j:ej]; ca != cb {
-			return store.NameLess(ca, cb)
+			return store.CompareNames(ca, cb) < 0
 		}
 		i, j = ei, ej
 	}
 }
 
 // statBlocks and statNlink are what the mount reports.
-func statBlocks(a store.Inode, chunkSize int64) uint64 { return fs.StatBlocks(a, chunkSize) }
+func statBlocks(a store.Inode, chunkSize int64) uint64 { return uint64(a.Blocks(chunkSize)) }
 func statNlink(a store.Inode) uint32                   { return fs.StatNlink(a) }
 
 // idNames resolves user and group names on this machine, as find's

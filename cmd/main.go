@@ -34,6 +34,7 @@ func commands() []*cli.Command {
 		cmdStatus(),
 		cmdSearch(),
 		cmdFind(),
+		cmdDu(),
 		cmdImport(),
 		cmdExport(),
 		cmdConfig(),
@@ -189,7 +190,7 @@ func permuteFlags(args []string) []string {
 	}
 	cmd := findCommand(args[1])
 	if cmd == nil || cmd.SkipFlagParsing {
-		return args // find: its expression's words start with a dash too
+		return args // a command that parses its own: find's expression, du's GNU options
 	}
 	takesValue := valueFlags(cmd)
 	var flags, rest []string
@@ -240,8 +241,8 @@ func helpFlag(args []string) []string {
 		return []string{args[0], "help"}
 	}
 	cmd := findCommand(args[1])
-	if cmd == nil {
-		return args
+	if cmd == nil || cmd.SkipFlagParsing {
+		return args // its own parser reads --help (esfs du, where -h is GNU du's)
 	}
 	takesValue := valueFlags(cmd)
 	for i := 2; i < len(args); i++ {

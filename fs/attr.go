@@ -54,21 +54,8 @@ func fileType(mode uint32) store.FileType {
 	return 0
 }
 
-// StatBlocks is the st_blocks the mount reports for a, in 512-byte
-// units, with chunkSize the filesystem's (esfs find and du report the
-// same).
-func StatBlocks(a store.Inode, chunkSize int64) uint64 {
-	blocks := (uint64(a.Size) + 511) / 512
-	if a.Type == store.TypeFile && a.Chunks >= 0 {
-		// What the file stores, in whole chunks: cp, tar and rsync take
-		// fewer blocks than the size for a sparse file, and then find its
-		// holes with SEEK_HOLE instead of reading them.
-		blocks = min(blocks, uint64(a.Chunks)*uint64(chunkSize)/512)
-	}
-	return blocks
-}
-
-// StatNlink is the st_nlink the mount reports for a.
+// StatNlink is the st_nlink the mount reports for a (esfs find reports
+// the same).
 func StatNlink(a store.Inode) uint32 {
 	if a.Type == store.TypeDir && a.Nlink != 0 && !a.DirLinksCounted() {
 		return 1 // not counted (see DirLinksCounted); 0: removed
@@ -81,7 +68,11 @@ func (f *FS) fillAttr(a store.Inode, out *fuse.Attr) {
 	a = f.core.Current(a)
 	out.Ino = a.Ino
 	out.Size = uint64(a.Size)
-	out.Blocks = StatBlocks(a, f.core.ChunkSize())
+	// What the file stores, in whole chunks: cp, tar and rsync take fewer
+	// blocks than the size for a sparse file, and then find its holes
+	// with SEEK_HOLE instead of reading them (store.Inode.Blocks, which
+	// esfs find and du report too).
+	out.Blocks = uint64(a.Blocks(f.core.ChunkSize()))
 	// The allocation unit is the chunk: st_blocks counts whole chunks,
 	// holes are whole absent chunks, and SEEK_DATA answers a chunk's start
 	// (Lseek); the size Linux lets a filesystem report data at is the

@@ -47,7 +47,7 @@ func (s *Store) Bulk(ctx context.Context, ops []BulkOp) ([]BulkResult, error) {
 	var batches []batch
 	size, from := 0, 0
 	for i, o := range ops {
-		n := o.size(s.textChunks) + len(o.id) + len(s.idx.alias(o.index)) + 80
+		n := o.size(s.encoding()) + len(o.id) + len(s.idx.alias(o.index)) + 80
 		if i > from && (size+n > maxBulkBytes || i-from >= maxBulkItems) {
 			batches = append(batches, batch{from, i})
 			from, size = i, 0
@@ -101,7 +101,7 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 	// doubling would hold twice that for each request in flight.
 	size := 0
 	for _, o := range ops {
-		size += o.size(s.textChunks) + len(o.id) + len(s.idx.alias(o.index)) + 96
+		size += o.size(s.encoding()) + len(o.id) + len(s.idx.alias(o.index)) + 96
 	}
 	buf.Grow(size)
 	s.metrics.countItems(ops)
@@ -129,7 +129,7 @@ func (s *Store) bulkOnce(ctx context.Context, ops []BulkOp, results []BulkResult
 		}
 		buf.WriteString("}}\n")
 		if o.hasSource() {
-			o.writeSource(&buf, s.textChunks)
+			o.writeSource(&buf, s.encoding())
 			buf.WriteByte('\n')
 		}
 	}
@@ -205,8 +205,8 @@ func (s *Store) Write(ctx context.Context, o BulkOp) (Version, error) {
 	}
 	if o.hasSource() {
 		var buf bytes.Buffer
-		buf.Grow(o.size(s.textChunks))
-		o.writeSource(&buf, s.textChunks)
+		buf.Grow(o.size(s.encoding()))
+		o.writeSource(&buf, s.encoding())
 		r.body = buf.Bytes()
 	}
 	res, err := s.do(ctx, o.what, r)

@@ -138,7 +138,7 @@ func CreateInode(n Inode) BulkOp {
 	if n.Ino == 0 || n.Type == 0 {
 		return refused(fmt.Errorf("inode without number or type: %w", ErrInvalid))
 	}
-	return newOp("create", inodesIndex, inodeID(n.Ino), Version{}, encodeInode(n), fmt.Sprintf("creating inode %d", n.Ino))
+	return withBlocks(newOp("create", inodesIndex, inodeID(n.Ino), Version{}, encodeInode(n), fmt.Sprintf("creating inode %d", n.Ino)), n)
 }
 
 // PutInode overwrites the inode document of n.Ino if it is still at ifVer.
@@ -146,7 +146,21 @@ func PutInode(n Inode, ifVer Version) BulkOp {
 	if !ifVer.Known() {
 		return refused(fmt.Errorf("overwriting inode %d without a version: %w", n.Ino, ErrInvalid))
 	}
-	return newOp("index", inodesIndex, inodeID(n.Ino), ifVer, encodeInode(n), fmt.Sprintf("updating inode %d", n.Ino))
+	return withBlocks(newOp("index", inodesIndex, inodeID(n.Ino), ifVer, encodeInode(n), fmt.Sprintf("updating inode %d", n.Ino)), n)
+}
+
+// withBlocks makes o, the write of inode n's whole document, carry n's
+// st_blocks in the "blocks" field (see BulkOp.blocksOf), so that esfs du
+// sums them with an aggregation: they cannot be derived from size and
+// chunks in a query (the cluster may run no scripts), and a sparse file's
+// are fewer than its size says. Every full write of an inode carries it;
+// the partial updates (TouchInode, SetCtime) change only times and keep
+// it. Inodes written by an esfs before it have none: du reads those.
+func withBlocks(o BulkOp, n Inode) BulkOp {
+	if o.err == nil {
+		o.blocksOf = &Inode{Type: n.Type, Size: n.Size, Chunks: n.Chunks}
+	}
+	return o
 }
 
 // DeleteInode deletes the inode document of ino if it is still at ifVer.

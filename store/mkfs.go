@@ -73,6 +73,8 @@ func (s *Store) mappings(chunkSize int64) map[string]map[string]field {
 			"keeper":  kw(),
 			"lseq":    long(),
 			"lops":    storedKw(),
+			// st_blocks, for esfs du (see withBlocks).
+			"blocks": long(),
 		},
 		s.idx.Data: {
 			"ino":   long(),
@@ -450,6 +452,11 @@ func (s *Store) Open(ctx context.Context) error {
 					m.Properties[f] = field{}
 				}
 			}
+		}
+		if name == s.idx.Inodes {
+			// Without the field (an older filesystem, and credentials
+			// that may not add it), inodes are written without it.
+			s.blocksField = m.Properties["blocks"] != nil
 		}
 		if name == s.idx.Data {
 			cs, ok := m.Meta["chunk_size"].(float64)

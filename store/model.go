@@ -159,6 +159,18 @@ type Inode struct {
 	Ver     Version // of the inode document
 }
 
+// Blocks is n's st_blocks, in 512-byte units, as every mount reports it
+// and as esfs du sums it: the size rounded up to 512 bytes, and for a
+// file whose chunks are counted no more than its stored chunks take, in
+// whole chunks of chunkSize bytes (a sparse file takes fewer).
+func (n Inode) Blocks(chunkSize int64) int64 {
+	b := (n.Size + 511) / 512
+	if n.Type == TypeFile && n.Chunks >= 0 {
+		b = min(b, n.Chunks*chunkSize/512)
+	}
+	return b
+}
+
 // HeldBy returns the directory whose read delegations may hold n's
 // attributes, as mounts cache them: a directory's own, a file's with one
 // link the directory Parents name; 0 for none (several links, or none
@@ -373,17 +385,6 @@ func encodeText(s string) string {
 	return b.String()
 }
 
-// NameLess reports whether name a comes before name b in a directory's
-// listing: in the order of their stored forms (see encodeText), which is
-// byte order for UTF-8 names, and puts a byte that is not UTF-8 after
-// every character.
-func NameLess(a, b string) bool {
-	if !needsEncoding(a) && !needsEncoding(b) {
-		return a < b
-	}
-	return encodeText(a) < encodeText(b)
-}
-
 func decodeText(s string) (string, error) {
 	if !needsEncoding(s) {
 		return s, nil
@@ -410,6 +411,18 @@ func decodeText(s string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// CompareNames orders names as the path index sorts them, by their stored
+// bytes (see encodeText), which is the order of every listing from the
+// store: byte order for UTF-8 names, a byte that is not UTF-8 after every
+// character. A listing served from memory must come in the same order, or
+// two listings of one directory would differ for names that are not UTF-8.
+func CompareNames(a, b string) int {
+	if !needsEncoding(a) && !needsEncoding(b) {
+		return strings.Compare(a, b)
+	}
+	return strings.Compare(encodeText(a), encodeText(b))
 }
 
 // NewIno picks an inode number no one uses: random 63-bit numbers, made

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 )
 
 // A write is built first, as a BulkOp, by the builder of its document's kind
@@ -75,7 +76,12 @@ type BulkOp struct {
 	// encoded straight into the request body, not kept as a second,
 	// base64 copy until its batch is sent.
 	chunk *chunkSource
-	what  string // names the write in errors
+	// blocksOf, if set, is the type, size and chunk count of the inode
+	// that doc holds, from which its "blocks" field is added when the
+	// op is sent: st_blocks depends on the chunk size, a setting of the
+	// filesystem that builders do not know.
+	blocksOf *Inode
+	what     string // names the write in errors
 	// retryOnConflict lets Elasticsearch re-apply a partial update itself.
 	retryOnConflict int
 	err             error
@@ -84,11 +90,25 @@ type BulkOp struct {
 // Err is the builder's refusal of the op, or nil.
 func (o BulkOp) Err() error { return o.err }
 
-// size is the length of the op's source once encoded (textChunks: the
-// store keeps text chunks as strings).
-func (o BulkOp) size(textChunks bool) int {
+// encoding is what a Store knows of how its documents are stored, and
+// builders do not: an op's source is completed with it when sent.
+type encoding struct {
+	// textChunks: the data index maps "text", and text chunks are
+	// stored as strings (see chunkDoc).
+	textChunks bool
+	// blocksChunkSize, if not 0, is the chunk size inode documents'
+	// "blocks" field is computed with (0: the inode index does not map
+	// the field, or the chunk size is not known).
+	blocksChunkSize int64
+}
+
+// size is the length of the op's source once encoded.
+func (o BulkOp) size(e encoding) int {
 	if o.chunk != nil {
-		return o.chunk.size(textChunks)
+		return o.chunk.size(e.textChunks)
+	}
+	if o.blocksOf != nil {
+		return len(o.doc) + len(`,"blocks":`) + 20
 	}
 	return len(o.doc)
 }
@@ -97,12 +117,18 @@ func (o BulkOp) size(textChunks bool) int {
 func (o BulkOp) hasSource() bool { return o.chunk != nil || o.doc != nil }
 
 // writeSource appends the op's source to buf.
-func (o BulkOp) writeSource(buf *bytes.Buffer, textChunks bool) {
-	if o.chunk != nil {
-		o.chunk.encode(buf, textChunks)
-		return
+func (o BulkOp) writeSource(buf *bytes.Buffer, e encoding) {
+	switch {
+	case o.chunk != nil:
+		o.chunk.encode(buf, e.textChunks)
+	case o.blocksOf != nil && e.blocksChunkSize > 0 && len(o.doc) > 2:
+		buf.Write(o.doc[:len(o.doc)-1]) // the object without its '}'
+		buf.WriteString(`,"blocks":`)
+		buf.WriteString(strconv.FormatInt(o.blocksOf.Blocks(e.blocksChunkSize), 10))
+		buf.WriteByte('}')
+	default:
+		buf.Write(o.doc)
 	}
-	buf.Write(o.doc)
 }
 
 func newOp(action string, index indexRole, id string, ifVer Version, doc any, what string) BulkOp {

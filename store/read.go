@@ -201,7 +201,8 @@ const (
 	// SearchedData: the data index, for the chunks a file has stored and
 	// searches of contents.
 	SearchedData
-	// SearchedInodes: the inode index, for searches of attributes.
+	// SearchedInodes: the inode index, for searches and sums of attributes
+	// (esfs find, esfs du).
 	SearchedInodes
 	// SearchedAll: every index of the filesystem (fsck, tests).
 	SearchedAll

@@ -29,6 +29,9 @@ type Store struct {
 	// textChunks: the data index maps "text", so text chunks are stored
 	// as strings (searchable) rather than base64.
 	textChunks bool
+	// blocksField: the inode index maps "blocks" (st_blocks, which esfs
+	// du sums), so inode documents carry it.
+	blocksField bool
 	// auth says which credentials requests carry ("as user \"x\"", ...), and
 	// trust which certificates are trusted, for error messages. No secrets.
 	auth, trust string
@@ -218,4 +221,13 @@ func (a Admin) Version(ctx context.Context) (string, error) {
 // Close releases idle connections.
 func (s *Store) Close() error {
 	return s.es.Close(context.Background())
+}
+
+// encoding is how this filesystem stores documents, for sending ops.
+func (s *Store) encoding() encoding {
+	e := encoding{textChunks: s.textChunks}
+	if s.blocksField {
+		e.blocksChunkSize = s.chunkSize
+	}
+	return e
 }

@@ -21,7 +21,9 @@
 #                                creates and renames in one directory at
 #                                once, and a file handed back and forth),
 #                                data (dd in, dd out through a second
-#                                mount, fio random 4 KiB reads); scale
+#                                mount, fio random 4 KiB reads); du
+#                                (esfs du -s against GNU du -s through
+#                                a mount, 100k files full, 10k quick); scale
 #                                (a tree of N small files: import, ls,
 #                                find, du, a directory rename, memory;
 #                                ESFS_BENCH_SCALE_FILES=10000,100000 by

@@ -5,7 +5,7 @@ package vfs
 // to it; see deleg.go.
 
 import (
-	"sort"
+	"slices"
 
 	"github.com/esfs/esfs/store"
 )
@@ -101,7 +101,7 @@ func (st *dirState) changedHere(name string, e dirEntry, ok, followed bool) {
 }
 
 // listing returns the names of a complete state and their entries, in
-// the order a listing from the store has (store.NameLess), so that a
+// the order a listing from the store has (store.CompareNames), so that a
 // directory lists in one order whether from memory or not. The entries
 // are copied under the lock: the state changes beside the listing.
 func (st *dirState) listing() ([]string, []dirEntry, bool) {
@@ -116,7 +116,7 @@ func (st *dirState) listing() ([]string, []dirEntry, bool) {
 			names = append(names, n)
 		}
 	}
-	sort.Slice(names, func(i, j int) bool { return store.NameLess(names[i], names[j]) })
+	slices.SortFunc(names, store.CompareNames) // as the store lists them
 	entries := make([]dirEntry, len(names))
 	for i, n := range names {
 		entries[i] = st.names[n]

@@ -46,6 +46,7 @@ var cases = []benchCase{
 	{group: "shared", run: benchShared},
 	{group: "data", run: benchData},
 	{group: "data_floor", run: benchDataFloor},
+	{group: "du", run: benchDu},
 	{group: "scale", run: benchScale, named: true},
 	{group: "find", run: benchFind, named: true},
 }
