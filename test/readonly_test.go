@@ -1,7 +1,7 @@
 package test
 
-// The admin commands that only read (status, locks, search, export, fsck
-// without --repair) send no write to the cluster and wait for nothing.
+// The admin commands that only read (status, locks, search, du, export,
+// fsck without --repair) send no write to the cluster and wait for nothing.
 
 import (
 	"net/http"
@@ -62,7 +62,7 @@ func isWrite(req string) bool {
 	return true
 }
 
-// TestAdminCommandsOnlyRead: status, locks, search, export and fsck
+// TestAdminCommandsOnlyRead: status, locks, search, du, export and fsck
 // without --repair, run beside a live mount, send no write request (no
 // session of their own, no verdict, no record) and still see what the
 // mount made; status watches no heartbeat unless --observe says so (one
@@ -98,6 +98,7 @@ func TestAdminCommandsOnlyRead(t *testing.T) {
 		{[]string{"search", "okapi"}, "/d/e/g.txt", 0},
 		{[]string{"search", "--name", "g.*"}, "/d/e/g.txt", 0},
 		{[]string{"export", "/d", export}, "exported /d", 0},
+		{[]string{"du", "-a", "/d"}, "\t/d/e/g.txt\n", 0},
 		{[]string{"fsck", "--no-wait"}, "clean", 0},
 		{[]string{"fsck"}, "clean", 0},
 	} {
