@@ -127,8 +127,17 @@ func ofdAnswers(t *testing.T, path string) []string {
 	}
 	i := 0
 	each("another thread", func(string) string { i++; return a.outs[i-1] })
-	// A child process that inherited the open file.
-	f := os.NewFile(uintptr(fd), path)
+	// A child process that inherited the open file, through a duplicate
+	// the *os.File owns: an os.File over fd itself would close fd's
+	// number a second time from its finalizer, after the deferred close,
+	// whatever the number then names (a later test's output pipe: its
+	// esfs mkfs died of SIGPIPE in CI).
+	inherited, err := unix.Dup(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(inherited), path)
+	defer f.Close()
 	cmd := exec.Command("python3", append([]string{"-c", ofdProbe}, ofdSteps...)...)
 	cmd.ExtraFiles = []*os.File{f}
 	got, err := cmd.CombinedOutput()
