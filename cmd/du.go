@@ -285,6 +285,10 @@ func runDu(c *cli.Context) error {
 		return err
 	}
 	defer st.Close()
+	// A consistent view, as search's: the mounts that write in memory
+	// flush, then the indices are refreshed. Not side by side: a mount
+	// that flushed on its own while the recall looked (and so was not
+	// recalled) may have landed its writes after a refresh begun with it.
 	ctx := c.Context
 	if err := flushWriters(ctx, r); err != nil {
 		return err

@@ -31,7 +31,14 @@ type duProblem struct{ path, what string }
 // build returns the model of the tree at path, a path in the filesystem;
 // nil with a problem if path names nothing (or, dirOnly, no directory).
 func (b *duBuilder) build(ctx context.Context, path string, dirOnly bool) (*duNode, []duProblem, error) {
-	e, err := b.view.Get(ctx, path)
+	// The shape of the tree is read beside the path itself, for the
+	// round trip: most operands are directories.
+	var e locking.Entry
+	var sh store.TreeShape
+	err := sideBySide(
+		func() (err error) { e, err = b.view.Get(ctx, path); return },
+		func() (err error) { sh, err = b.st.TreeShape(ctx, path); return },
+	)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -52,11 +59,9 @@ func (b *duBuilder) build(ctx context.Context, path string, dirOnly bool) (*duNo
 		if err != nil {
 			return nil, nil, err
 		}
-		n := b.node(a, "")
-		n.isRoot = true
-		return n, nil, nil
+		return b.node(a, ""), nil, nil
 	}
-	n, problems, ok, err := b.fast(ctx, path)
+	n, problems, ok, err := b.fast(ctx, path, sh)
 	if err != nil || ok {
 		return n, problems, err
 	}
@@ -131,7 +136,7 @@ func (b *duBuilder) whole(ctx context.Context, root string) (*duNode, []duProble
 		}
 		n := b.node(a, d.Name)
 		if d.Path == root {
-			n.isRoot, top = true, n
+			top = n
 		} else if dir := dirs[d.Parent]; dir != nil {
 			dir.kids = append(dir.kids, n)
 			dir.entries++
@@ -214,10 +219,10 @@ type duDir struct {
 	detail bool
 }
 
-// fast builds the tree at root, a directory, from what the index sums:
-// its directories from the path index, their files' st_blocks and sizes
-// summed by directory over the inode index (store.FileSums, by Parents),
-// and one by one only what must be: files with several links (to count
+// fast builds the tree at root, a directory of shape sh, from what the
+// index sums: its directories from the path index, their files'
+// st_blocks and sizes summed by directory over the inode index
+// (store.FileSums, by Parents), and one by one only what must be: files with several links (to count
 // each once, where du meets it first), inodes written without the blocks
 // field, and the entries of the directories du prints the files of
 // (-a), of those past ftsMaxReaddirEntries (whose order needs every
@@ -226,10 +231,9 @@ type duDir struct {
 // removed where its directory was unknown). ok is false when the index
 // cannot answer so (a rename in flight below root, or documents that do
 // not agree): the caller builds the tree whole, through the view.
-func (b *duBuilder) fast(ctx context.Context, root string) (top *duNode, problems []duProblem, ok bool, err error) {
-	sh, err := b.st.TreeShape(ctx, root)
-	if err != nil || sh.Intents > 0 || len(sh.Dirs) == 0 || sh.Dirs[0].Path != root {
-		return nil, nil, false, err
+func (b *duBuilder) fast(ctx context.Context, root string, sh store.TreeShape) (top *duNode, problems []duProblem, ok bool, err error) {
+	if sh.Intents > 0 || len(sh.Dirs) == 0 || sh.Dirs[0].Path != root {
+		return nil, nil, false, nil
 	}
 	dirs := make(map[string]*duDir, len(sh.Dirs))
 	byIno := make(map[uint64]*duDir, len(sh.Dirs))
@@ -343,7 +347,6 @@ func (b *duBuilder) fast(ctx context.Context, root string) (top *duNode, problem
 		sortListing(x.node.kids, x.node.entries)
 	}
 	top = dirs[root].node
-	top.isRoot = true
 	b.log.Debug("du: summed by directory", "path", root, "directories", len(dirs), "listed", len(listed),
 		"inodes read one by one", len(unsummed), "links", len(multi))
 	return top, problems, true, nil

@@ -16,12 +16,11 @@ import (
 
 // duNode is a file or a directory as du meets it.
 type duNode struct {
-	name   string // raw bytes: the name in its directory
-	ino    uint64
-	typ    store.FileType
-	nlink  uint32
-	own    duSum // its own st_blocks and st_size
-	isRoot bool  // a PATH operand (its name is the operand as shown)
+	name  string // raw bytes: the name in its directory
+	ino   uint64
+	typ   store.FileType
+	nlink uint32
+	own   duSum // its own st_blocks and st_size
 
 	// A directory's contents: kids are the entries known one by one, in
 	// the order fts meets them (sortListing); rest sums the others,

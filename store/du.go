@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 )
 
 // duPage is how many hits, or composite buckets, one request of du's
@@ -48,14 +49,31 @@ type TreeShape struct {
 	Intents int64
 }
 
-// TreeShape reads the shape of the tree at root.
+// TreeShape reads the shape of the tree at root: its directories and its
+// counts, side by side. Apart: the counts are an aggregation alone
+// (size 0), which the shards' request cache keeps until the index
+// changes.
 func (s *Store) TreeShape(ctx context.Context, root string) (TreeShape, error) {
 	var sh TreeShape
-	q := treeQuery(root)
-	dirs := map[string]any{"bool": map[string]any{"filter": []any{q, map[string]any{"term": map[string]any{"type": typeNames[TypeDir]}}}}}
+	var dirsErr, countErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sh.Dirs, dirsErr = s.treeDirs(ctx, root)
+	}()
+	sh.Entries, sh.Intents, countErr = s.treeCounts(ctx, root)
+	wg.Wait()
+	return sh, errors.Join(dirsErr, countErr)
+}
+
+// treeDirs lists root, if a directory, and every directory below it.
+func (s *Store) treeDirs(ctx context.Context, root string) ([]Dentry, error) {
+	var dirs []Dentry
+	q := map[string]any{"bool": map[string]any{"filter": []any{treeQuery(root), map[string]any{"term": map[string]any{"type": typeNames[TypeDir]}}}}}
 	var after []any
 	for {
-		req := map[string]any{"size": duPage, "query": dirs, "sort": []any{map[string]any{"path": "asc"}}, "track_total_hits": false}
+		req := map[string]any{"size": duPage, "query": q, "sort": []any{map[string]any{"path": "asc"}}, "track_total_hits": false}
 		if after != nil {
 			req["search_after"] = after
 		}
@@ -66,21 +84,26 @@ func (s *Store) TreeShape(ctx context.Context, root string) (TreeShape, error) {
 		}
 		what := "listing the directories of " + root
 		if err := s.search(ctx, what, s.idx.Paths, req, &out); err != nil {
-			return sh, err
+			return nil, err
 		}
 		for _, h := range out.Hits.Hits {
 			d, err := decodeDentry(h.Source, h.version())
 			if err != nil {
-				return sh, fmt.Errorf("%s: document %s: %w", what, h.ID, err)
+				return nil, fmt.Errorf("%s: document %s: %w", what, h.ID, err)
 			}
-			sh.Dirs = append(sh.Dirs, d)
+			dirs = append(dirs, d)
 		}
 		if len(out.Hits.Hits) < duPage {
-			break
+			return dirs, nil
 		}
 		after = out.Hits.Hits[len(out.Hits.Hits)-1].Sort
 	}
-	sh.Entries = map[string]int64{}
+}
+
+// treeCounts counts the path documents at or below root by directory,
+// and those of them that carry an intent.
+func (s *Store) treeCounts(ctx context.Context, root string) (entries map[string]int64, intents int64, err error) {
+	entries = map[string]int64{}
 	var afterKey map[string]any
 	for first := true; ; first = false {
 		comp := map[string]any{"size": duPage, "sources": []any{
@@ -93,7 +116,7 @@ func (s *Store) TreeShape(ctx context.Context, root string) (TreeShape, error) {
 		if first {
 			aggs["intents"] = map[string]any{"filter": map[string]any{"exists": map[string]any{"field": "op"}}}
 		}
-		req := map[string]any{"size": 0, "query": q, "aggs": aggs, "track_total_hits": false}
+		req := map[string]any{"size": 0, "query": treeQuery(root), "aggs": aggs, "track_total_hits": false}
 		var out struct {
 			Aggregations struct {
 				Parents struct {
@@ -112,21 +135,21 @@ func (s *Store) TreeShape(ctx context.Context, root string) (TreeShape, error) {
 		}
 		what := "counting the entries of the directories of " + root
 		if err := s.search(ctx, what, s.idx.Paths, req, &out); err != nil {
-			return sh, err
+			return nil, 0, err
 		}
 		if first {
-			sh.Intents = out.Aggregations.Intents.DocCount
+			intents = out.Aggregations.Intents.DocCount
 		}
 		for _, b := range out.Aggregations.Parents.Buckets {
 			p, err := decodeText(b.Key.Parent)
 			if err != nil {
-				return sh, fmt.Errorf("%s: %w", what, err)
+				return nil, 0, fmt.Errorf("%s: %w", what, err)
 			}
-			sh.Entries[p] = b.DocCount
+			entries[p] = b.DocCount
 		}
 		afterKey = out.Aggregations.Parents.AfterKey
 		if len(out.Aggregations.Parents.Buckets) < duPage || afterKey == nil {
-			return sh, nil
+			return entries, intents, nil
 		}
 	}
 }
