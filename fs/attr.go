@@ -104,7 +104,7 @@ func (n *node) Getattr(ctx context.Context, fh gofs.FileHandle, out *fuse.AttrOu
 		n.f.fillAttr(a, &out.Attr)
 		return 0
 	}
-	a, kept, err := n.f.core.Getattr(ctx, n, n.EmbeddedInode())
+	a, kept, err := n.f.core.Getattr(ctx, n, n.f.kernelNode(n.EmbeddedInode()))
 	if errors.Is(err, store.ErrNotFound) {
 		if a, err = n.gone(); err != nil {
 			return syscall.ESTALE

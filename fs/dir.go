@@ -40,7 +40,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle
 	if n.removed.Load() {
 		return &dirHandle{n: n}, 0, 0
 	}
-	l, err := n.f.core.OpenDir(ctx, n, n.EmbeddedInode())
+	l, err := n.f.core.OpenDir(ctx, n, n.f.kernelNode(n.EmbeddedInode()))
 	if err != nil {
 		if n.noteRemoved(err) {
 			return &dirHandle{n: n}, 0, 0
@@ -127,7 +127,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	if !ok {
 		return d.n.Lookup(ctx, name, out)
 	}
-	kept, done := d.l.Tell(name, d.n.EmbeddedInode())
+	kept, done := d.l.Tell(name, d.n.f.kernelNode(d.n.EmbeddedInode()))
 	defer done()
 	if !kept {
 		uncached(out) // see node.Lookup

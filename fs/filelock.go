@@ -80,5 +80,5 @@ func (n *node) setlk(ctx context.Context, fh gofs.FileHandle, owner uint64, lk *
 			owners = fh.l.Locks()
 		}
 	}
-	return n.f.toErrno("setlk", n.f.core.SetLock(ctx, n, asKernelNode(n.EmbeddedInode()), h, owners, req, wait))
+	return n.f.toErrno("setlk", n.f.core.SetLock(ctx, n, n.f.kernelNode(n.EmbeddedInode()), h, owners, req, wait))
 }

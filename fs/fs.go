@@ -20,6 +20,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/esfs/esfs/fs/vfs"
@@ -41,6 +42,10 @@ type FS struct {
 	flushOwners sync.Map
 	metrics     *requestMetrics
 	about       []byte // the root's AboutXattr
+	// expirer: how names are expired rather than dropped (expire.go),
+	// once the kernel has said it can; nil until then, and where it
+	// cannot.
+	expirer atomic.Pointer[entryExpirer]
 }
 
 // ctxOf is the context a kernel request runs under (vfs.Mount.CallContext),

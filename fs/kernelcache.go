@@ -3,7 +3,6 @@ package fs
 import (
 	"time"
 
-	"github.com/esfs/esfs/fs/vfs"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -99,13 +98,4 @@ func (n *node) dropOldName(known *gofs.Inode, name string) (inTree bool) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	return true
-}
-
-// asKernelNode is in as a KernelNode: none when in is nil (an interface
-// holding a nil pointer is not nil, and the state tests for none).
-func asKernelNode(in *gofs.Inode) vfs.KernelNode {
-	if in == nil {
-		return nil
-	}
-	return in
 }

@@ -122,7 +122,7 @@ func (n *node) replyCreated(name string, sn store.Node, child *gofs.Inode, out *
 		return func() {}
 	}
 	n.tellAttrs(child, name, sn.Ino, sn.Type, out)
-	kept, done := n.f.core.TellEntry(n.Ino(), name, n.EmbeddedInode())
+	kept, done := n.f.core.TellEntry(n.Ino(), name, n.f.kernelNode(n.EmbeddedInode()))
 	if !kept {
 		uncached(out)
 	}
@@ -130,7 +130,7 @@ func (n *node) replyCreated(name string, sn store.Node, child *gofs.Inode, out *
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
-	ans, err := n.f.core.LookupAt(ctx, n, n.EmbeddedInode(), name)
+	ans, err := n.f.core.LookupAt(ctx, n, n.f.kernelNode(n.EmbeddedInode()), name)
 	defer ans.Done()
 	if n.f.core.Delegations() && !ans.Kept {
 		// go-fuse has the kernel keep an answer, a negative one too, for
@@ -153,7 +153,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 // told under it (and they are invalidated on recall); if none does, it
 // must not keep them.
 func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.FileType, out *fuse.EntryOut) {
-	if !n.f.core.TellAttrs(n.Ino(), name, ino, typ == store.TypeDir, asKernelNode(child)) {
+	if !n.f.core.TellAttrs(n.Ino(), name, ino, typ == store.TypeDir, n.f.kernelNode(child)) {
 		out.SetAttrTimeout(notKept)
 	}
 }

@@ -200,5 +200,5 @@ func (ds *delegs) untell(st *dirState, name string) {
 	if !told || kn == nil || ds.f.closed.Load() {
 		return
 	}
-	go func() { _ = kn.NotifyEntry(name) }() // ENOENT: the kernel had dropped it
+	go func() { _ = kn.ExpireEntry(name) }() // ENOENT: the kernel had dropped it
 }

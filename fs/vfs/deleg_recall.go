@@ -170,9 +170,12 @@ func (ds *delegs) recall(ctx context.Context, d *locking.Delegation) {
 	go func() {
 		defer close(notified)
 		for _, n := range names {
-			// ENOENT: the kernel had already dropped it. Other errors
-			// (ENOTCONN: unmounted) leave nothing to invalidate either.
-			_ = kn.NotifyEntry(n)
+			// Expired, not dropped: the kernel asks again before it
+			// uses the name, and a directory in it that is a working
+			// directory stays one (KernelNode.ExpireEntry). ENOENT: the
+			// kernel had already dropped it. Other errors (ENOTCONN:
+			// unmounted) leave nothing to invalidate either.
+			_ = kn.ExpireEntry(n)
 		}
 	}()
 	select {

@@ -17,6 +17,8 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+
+	"github.com/esfs/esfs/store"
 )
 
 const (
@@ -100,6 +102,15 @@ func (ds *delegs) forget(st *dirState) int {
 		}
 	}
 	told := slices.Collect(maps.Keys(st.kernel))
+	var toldDirs map[string]bool
+	for _, name := range told {
+		if e, ok := st.names[name]; ok && e.typ == store.TypeDir {
+			if toldDirs == nil {
+				toldDirs = map[string]bool{}
+			}
+			toldDirs[name] = true
+		}
+	}
 	attrNodes := slices.Collect(maps.Values(st.attrTold))
 	kn := st.node
 	st.names, st.kernel, st.attrTold = map[string]dirEntry{}, map[string]bool{}, map[uint64]KernelNode{}
@@ -125,8 +136,17 @@ func (ds *delegs) forget(st *dirState) int {
 		_ = c.NotifyContent(-1, 0)
 	}
 	if kn != nil {
+		// Files and absent names are dropped, which is what frees the
+		// kernel's inodes and go-fuse's nodes. Directories are only
+		// expired: one may be a process's working directory, which a
+		// drop would unhash (KernelNode.ExpireEntry); they are few, and
+		// their own states shed what is under them.
 		for _, name := range told {
-			_ = kn.NotifyEntry(name) // ENOENT: the kernel had dropped it
+			if toldDirs[name] {
+				_ = kn.ExpireEntry(name)
+			} else {
+				_ = kn.NotifyEntry(name) // ENOENT: the kernel had dropped it
+			}
 		}
 	}
 	return n

@@ -10,11 +10,17 @@ import (
 // sees it: what it must make the kernel forget when another mount's
 // change makes it wrong, a name under a directory (NotifyEntry) or the
 // attributes and pages of a file (NotifyContent with offset -1). The
-// adapter's nodes (go-fuse's *Inode) are KernelNodes; the state keeps
-// them as this, never as go-fuse's type.
+// adapter's nodes (go-fuse's *Inode, with what go-fuse cannot send) are
+// KernelNodes; the state keeps them as this, never as go-fuse's type.
 type KernelNode interface {
 	NotifyEntry(name string) syscall.Errno
 	NotifyContent(off, size int64) syscall.Errno
+	// ExpireEntry makes the kernel ask again about name before it next
+	// uses it, but keep it meanwhile: a directory that is some process's
+	// working directory stays one getcwd can name, where NotifyEntry
+	// would unhash it (ENOENT). A kernel without FUSE_EXPIRE_ONLY (before
+	// Linux 6.2) drops the name instead.
+	ExpireEntry(name string) syscall.Errno
 }
 
 // KeptAtMost bounds how long the kernel may keep an answer given under a
