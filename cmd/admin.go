@@ -70,6 +70,29 @@ func adminReader(c *cli.Context) (*store.Store, *locking.Reader, error) {
 	return st, locking.NewReader(st, 0, log), nil
 }
 
+// adminView opens the store for a command that searches the tree as
+// readers see it (find, du, search): the mounts that write in memory
+// flush, then the indices which names are refreshed, so the searches see
+// every call that returned on a mount before the command began. In that
+// order, not side by side: a mount that flushed on its own while the
+// recall looked (and so was not recalled) may have landed its writes
+// after a refresh begun with it.
+func adminView(c *cli.Context, which store.Searched) (*store.Store, *locking.Reader, error) {
+	st, r, err := adminReader(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := flushWriters(c.Context, r); err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	if err := st.Refresh(c.Context, which); err != nil {
+		st.Close()
+		return nil, nil, explain(err, c.String("es-url"))
+	}
+	return st, r, nil
+}
+
 // noWaitRecall bounds fsck --no-wait's recall of the writers.
 const noWaitRecall = 5 * time.Second
 

@@ -280,22 +280,12 @@ func runDu(c *cli.Context) error {
 		}
 	}
 
-	st, r, err := adminReader(c)
+	st, r, err := adminView(c, store.SearchedPaths|store.SearchedInodes)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	// A consistent view, as search's: the mounts that write in memory
-	// flush, then the indices are refreshed. Not side by side: a mount
-	// that flushed on its own while the recall looked (and so was not
-	// recalled) may have landed its writes after a refresh begun with it.
 	ctx := c.Context
-	if err := flushWriters(ctx, r); err != nil {
-		return err
-	}
-	if err := st.Refresh(ctx, store.SearchedPaths|store.SearchedInodes); err != nil {
-		return explain(err, c.String("es-url"))
-	}
 	out := bufio.NewWriterSize(os.Stdout, 64<<10)
 	w := newDuWalk(o, out, len(args))
 	b := &duBuilder{st: st, view: r.View, all: o.all, maxDepth: w.maxDepth, log: quietLogger(c.Bool("debug"))}

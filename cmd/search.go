@@ -80,18 +80,12 @@ func runSearch(c *cli.Context) error {
 		f.Under = subdir // what is outside the mount cannot be printed under it
 	}
 
-	st, r, err := adminReader(c)
+	st, r, err := adminView(c, store.SearchedPaths|store.SearchedData)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	ctx := c.Context
-	if err := flushWriters(ctx, r); err != nil {
-		return err
-	}
-	if err := st.Refresh(ctx, store.SearchedPaths|store.SearchedData); err != nil {
-		return explain(err, c.String("es-url"))
-	}
 	found := map[string]bool{}
 	collect := func(q string, inos []uint64) error {
 		// The view shows each path as readers see it (a rename in flight
