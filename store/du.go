@@ -269,10 +269,8 @@ func exactSum(v json.Number) (int64, error) {
 // with several links (which du counts once, where it meets them first),
 // and inodes without the blocks field.
 func (s *Store) Unsummed(ctx context.Context, dirs []uint64) ([]Inode, error) {
-	var out []Inode
-	for from := 0; from < len(dirs); from += duTermsBatch {
-		batch := dirs[from:min(from+duTermsBatch, len(dirs))]
-		sc := &InodeScanner{s: s, query: map[string]any{"bool": map[string]any{
+	return scanBatches(ctx, dirs, func(batch []uint64) pager[Inode] {
+		return &InodeScanner{s: s, query: map[string]any{"bool": map[string]any{
 			"filter": []any{map[string]any{"terms": map[string]any{"parents": batch}}},
 			"should": []any{
 				map[string]any{"range": map[string]any{"nlink": map[string]any{"gt": 1}}},
@@ -281,68 +279,51 @@ func (s *Store) Unsummed(ctx context.Context, dirs []uint64) ([]Inode, error) {
 			"minimum_should_match": 1,
 			"must_not":             []any{map[string]any{"term": map[string]any{"type": typeNames[TypeDir]}}},
 		}}}
-		for {
-			page, bad, err := sc.Next(ctx)
-			if err != nil {
-				return nil, err
-			}
-			for _, b := range bad {
-				return nil, b
-			}
-			if page == nil {
-				break
-			}
-			out = append(out, page...)
-		}
-	}
-	return out, nil
+	})
 }
 
 // PathsOf returns the path documents at or below root that name one of
 // inos, in path order.
 func (s *Store) PathsOf(ctx context.Context, inos []uint64, root string) ([]Dentry, error) {
-	var out []Dentry
-	for from := 0; from < len(inos); from += duTermsBatch {
-		batch := inos[from:min(from+duTermsBatch, len(inos))]
+	return scanBatches(ctx, inos, func(batch []uint64) pager[Dentry] {
 		q := map[string]any{"bool": map[string]any{"filter": []any{
 			treeQuery(root), map[string]any{"terms": map[string]any{"ino": batch}},
 		}}}
-		sc := &Scanner{s: s, query: q, sortKey: "path", pageSize: duPage}
-		for {
-			page, bad, err := sc.Next(ctx)
-			if err != nil {
-				return nil, err
-			}
-			for _, b := range bad {
-				return nil, b
-			}
-			if page == nil {
-				break
-			}
-			out = append(out, page...)
-		}
-	}
-	return out, nil
+		return &Scanner{s: s, query: q, sortKey: "path", pageSize: duPage}
+	})
 }
 
 // PathsIn returns the path documents in directories dirs (by path), in
 // path order.
 func (s *Store) PathsIn(ctx context.Context, dirs []string) ([]Dentry, error) {
-	var out []Dentry
-	for from := 0; from < len(dirs); from += duTermsBatch {
-		batch := dirs[from:min(from+duTermsBatch, len(dirs))]
+	return scanBatches(ctx, dirs, func(batch []string) pager[Dentry] {
 		enc := make([]string, len(batch))
 		for i, d := range batch {
 			enc[i] = encodeText(d)
 		}
-		sc := &Scanner{s: s, query: map[string]any{"terms": map[string]any{"parent": enc}}, sortKey: "path", pageSize: duPage}
+		return &Scanner{s: s, query: map[string]any{"terms": map[string]any{"parent": enc}}, sortKey: "path", pageSize: duPage}
+	})
+}
+
+// pager is a scan read page by page (Scanner, InodeScanner).
+type pager[T any] interface {
+	Next(ctx context.Context) (page []T, bad []error, err error)
+}
+
+// scanBatches runs the scan that scan makes of each duTermsBatch of keys
+// (a terms query takes that many at most) and returns all it finds. A
+// damaged document fails it: du's sums must be whole or not be.
+func scanBatches[K, T any](ctx context.Context, keys []K, scan func(batch []K) pager[T]) ([]T, error) {
+	var out []T
+	for from := 0; from < len(keys); from += duTermsBatch {
+		sc := scan(keys[from:min(from+duTermsBatch, len(keys))])
 		for {
 			page, bad, err := sc.Next(ctx)
 			if err != nil {
 				return nil, err
 			}
-			for _, b := range bad {
-				return nil, b
+			if len(bad) > 0 {
+				return nil, bad[0]
 			}
 			if page == nil {
 				break
