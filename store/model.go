@@ -316,12 +316,17 @@ func Join(dir, name string) string {
 	return dir + "/" + name
 }
 
-// Split returns the directory and last component of a path; ("", "") for "/".
+// Split returns the directory and last component of a path; ("", "") for
+// "/", and no directory for a path without a slash (esfs makes none; a
+// damaged document may hold one).
 func Split(path string) (dir, name string) {
 	if path == "/" {
 		return "", ""
 	}
 	i := strings.LastIndexByte(path, '/')
+	if i < 0 {
+		return "", path
+	}
 	if i == 0 {
 		return "/", path[1:]
 	}
