@@ -68,4 +68,16 @@ func TestPartialRunKeepsRows(t *testing.T) {
 	if !strings.Contains(got, "| mdtest stat | 752/s |\n| cp -a | 2.57 s |\n") || !strings.Contains(got, "Rows cp -a: produced by `only tools`.") {
 		t.Errorf("the second partial peer run:\n%s", got)
 	}
+	// A rerun of one of two rows says once where each comes from.
+	rerun := &table{intro: "# esfs benchmark results\n\nProduced by `only create_8t`.\n\n", header: main.header,
+		rows: []string{"| create_8t | creates | 4.20 |"}}
+	got = compose(got, rerun, nil, true)
+	for _, want := range []string{"Rows create_1t: produced by `only create`.", "Rows create_8t: produced by `only create_8t`.", "| create_8t | creates | 4.20 |"} {
+		if strings.Count(got, want) != 1 {
+			t.Errorf("after a rerun of create_8t, %q is there %d times:\n%s", want, strings.Count(got, want), got)
+		}
+	}
+	if strings.Contains(got, "create_1t, create_8t") {
+		t.Errorf("after a rerun of create_8t, the first run still claims it:\n%s", got)
+	}
 }

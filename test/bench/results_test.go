@@ -120,8 +120,34 @@ func (tb *table) mergeInto(old *table) *table {
 			produced = "produced by " + rest
 		}
 	}
-	out.intro = strings.TrimRight(old.intro, "\n") + fmt.Sprintf("\n\nRows %s: %s\n\n", strings.Join(names, ", "), produced)
+	out.intro = strings.TrimRight(supersede(old.intro, names), "\n") + fmt.Sprintf("\n\nRows %s: %s\n\n", strings.Join(names, ", "), produced)
 	return out
+}
+
+// supersede takes names out of the "Rows ...: produced by" paragraphs of
+// intro, which ran them before (dropping a paragraph left with none): a
+// rerun of rows says once where they now come from.
+func supersede(intro string, names []string) string {
+	paras := strings.Split(intro, "\n\n")
+	var out []string
+	for _, p := range paras {
+		rest, ok := strings.CutPrefix(p, "Rows ")
+		list, how, ok2 := strings.Cut(rest, ": produced by ")
+		if !ok || !ok2 {
+			out = append(out, p)
+			continue
+		}
+		var left []string
+		for _, n := range strings.Split(list, ", ") {
+			if !slices.Contains(names, n) {
+				left = append(left, n)
+			}
+		}
+		if len(left) > 0 {
+			out = append(out, "Rows "+strings.Join(left, ", ")+": produced by "+how)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
 
 // splitSections cuts a results file into what comes before its first
