@@ -25,16 +25,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// duSeed is the seed of a randomized test: ESFS_TEST_SEED, or a new one,
-// logged so that a failure can be replayed.
-func duSeed(t *testing.T) uint64 {
-	seed := rand.Uint64()
+// testSeed is the seed of a differential test (find's, du's), logged so
+// that a failure can be replayed: ESFS_TEST_SEED replays one; with
+// ESFS_TEST_NEW_SEED=1 a new one (exploring); else the suite's, 10: as
+// the fault campaign keeps fixed seeds in the suite, a new finding is for
+// an exploring run to make, not for the suite to trip on by chance. (Seed
+// 1795946204461420484 found, on a loaded machine and whatever the seed,
+// getcwd failing in a directory a recall had made the kernel drop:
+// TestWorkingDirectoryOutlivesRecalls.)
+func testSeed(t *testing.T) uint64 {
+	seed := uint64(10)
 	if s := os.Getenv("ESFS_TEST_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			t.Fatalf("ESFS_TEST_SEED=%q: want a number", s)
 		}
 		seed = v
+	} else if os.Getenv("ESFS_TEST_NEW_SEED") == "1" {
+		seed = rand.Uint64() >> 1 // find's generator takes an int64
 	}
 	t.Logf("seed %d (ESFS_TEST_SEED=%d replays it)", seed, seed)
 	return seed
@@ -345,16 +353,16 @@ func randomDuArgs(rnd *rand.Rand, paths []duPath, abs string) []string {
 }
 
 // TestDuDiff: esfs du prints what GNU du prints through a mount of the
-// same tree, byte for byte, with the same exit status, for hundreds of
-// random invocations over a random tree (ESFS_TEST_SEED replays one;
-// ESFS_DU_RUNS sets how many). GNU du runs through two mounts: the one
-// that made the tree (its listings from memory) and a fresh one (from the
-// store). Half the invocations run after some inodes lost their Parents
-// or their blocks field, as those an older esfs wrote: esfs du must then
-// read what the sums miss, and still print the same.
+// same tree, byte for byte, with the same exit status, for a thousand
+// random invocations over a random tree (testSeed; ESFS_DU_RUNS sets how
+// many). GNU du runs through two mounts: the one that made the tree (its
+// listings from memory) and a fresh one (from the store). Half the
+// invocations run after some inodes lost their Parents or their blocks
+// field, as those an older esfs wrote: esfs du must then read what the
+// sums miss, and still print the same.
 func TestDuDiff(t *testing.T) {
-	rnd := rand.New(rand.NewPCG(duSeed(t), 0))
-	runs := 400
+	rnd := rand.New(rand.NewPCG(testSeed(t), 0))
+	runs := 1000
 	if s := os.Getenv("ESFS_DU_RUNS"); s != "" {
 		runs, _ = strconv.Atoi(s)
 	}
@@ -391,7 +399,7 @@ func TestDuDiff(t *testing.T) {
 // -a, follows that order. The tree is written straight into the index,
 // and its links made through a mount; GNU du runs through a fresh one.
 func TestDuDiffBigDir(t *testing.T) {
-	rnd := rand.New(rand.NewPCG(duSeed(t), 0))
+	rnd := rand.New(rand.NewPCG(testSeed(t), 0))
 	f := mounttest.NewFS(t)
 	var names []string
 	for i := 0; i < 10030; i++ {

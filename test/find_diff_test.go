@@ -23,27 +23,6 @@ import (
 	"github.com/esfs/esfs/test/mounttest"
 )
 
-// testSeed is ESFS_TEST_SEED, to replay a run; a new seed with
-// ESFS_TEST_NEW_SEED=1 (exploring); else the suite's seed, 10, as the
-// fault campaign keeps fixed seeds in the suite: a new finding is for an
-// exploring run to make, not for the suite to trip on by chance. (Seed
-// 1795946204461420484 on a loaded machine found getcwd failing in a
-// directory a recall had made the kernel drop, whatever the seed:
-// TestWorkingDirectoryOutlivesRecalls.)
-func testSeed(t *testing.T) int64 {
-	if os.Getenv("ESFS_TEST_SEED") == "" && os.Getenv("ESFS_TEST_NEW_SEED") != "1" {
-		return 10
-	}
-	if s := os.Getenv("ESFS_TEST_SEED"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatalf("ESFS_TEST_SEED=%q: %v", s, err)
-		}
-		return n
-	}
-	return time.Now().UnixNano()
-}
-
 // findDiffRuns is how many expressions a run tries (ESFS_TEST_FIND_RUNS
 // to change it).
 func findDiffRuns(t *testing.T) int {
@@ -70,8 +49,7 @@ func TestFindDiff(t *testing.T) {
 		t.Skip("needs root (owners, devices)")
 	}
 	mounttest.QuickExit(t)
-	seed := testSeed(t)
-	t.Logf("seed %d (ESFS_TEST_SEED=%d to replay)", seed, seed)
+	seed := int64(testSeed(t))
 	f := mounttest.NewFS(t)
 	m := f.Mount(t)
 	tr := makeDiffTree(t, m.Dir, seed)
