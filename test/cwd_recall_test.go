@@ -14,33 +14,18 @@ import (
 	"github.com/esfs/esfs/test/mounttest"
 )
 
-// cwdShell is a process whose working directory is dir, which answers
-// each pwd with what getcwd names, or its error.
-type cwdShell struct {
-	in  io.WriteCloser
-	out *bufio.Reader
-}
-
-func startCwdShell(t *testing.T, dir string) *cwdShell {
+// startReadyIn starts argv with working directory dir, its standard
+// input and output piped (its errors discarded), and returns them once it
+// printed "ready": from then on its working directory is dir.
+func startReadyIn(t *testing.T, dir string, argv ...string) (io.WriteCloser, *bufio.Reader) {
 	t.Helper()
-	// Python's getcwd is the system call's: coreutils' pwd, when getcwd
-	// fails, walks ".." up itself and finds the path anyway.
-	cmd := exec.Command("python3", "-c", `
-import os, sys
-print("ready", flush=True)
-for _ in sys.stdin:
-    try:
-        print(os.getcwd())
-    except OSError as e:
-        print(e)
-    print(".", flush=True)
-`)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
+	outPipe, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +36,36 @@ for _ in sys.stdin:
 		in.Close()
 		_ = cmd.Wait()
 	})
-	s := &cwdShell{in: in, out: bufio.NewReader(out)}
-	if line, err := s.out.ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("the process in %s said %q, %v", dir, line, err)
+	out := bufio.NewReader(outPipe)
+	if line, err := out.ReadString('\n'); line != "ready\n" {
+		t.Fatalf("%s in %s: %q, %v", argv[0], dir, line, err)
 	}
-	return s
+	return in, out
+}
+
+// cwdShell is a process whose working directory is dir, which answers
+// each pwd with what getcwd names, or its error.
+type cwdShell struct {
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+// startCwdShell starts a cwdShell in dir. Python's getcwd is the system
+// call's: coreutils' pwd, when getcwd fails, walks ".." up itself and
+// finds the path anyway.
+func startCwdShell(t *testing.T, dir string) *cwdShell {
+	t.Helper()
+	in, out := startReadyIn(t, dir, "python3", "-c", `
+import os, sys
+print("ready", flush=True)
+for _ in sys.stdin:
+    try:
+        print(os.getcwd())
+    except OSError as e:
+        print(e)
+    print(".", flush=True)
+`)
+	return &cwdShell{in: in, out: out}
 }
 
 // pwd is what the process's getcwd answers.

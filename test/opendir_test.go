@@ -6,7 +6,6 @@ package test
 // fchown and futimens as on a local filesystem, and getdents ENOENT.
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"os"
@@ -48,24 +47,7 @@ func removedDirCalls(t *testing.T, dir, through string, remove func(string) erro
 		t.Fatal(err)
 	}
 	// A shell whose working directory it is, asked once it is removed.
-	sh := exec.Command("sh", "-c", `echo ready; read go; stat -c "cwd: nlink %h, mode %a" .; ls -a; echo "ls: $?"`)
-	sh.Dir = filepath.Join(dir, "b")
-	sh.Stderr = sh.Stdout
-	in, err := sh.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outPipe, err := sh.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sh.Start(); err != nil {
-		t.Fatal(err)
-	}
-	shOut := bufio.NewReader(outPipe)
-	if line, err := shOut.ReadString('\n'); line != "ready\n" {
-		t.Fatalf("the shell in %s/b: %q, %v", dir, line, err)
-	}
+	in, shOut := startReadyIn(t, filepath.Join(dir, "b"), "sh", "-c", `echo ready; read go; stat -c "cwd: nlink %h, mode %a" .; ls -a; echo "ls: $?"`)
 	if err := remove(through); err != nil {
 		out, _ := exec.Command("ls", "-laR", dir).CombinedOutput()
 		t.Fatalf("removing %s/b: %v\n%s", through, err, out)
@@ -97,7 +79,6 @@ func removedDirCalls(t *testing.T, dir, through string, remove func(string) erro
 	in.Write([]byte("go\n"))
 	in.Close()
 	rest, _ := io.ReadAll(shOut)
-	_ = sh.Wait()
 	return out + string(rest)
 }
 
