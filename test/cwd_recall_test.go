@@ -119,6 +119,9 @@ func TestWorkingDirectoryOutlivesRecalls(t *testing.T) {
 		t.Fatalf("import: %v\n%s", err, out)
 	}
 	a, am := delegMount(t, f, "--names-kept", fmt.Sprint(kept), "--lease", "60s")
+	if strings.Contains(a.Log(), "the kernel cannot expire a name") {
+		t.Skip("this kernel drops names it is told to forget (FUSE_EXPIRE_ONLY needs Linux 6.2): a cwd there fails getcwd after a recall, as the README says")
+	}
 	b, _ := delegMount(t, f)
 	cwd := a.Path("t", "d", "sub")
 	// holdD waits for A to hold delegations on /, t, d and sub (none on
