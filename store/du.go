@@ -23,18 +23,6 @@ const duPage = 10000
 // is 65,536).
 const duTermsBatch = 10000
 
-// treeQuery matches root's path document and every one below it.
-func treeQuery(root string) map[string]any {
-	if root == "/" {
-		return map[string]any{"match_all": map[string]any{}}
-	}
-	enc := encodeText(root)
-	return map[string]any{"bool": map[string]any{"should": []any{
-		map[string]any{"term": map[string]any{"path": enc}},
-		map[string]any{"prefix": map[string]any{"path": enc + "/"}},
-	}, "minimum_should_match": 1}}
-}
-
 // TreeShape is what the path index says of the tree at a root.
 type TreeShape struct {
 	// Dirs are the root (if a directory) and every directory below it,

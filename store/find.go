@@ -366,18 +366,6 @@ func (c Cond) String() string {
 	return string(b)
 }
 
-// pathsBelow is the query of root and the paths below it.
-func pathsBelow(root string) map[string]any {
-	if root == "/" {
-		return map[string]any{"match_all": map[string]any{}}
-	}
-	enc := encodeText(root)
-	return map[string]any{"bool": map[string]any{"should": []any{
-		map[string]any{"term": map[string]any{"path": enc}},
-		map[string]any{"prefix": map[string]any{"path": enc + "/"}},
-	}, "minimum_should_match": 1}}
-}
-
 // orInFlight is the query of the path documents that meet c, or that
 // carry a rename's intent: the view may show those with another inode
 // and type than they hold.
@@ -415,7 +403,7 @@ func (s *Store) CountInodes(ctx context.Context, c Cond) (int64, error) {
 // CountPaths is the number of path documents at or below root that meet
 // c (or carry an intent). Near-realtime: refresh first (SearchedPaths).
 func (s *Store) CountPaths(ctx context.Context, root string, c Cond) (int64, error) {
-	q := map[string]any{"bool": map[string]any{"filter": []any{pathsBelow(root), orInFlight(c)}}}
+	q := map[string]any{"bool": map[string]any{"filter": []any{treeQuery(root), orInFlight(c)}}}
 	return s.count(ctx, "counting paths", s.idx.Paths, q)
 }
 

@@ -41,17 +41,19 @@ func (s *Store) ListDir(dir string, pageSize int) *Scanner {
 // point-in-time, so that the scan sees one consistent snapshot of the index
 // however long it takes.
 func (s *Store) ScanTree(root string, pageSize int) *Scanner {
-	var q map[string]any
+	return &Scanner{s: s, query: treeQuery(root), sortKey: "path", pageSize: pageSize, usePIT: true}
+}
+
+// treeQuery matches root's path document and every one below it.
+func treeQuery(root string) map[string]any {
 	if root == "/" {
-		q = map[string]any{"match_all": map[string]any{}}
-	} else {
-		enc := encodeText(root)
-		q = map[string]any{"bool": map[string]any{"should": []any{
-			map[string]any{"term": map[string]any{"path": enc}},
-			map[string]any{"prefix": map[string]any{"path": enc + "/"}},
-		}, "minimum_should_match": 1}}
+		return map[string]any{"match_all": map[string]any{}}
 	}
-	return &Scanner{s: s, query: q, sortKey: "path", pageSize: pageSize, usePIT: true}
+	enc := encodeText(root)
+	return map[string]any{"bool": map[string]any{"should": []any{
+		map[string]any{"term": map[string]any{"path": enc}},
+		map[string]any{"prefix": map[string]any{"path": enc + "/"}},
+	}, "minimum_should_match": 1}}
 }
 
 // Unsnapshotted makes a scan that has not begun read without a

@@ -87,11 +87,7 @@ func (s *Store) ContentMatches(ctx context.Context, query string, each func(inos
 func (s *Store) SearchPaths(query string, inos []uint64, f SearchFilter, pageSize int) (*Scanner, error) {
 	var filter, should []any
 	if f.Under != "" && f.Under != "/" {
-		enc := encodeText(f.Under)
-		filter = append(filter, map[string]any{"bool": map[string]any{"should": []any{
-			map[string]any{"term": map[string]any{"path": enc}},
-			map[string]any{"prefix": map[string]any{"path": enc + "/"}},
-		}, "minimum_should_match": 1}})
+		filter = append(filter, treeQuery(f.Under))
 	}
 	if f.Name != "" {
 		re, err := globRegexp(encodeText(f.Name))
