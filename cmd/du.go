@@ -268,11 +268,14 @@ func runDu(c *cli.Context) error {
 	if len(o.paths) == 0 {
 		o.paths = []string{"."}
 	}
-	index := c.String("index")
 	mounts, err := mountTable()
 	if err != nil {
 		return err
 	}
+	if err := indexOfMounts(c, o.paths, mounts); err != nil {
+		return err
+	}
+	index := c.String("index")
 	args := make([]duArg, len(o.paths))
 	for i, p := range o.paths {
 		if args[i], err = resolveDuArg(p, index, mounts); err != nil {

@@ -90,23 +90,3 @@ func resolveDuArg(p, index string, mounts []mountLine) (duArg, error) {
 	}
 	return a, nil
 }
-
-// mountedPath is the path in filesystem index of abs, a path on this
-// machine, if it is under a mount of that filesystem (ok); a path under
-// a mount of another esfs filesystem is a mistake.
-func mountedPath(abs, index string, mounts []mountLine) (path string, ok bool, err error) {
-	m, found := mountOf(abs, mounts)
-	if !found || m.fstype != esfsType {
-		return "", false, nil
-	}
-	subdir, ok := subdirOfSource(m.source, index)
-	if !ok {
-		other, _, _ := strings.Cut(strings.TrimPrefix(m.source, "esfs:"), ":")
-		return "", false, usagef("%s is in filesystem %s (mounted at %s), not %s: give --index %s", abs, other, m.dir, index, other)
-	}
-	rest := strings.TrimPrefix(abs, m.dir)
-	if m.dir == "/" {
-		rest = abs
-	}
-	return filepath.Join(subdir, rest), true, nil
-}

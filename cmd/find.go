@@ -170,14 +170,8 @@ func runFind(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if !c.IsSet("index") || c.String("index") == "" {
-		// Neither --index nor ESFS_INDEX: the filesystem mounted where
-		// the paths are, if they are under mounts of one.
-		if idx := mountedIndex(x.paths, mounts); idx != "" {
-			if err := c.Set("index", idx); err != nil {
-				return err
-			}
-		}
+	if err := indexOfMounts(c, x.paths, mounts); err != nil {
+		return err
 	}
 	index := c.String("index")
 	// Each PATH is resolved before anything is asked of Elasticsearch: a
@@ -238,8 +232,7 @@ func resolveFindPath(given, index string, mounts []mountLine) (findStart, error)
 	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
 		local = filepath.Join(dir, filepath.Base(abs))
 	}
-	in, ok := mountOf(local, mounts)
-	if ok && in.fstype == esfsType && strings.HasSuffix(given, "/") {
+	if in, ok := mountOf(local, mounts); ok && in.fstype == esfsType && strings.HasSuffix(given, "/") {
 		// A trailing slash makes the kernel follow a symbolic link, and
 		// insist on a directory.
 		full, err := filepath.EvalSymlinks(abs)
@@ -248,19 +241,13 @@ func resolveFindPath(given, index string, mounts []mountLine) (findStart, error)
 			return s, nil
 		}
 		local = full
-		in, ok = mountOf(local, mounts)
 	}
-	if ok && in.fstype == esfsType {
-		subdir, ok := subdirOfSource(in.source, index)
-		if !ok {
-			other, _, _ := strings.Cut(strings.TrimPrefix(in.source, "esfs:"), ":")
-			return s, usagef("find: %s is in a mount of filesystem %s, not %s (--index %s)", given, other, index, other)
-		}
-		rel := strings.TrimPrefix(local, in.dir)
-		if in.dir == "/" {
-			rel = local
-		}
-		s.fsPath = filepath.Join(subdir, rel)
+	path, ok, err := mountedPath(local, index, mounts)
+	if err != nil {
+		return s, fmt.Errorf("find: %w", err)
+	}
+	if ok {
+		s.fsPath = path
 		return s, nil
 	}
 	if !filepath.IsAbs(given) {
@@ -268,31 +255,6 @@ func resolveFindPath(given, index string, mounts []mountLine) (findStart, error)
 	}
 	s.fsPath = filepath.Clean(given)
 	return s, nil
-}
-
-// mountedIndex is the filesystem of the esfs mounts that paths are in,
-// "" if they are in none or in mounts of several.
-func mountedIndex(paths []string, mounts []mountLine) string {
-	index := ""
-	for _, p := range paths {
-		abs, err := filepath.Abs(p)
-		if err != nil {
-			return ""
-		}
-		if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-			abs = filepath.Join(dir, filepath.Base(abs))
-		}
-		m, ok := mountOf(abs, mounts)
-		if !ok || m.fstype != esfsType {
-			continue
-		}
-		idx, _, _ := strings.Cut(strings.TrimPrefix(m.source, "esfs:"), ":")
-		if index != "" && idx != index {
-			return ""
-		}
-		index = idx
-	}
-	return index
 }
 
 // statBlocks and statNlink are what the mount reports.

@@ -629,6 +629,13 @@ func TestDuUsage(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "give --index "+other.Index) {
 		t.Errorf("esfs du of another filesystem's mount point: status %d: %s", r.code, r.stderr)
 	}
+	// Without --index or ESFS_INDEX: the filesystem mounted there, as
+	// esfs find takes it.
+	gnu := runDu(t, om.Dir, nil, "du", "-s", ".")
+	r = runDu(t, om.Dir, []string{"ELASTICSEARCH_URL=" + other.URL, "ESFS_INDEX="}, f.Bin, "du", "-s", ".")
+	if r.code != 0 || r.stdout != gnu.stdout {
+		t.Errorf("esfs du -s . in a mount without --index: status %d %q, GNU du printed %q\n%s", r.code, r.stdout, gnu.stdout, r.stderr)
+	}
 	// -h is GNU du's --human-readable, never help.
 	if r := runDu(t, "/", env, f.Bin, "du", "-h", "/t"); r.code != 0 || r.stdout != "0\t/t/d\n0\t/t\n" {
 		t.Errorf("esfs du -h /t: status %d:\n%s%s", r.code, r.stdout, r.stderr)

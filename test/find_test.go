@@ -138,7 +138,7 @@ touch -d '40 days ago' projects/a/deep/old.log
 	other := mounttest.NewFS(t)
 	om := other.Mount(t)
 	r = mounttest.Run(t, mounttest.Cmd{Args: []string{"find", "--es-url", f.URL, "--index", f.Index, om.Dir}, Split: true, Limit: time.Minute})
-	if r.Code != 2 || !strings.Contains(r.Stderr, "is in a mount of filesystem "+other.Index) {
+	if r.Code != 2 || !strings.Contains(r.Stderr, "give --index "+other.Index) {
 		t.Errorf("esfs find in a mount of another filesystem: status %d %q", r.Code, r.Stderr)
 	}
 }
