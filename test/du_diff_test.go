@@ -7,9 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -517,33 +515,19 @@ func ageInodes(t *testing.T, f *mounttest.FS, rnd *rand.Rand) int {
 	return n
 }
 
-// esJSON sends a request to the test cluster and decodes its answer.
+// esJSON sends a request to the test cluster (mounttest.ESRequest) and
+// decodes its answer.
 func esJSON(t *testing.T, f *mounttest.FS, method, path string, body, out any) {
 	t.Helper()
-	var rd *bytes.Reader
+	text := ""
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rd = bytes.NewReader(b)
-	} else {
-		rd = bytes.NewReader(nil)
+		text = string(b)
 	}
-	req, err := http.NewRequest(method, strings.TrimSuffix(f.URL, "/")+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if res.StatusCode/100 != 2 {
-		t.Fatalf("%s %s: %s: %.500s", method, path, res.Status, raw)
-	}
+	raw := mounttest.ESRequest(t, strings.TrimSuffix(f.URL, "/"), method, path, text)
 	if out != nil {
 		// Numbers as they are: inode numbers pass 2^53.
 		dec := json.NewDecoder(bytes.NewReader(raw))
