@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"os"
 	"reflect"
-	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"github.com/esfs/esfs/fs/vfs"
 	gofs "github.com/hanwen/go-fuse/v2/fs"
@@ -81,15 +81,15 @@ func fuseFile(srv *fuse.Server) *os.File {
 // the error field) then fuse_notify_inval_entry_out and the name with its
 // NUL, in one write, as the kernel reads a notification.
 func (x *entryExpirer) expire(parent uint64, name string) syscall.Errno {
-	const header, body = 16, 16
+	const header, body = int(unsafe.Sizeof(fuse.OutHeader{})), int(unsafe.Sizeof(fuse.NotifyInvalEntryOut{}))
 	msg := make([]byte, header+body+len(name)+1)
 	binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
 	binary.NativeEndian.PutUint32(msg[4:], uint32(-fuse.NOTIFY_INVAL_ENTRY))
 	binary.NativeEndian.PutUint64(msg[8:], 0)
-	binary.NativeEndian.PutUint64(msg[16:], parent)
-	binary.NativeEndian.PutUint32(msg[24:], uint32(len(name)))
-	binary.NativeEndian.PutUint32(msg[28:], fuse.EXPIRE_ONLY)
-	copy(msg[32:], name)
+	binary.NativeEndian.PutUint64(msg[header:], parent)
+	binary.NativeEndian.PutUint32(msg[header+8:], uint32(len(name)))
+	binary.NativeEndian.PutUint32(msg[header+12:], fuse.EXPIRE_ONLY)
+	copy(msg[header+body:], name)
 	var errno syscall.Errno
 	err := x.conn.Write(func(fd uintptr) bool {
 		if _, err := unix.Write(int(fd), msg); err != nil {
@@ -111,15 +111,15 @@ func (x *entryExpirer) expire(parent uint64, name string) syscall.Errno {
 // this mount's expirer for what it cannot.
 type kernelNode struct {
 	*gofs.Inode
-	expirer *atomic.Pointer[entryExpirer]
+	expirer *entryExpirer // nil: names are dropped
 }
 
 // ExpireEntry makes the kernel ask again about name before it next uses
 // it, keeping the name meanwhile; where it cannot, the name is dropped.
 // ExternalNodeID: a node's id is its inode number.
 func (kn kernelNode) ExpireEntry(name string) syscall.Errno {
-	if x := kn.expirer.Load(); x != nil {
-		return x.expire(kn.StableAttr().Ino, name)
+	if kn.expirer != nil {
+		return kn.expirer.expire(kn.StableAttr().Ino, name)
 	}
 	return kn.NotifyEntry(name)
 }
@@ -130,5 +130,5 @@ func (f *FS) kernelNode(in *gofs.Inode) vfs.KernelNode {
 	if in == nil {
 		return nil
 	}
-	return kernelNode{Inode: in, expirer: &f.expirer}
+	return kernelNode{Inode: in, expirer: f.expirer}
 }

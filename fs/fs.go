@@ -20,7 +20,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/esfs/esfs/fs/vfs"
@@ -42,10 +41,10 @@ type FS struct {
 	flushOwners sync.Map
 	metrics     *requestMetrics
 	about       []byte // the root's AboutXattr
-	// expirer: how names are expired rather than dropped (expire.go),
-	// once the kernel has said it can; nil until then, and where it
-	// cannot.
-	expirer atomic.Pointer[entryExpirer]
+	// expirer: how names are expired rather than dropped (expire.go);
+	// nil where the kernel cannot. Set before the first request is
+	// served, never changed.
+	expirer *entryExpirer
 }
 
 // ctxOf is the context a kernel request runs under (vfs.Mount.CallContext),

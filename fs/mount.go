@@ -57,7 +57,7 @@ func Mount(mountpoint string, core *vfs.Mount, reg prometheus.Registerer, about 
 	if x == nil {
 		f.log.Warn("names other mounts change are dropped from the kernel, not expired: a working directory in one fails getcwd (ENOENT) after a recall", "why", why)
 	}
-	f.expirer.Store(x)
+	f.expirer = x
 	go srv.Serve()
 	return &Server{srv: srv, fs: f, mountpoint: mountpoint}, nil
 }
