@@ -292,3 +292,152 @@ func TestDataCacheKeptChunksCheckedByVersion(t *testing.T) {
 		t.Errorf("the mount that kept the file's chunks reads %q at 1000, another mount %q: kept chunks outlived a change", got[1000:1010], want[1000:1010])
 	}
 }
+
+// refuseInodeWritesAfterChunks makes the writer behind fp land its chunk
+// bulks and have every inode write after the first of them answered 503,
+// so that its close fails with its chunks stored and its inode as it was;
+// it reports whether both happened.
+func refuseInodeWritesAfterChunks(fp *mounttest.FaultProxy) (landedAndRefused func() bool) {
+	var chunkLanded, refusing atomic.Bool
+	fp.Intercept(func(rw http.ResponseWriter, req *http.Request, body []byte) bool {
+		if strings.Contains(req.URL.Path, "_bulk") && bytes.Contains(body, []byte(`-data`)) {
+			chunkLanded.Store(true)
+			return false
+		}
+		if chunkLanded.Load() && (strings.Contains(req.URL.Path, "-inodes") || bytes.Contains(body, []byte(`-inodes`))) {
+			refusing.Store(true)
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	return func() bool { return chunkLanded.Load() && refusing.Load() }
+}
+
+// TestDataCacheHoleFilledElsewhere (issue 42, item 1): a mount that read a
+// hole of a file as zeros, past the end it had stored (its own write
+// beyond the hole still buffered), must read what another mount wrote
+// there since, at its next open: the kernel's zero pages of the hole are
+// not kept across that open when the hole's chunk is no longer absent.
+// The other mount's inode does not change (its close fails after its
+// chunk landed, or it still holds the file open past its dirty limit), so
+// only the chunk's own version tells.
+func TestDataCacheHoleFilledElsewhere(t *testing.T) {
+	const mib = 1 << 20
+	f := mounttest.NewFS(t)
+	reader := f.Mount(t)
+	// holdFsynced makes name on the writer, writes and fsyncs a byte,
+	// and keeps it open: its data generation taken, its next writes send
+	// their chunks without writing the inode first.
+	holdFsynced := func(t *testing.T, w *mounttest.Mount, name string) *os.File {
+		t.Helper()
+		fh, err := os.OpenFile(w.Path(name), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fh.Close() })
+		if _, err := fh.WriteAt([]byte("S"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := fh.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		return fh
+	}
+	// readHole makes the reader write 4 KiB at at and, with that write
+	// still buffered, read the hole before it (zeros, past the end the
+	// reader has stored), then close.
+	readHole := func(t *testing.T, name string, holeFrom, holeLen, at int64) {
+		t.Helper()
+		fh, err := os.OpenFile(reader.Path(name), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fh.WriteAt(bytes.Repeat([]byte("E"), 4096), at); err != nil {
+			t.Fatal(err)
+		}
+		hole := make([]byte, holeLen)
+		if _, err := fh.ReadAt(hole, holeFrom); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(hole, make([]byte, holeLen)) {
+			t.Fatal("the hole did not read as zeros")
+		}
+		if err := fh.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// check reads name's range on the reader, its pages from before
+	// still in the kernel, and on a fresh mount, and wants both alike and
+	// the written bytes there. The fresh mount is made before the writer
+	// writes: starting a process closes, at its exec, the test's
+	// descriptors, the writer's among them, and a close flushes.
+	check := func(t *testing.T, fresh *mounttest.Mount, name string, from, n int64, wrote []byte) {
+		t.Helper()
+		want := make([]byte, n)
+		fh, err := os.Open(fresh.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = fh.ReadAt(want, from)
+		fh.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want[:len(wrote)], wrote) {
+			t.Fatalf("a fresh mount does not read the bytes written into the hole: the test proves nothing")
+		}
+		for reopen := 1; reopen <= 2; reopen++ {
+			got := make([]byte, n)
+			fh, err := os.Open(reader.Path(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = fh.ReadAt(got, from)
+			fh.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				i := 0
+				for i < len(got) && got[i] == want[i] {
+					i++
+				}
+				t.Errorf("reopen %d: the mount that read the hole reads other bytes than a fresh mount from %d on (%q, want %q)", reopen, from+int64(i), got[i:i+8], want[i:i+8])
+			}
+		}
+	}
+
+	t.Run("close failed after the chunk landed", func(t *testing.T) {
+		fp := mounttest.NewFaultProxy(t, f.URL)
+		writer := f.Mount(t, "--es-url", fp.URL, "--es-timeout=3s")
+		fresh := f.Mount(t)
+		wfh := holdFsynced(t, writer, "f")
+		readHole(t, "f", mib, mib, 2*mib)
+		landedAndRefused := refuseInodeWritesAfterChunks(fp)
+		fill := mounttest.RandomBytes(71, mib)
+		if _, err := wfh.WriteAt(fill, mib); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the writer's close: %v", wfh.Close())
+		fp.Intercept(nil)
+		if !landedAndRefused() {
+			t.Fatal("the writer's chunk bulk or its refused inode write was not seen: the test proves nothing")
+		}
+		check(t, fresh, "f", mib, mib, fill)
+	})
+
+	t.Run("chunks landed past the dirty limit, the writer still open", func(t *testing.T) {
+		// 33 MiB buffered pass the 32 MiB dirty limit (vfs.Options): the
+		// writer sends its chunks and keeps the file open, its inode
+		// unwritten.
+		writer, fresh := f.Mount(t), f.Mount(t)
+		wfh := holdFsynced(t, writer, "g")
+		readHole(t, "g", mib, 33*mib, 40*mib)
+		fill := mounttest.RandomBytes(72, 33*mib)
+		if _, err := wfh.WriteAt(fill, mib); err != nil {
+			t.Fatal(err)
+		}
+		check(t, fresh, "g", mib, 33*mib, fill[:32*mib])
+	})
+}
