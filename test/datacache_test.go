@@ -9,11 +9,13 @@ package test
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/esfs/esfs/test/mounttest"
 	"golang.org/x/sys/unix"
@@ -439,5 +441,143 @@ func TestDataCacheHoleFilledElsewhere(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, fresh, "g", mib, 33*mib, fill[:32*mib])
+	})
+}
+
+// TestDataCacheLateOpenKeepsNewer (issue 42, item 2): an open whose read of
+// the file is answered late, after another open of the same file on the
+// same mount read it newer, must not roll the open file back: a descriptor
+// that has read the new bytes reads them again, whole, and so does the
+// late one. Whether the mount had chunks of the file kept, or had it
+// open already (the newer state then its own fsynced append), the older
+// read loses.
+func TestDataCacheLateOpenKeepsNewer(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	b := f.Mount(t, "--es-url", fp.URL, "--es-timeout=10s")
+	a := f.Mount(t)
+	old, fresh := []byte("old content\n"), []byte("new content, longer than before\n")
+	openReads := func(method, path string, body []byte) bool {
+		return method == http.MethodPost && strings.HasSuffix(path, "/_mget") &&
+			bytes.Contains(body, []byte("-inodes")) && bytes.Contains(body, []byte("-data"))
+	}
+	// armed picks, of the inode reads a late open of a file the mount
+	// has open makes, the open's own: the kernel asks GETATTR first (the
+	// attributes of a file open for writing are not kept), then OPEN.
+	var armed atomic.Bool
+	var gets atomic.Int32
+	inodeGets := func(method, path string, body []byte) bool {
+		return armed.Load() && method == http.MethodGet && strings.Contains(path, "-inodes/_doc/") && gets.Add(1) == 2
+	}
+	readAll := func(fh *os.File) []byte {
+		t.Helper()
+		buf := make([]byte, 256)
+		n, err := fh.ReadAt(buf, 0)
+		if err != nil && n == 0 {
+			t.Fatal(err)
+		}
+		return buf[:n]
+	}
+	// race opens name on b (#1) with the fault on its read, makes the
+	// change once that read has landed, then opens name again (#2) and
+	// reads it, and once #1 is answered reads through both.
+	race := func(t *testing.T, name string, match func(string, string, []byte) bool, change func() []byte) {
+		fault := fp.Add(&mounttest.Fault{Match: match, Late: 3 * time.Second})
+		gets.Store(0)
+		armed.Store(true)
+		type opened struct {
+			fh  *os.File
+			err error
+		}
+		// #1 opens through an O_PATH descriptor's /proc link: no LOOKUP
+		// on the way (the kernel's entry may have expired), so the held
+		// read is the open's own.
+		pathFD, err := unix.Open(b.Path(name), unix.O_PATH, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(pathFD)
+		first := make(chan opened, 1)
+		go func() {
+			fh, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", pathFD))
+			first <- opened{fh, err}
+		}()
+		select {
+		case <-fault.Arrived():
+		case <-time.After(time.Minute):
+			t.Fatal("the first open's read never came")
+		}
+		armed.Store(false)
+		want := change()
+		fh2, err := os.Open(b.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh2.Close()
+		if got := readAll(fh2); !bytes.Equal(got, want) {
+			t.Fatalf("an open after the change returned reads %q, want %q", got, want)
+		}
+		o := <-first
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		defer o.fh.Close()
+		select {
+		case <-fault.Fired():
+		default:
+			t.Fatal("the first open returned before its late answer: the test proves nothing")
+		}
+		if got := readAll(fh2); !bytes.Equal(got, want) {
+			t.Errorf("after the late open, the descriptor that read %q reads %q", want, got)
+		}
+		if got := readAll(o.fh); !bytes.Equal(got, want) {
+			t.Errorf("the late open's descriptor reads %q after the other read %q", got, want)
+		}
+	}
+	write := func(path string, b []byte) {
+		t.Helper()
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("another mount rewrote it", func(t *testing.T) {
+		write(a.Path("x"), old)
+		if _, err := os.Stat(b.Path("x")); err != nil {
+			t.Fatal(err)
+		}
+		race(t, "x", openReads, func() []byte { write(a.Path("x"), fresh); return fresh })
+	})
+	t.Run("another mount rewrote it, chunks kept", func(t *testing.T) {
+		write(a.Path("y"), old)
+		if got, err := os.ReadFile(b.Path("y")); err != nil || !bytes.Equal(got, old) {
+			t.Fatalf("first read: %q, %v", got, err)
+		}
+		race(t, "y", openReads, func() []byte { write(a.Path("y"), fresh); return fresh })
+	})
+	t.Run("its own descriptor appended and fsynced", func(t *testing.T) {
+		w, err := os.OpenFile(b.Path("z"), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if _, err := w.Write(old); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Sync(); err != nil { // stored: the open reads the store
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(b.Path("z")); err != nil {
+			t.Fatal(err)
+		}
+		race(t, "z", inodeGets, func() []byte {
+			if _, err := w.Write(fresh); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			return append(append([]byte{}, old...), fresh...)
+		})
 	})
 }
