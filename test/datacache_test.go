@@ -9,11 +9,13 @@ package test
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/esfs/esfs/test/mounttest"
 	"golang.org/x/sys/unix"
@@ -291,4 +293,291 @@ func TestDataCacheKeptChunksCheckedByVersion(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("the mount that kept the file's chunks reads %q at 1000, another mount %q: kept chunks outlived a change", got[1000:1010], want[1000:1010])
 	}
+}
+
+// refuseInodeWritesAfterChunks makes the writer behind fp land its chunk
+// bulks and have every inode write after the first of them answered 503,
+// so that its close fails with its chunks stored and its inode as it was;
+// it reports whether both happened.
+func refuseInodeWritesAfterChunks(fp *mounttest.FaultProxy) (landedAndRefused func() bool) {
+	var chunkLanded, refusing atomic.Bool
+	fp.Intercept(func(rw http.ResponseWriter, req *http.Request, body []byte) bool {
+		if strings.Contains(req.URL.Path, "_bulk") && bytes.Contains(body, []byte(`-data`)) {
+			chunkLanded.Store(true)
+			return false
+		}
+		if chunkLanded.Load() && (strings.Contains(req.URL.Path, "-inodes") || bytes.Contains(body, []byte(`-inodes`))) {
+			refusing.Store(true)
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	return func() bool { return chunkLanded.Load() && refusing.Load() }
+}
+
+// TestDataCacheHoleFilledElsewhere (issue 42, item 1): a mount that read a
+// hole of a file as zeros, past the end it had stored (its own write
+// beyond the hole still buffered), must read what another mount wrote
+// there since, at its next open: the kernel's zero pages of the hole are
+// not kept across that open when the hole's chunk is no longer absent.
+// The other mount's inode does not change (its close fails after its
+// chunk landed, or it still holds the file open past its dirty limit), so
+// only the chunk's own version tells.
+func TestDataCacheHoleFilledElsewhere(t *testing.T) {
+	const mib = 1 << 20
+	f := mounttest.NewFS(t)
+	reader := f.Mount(t)
+	// holdFsynced makes name on the writer, writes and fsyncs a byte,
+	// and keeps it open: its data generation taken, its next writes send
+	// their chunks without writing the inode first.
+	holdFsynced := func(t *testing.T, w *mounttest.Mount, name string) *os.File {
+		t.Helper()
+		fh, err := os.OpenFile(w.Path(name), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fh.Close() })
+		if _, err := fh.WriteAt([]byte("S"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := fh.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		return fh
+	}
+	// readHole makes the reader write 4 KiB at at and, with that write
+	// still buffered, read the hole before it (zeros, past the end the
+	// reader has stored), then close.
+	readHole := func(t *testing.T, name string, holeFrom, holeLen, at int64) {
+		t.Helper()
+		fh, err := os.OpenFile(reader.Path(name), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fh.WriteAt(bytes.Repeat([]byte("E"), 4096), at); err != nil {
+			t.Fatal(err)
+		}
+		hole := make([]byte, holeLen)
+		if _, err := fh.ReadAt(hole, holeFrom); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(hole, make([]byte, holeLen)) {
+			t.Fatal("the hole did not read as zeros")
+		}
+		if err := fh.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// check reads name's range on the reader, its pages from before
+	// still in the kernel, and on a fresh mount, and wants both alike and
+	// the written bytes there. The fresh mount is made before the writer
+	// writes: starting a process closes, at its exec, the test's
+	// descriptors, the writer's among them, and a close flushes.
+	check := func(t *testing.T, fresh *mounttest.Mount, name string, from, n int64, wrote []byte) {
+		t.Helper()
+		want := make([]byte, n)
+		fh, err := os.Open(fresh.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = fh.ReadAt(want, from)
+		fh.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want[:len(wrote)], wrote) {
+			t.Fatalf("a fresh mount does not read the bytes written into the hole: the test proves nothing")
+		}
+		for reopen := 1; reopen <= 2; reopen++ {
+			got := make([]byte, n)
+			fh, err := os.Open(reader.Path(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = fh.ReadAt(got, from)
+			fh.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				i := 0
+				for i < len(got) && got[i] == want[i] {
+					i++
+				}
+				t.Errorf("reopen %d: the mount that read the hole reads other bytes than a fresh mount from %d on (%q, want %q)", reopen, from+int64(i), got[i:i+8], want[i:i+8])
+			}
+		}
+	}
+
+	t.Run("close failed after the chunk landed", func(t *testing.T) {
+		fp := mounttest.NewFaultProxy(t, f.URL)
+		writer := f.Mount(t, "--es-url", fp.URL, "--es-timeout=3s")
+		fresh := f.Mount(t)
+		wfh := holdFsynced(t, writer, "f")
+		readHole(t, "f", mib, mib, 2*mib)
+		landedAndRefused := refuseInodeWritesAfterChunks(fp)
+		fill := mounttest.RandomBytes(71, mib)
+		if _, err := wfh.WriteAt(fill, mib); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the writer's close: %v", wfh.Close())
+		fp.Intercept(nil)
+		if !landedAndRefused() {
+			t.Fatal("the writer's chunk bulk or its refused inode write was not seen: the test proves nothing")
+		}
+		check(t, fresh, "f", mib, mib, fill)
+	})
+
+	t.Run("chunks landed past the dirty limit, the writer still open", func(t *testing.T) {
+		// 33 MiB buffered pass the 32 MiB dirty limit (vfs.Options): the
+		// writer sends its chunks and keeps the file open, its inode
+		// unwritten.
+		writer, fresh := f.Mount(t), f.Mount(t)
+		wfh := holdFsynced(t, writer, "g")
+		readHole(t, "g", mib, 33*mib, 40*mib)
+		fill := mounttest.RandomBytes(72, 33*mib)
+		if _, err := wfh.WriteAt(fill, mib); err != nil {
+			t.Fatal(err)
+		}
+		check(t, fresh, "g", mib, 33*mib, fill[:32*mib])
+	})
+}
+
+// TestDataCacheLateOpenKeepsNewer (issue 42, item 2): an open whose read of
+// the file is answered late, after another open of the same file on the
+// same mount read it newer, must not roll the open file back: a descriptor
+// that has read the new bytes reads them again, whole, and so does the
+// late one. Whether the mount had chunks of the file kept, or had it
+// open already (the newer state then its own fsynced append), the older
+// read loses.
+func TestDataCacheLateOpenKeepsNewer(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	b := f.Mount(t, "--es-url", fp.URL, "--es-timeout=10s")
+	a := f.Mount(t)
+	old, fresh := []byte("old content\n"), []byte("new content, longer than before\n")
+	openReads := func(method, path string, body []byte) bool {
+		return method == http.MethodPost && strings.HasSuffix(path, "/_mget") &&
+			bytes.Contains(body, []byte("-inodes")) && bytes.Contains(body, []byte("-data"))
+	}
+	// armed picks, of the inode reads a late open of a file the mount
+	// has open makes, the open's own: the kernel asks GETATTR first (the
+	// attributes of a file open for writing are not kept), then OPEN.
+	var armed atomic.Bool
+	var gets atomic.Int32
+	inodeGets := func(method, path string, body []byte) bool {
+		return armed.Load() && method == http.MethodGet && strings.Contains(path, "-inodes/_doc/") && gets.Add(1) == 2
+	}
+	readAll := func(fh *os.File) []byte {
+		t.Helper()
+		buf := make([]byte, 256)
+		n, err := fh.ReadAt(buf, 0)
+		if err != nil && n == 0 {
+			t.Fatal(err)
+		}
+		return buf[:n]
+	}
+	// race opens name on b (#1) with the fault on its read, makes the
+	// change once that read has landed, then opens name again (#2) and
+	// reads it, and once #1 is answered reads through both.
+	race := func(t *testing.T, name string, match func(string, string, []byte) bool, change func() []byte) {
+		fault := fp.Add(&mounttest.Fault{Match: match, Late: 3 * time.Second})
+		gets.Store(0)
+		armed.Store(true)
+		type opened struct {
+			fh  *os.File
+			err error
+		}
+		// #1 opens through an O_PATH descriptor's /proc link: no LOOKUP
+		// on the way (the kernel's entry may have expired), so the held
+		// read is the open's own.
+		pathFD, err := unix.Open(b.Path(name), unix.O_PATH, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(pathFD)
+		first := make(chan opened, 1)
+		go func() {
+			fh, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", pathFD))
+			first <- opened{fh, err}
+		}()
+		select {
+		case <-fault.Arrived():
+		case <-time.After(time.Minute):
+			t.Fatal("the first open's read never came")
+		}
+		armed.Store(false)
+		want := change()
+		fh2, err := os.Open(b.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh2.Close()
+		if got := readAll(fh2); !bytes.Equal(got, want) {
+			t.Fatalf("an open after the change returned reads %q, want %q", got, want)
+		}
+		o := <-first
+		if o.err != nil {
+			t.Fatal(o.err)
+		}
+		defer o.fh.Close()
+		select {
+		case <-fault.Fired():
+		default:
+			t.Fatal("the first open returned before its late answer: the test proves nothing")
+		}
+		if got := readAll(fh2); !bytes.Equal(got, want) {
+			t.Errorf("after the late open, the descriptor that read %q reads %q", want, got)
+		}
+		if got := readAll(o.fh); !bytes.Equal(got, want) {
+			t.Errorf("the late open's descriptor reads %q after the other read %q", got, want)
+		}
+	}
+	write := func(path string, b []byte) {
+		t.Helper()
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("another mount rewrote it", func(t *testing.T) {
+		write(a.Path("x"), old)
+		if _, err := os.Stat(b.Path("x")); err != nil {
+			t.Fatal(err)
+		}
+		race(t, "x", openReads, func() []byte { write(a.Path("x"), fresh); return fresh })
+	})
+	t.Run("another mount rewrote it, chunks kept", func(t *testing.T) {
+		write(a.Path("y"), old)
+		if got, err := os.ReadFile(b.Path("y")); err != nil || !bytes.Equal(got, old) {
+			t.Fatalf("first read: %q, %v", got, err)
+		}
+		race(t, "y", openReads, func() []byte { write(a.Path("y"), fresh); return fresh })
+	})
+	t.Run("its own descriptor appended and fsynced", func(t *testing.T) {
+		w, err := os.OpenFile(b.Path("z"), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if _, err := w.Write(old); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Sync(); err != nil { // stored: the open reads the store
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(b.Path("z")); err != nil {
+			t.Fatal(err)
+		}
+		race(t, "z", inodeGets, func() []byte {
+			if _, err := w.Write(fresh); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			return append(append([]byte{}, old...), fresh...)
+		})
+	})
 }

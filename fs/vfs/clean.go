@@ -14,6 +14,9 @@ import (
 // The chunks this mount reads are kept for rereads, bounded together: those of
 // open files (openFile.clean) and those of files closed since (kept).
 //
+// doc.go lists every copy of a file's bytes the mount keeps and what
+// proves each current; this file keeps the chunks read (and written).
+//
 // An open file's chunks are right for as long as it is open, as before:
 // every change this mount learns of drops them (the places that call
 // dropClean). A closed file's chunks are kept with the data version each
@@ -23,7 +26,9 @@ import (
 // trip that reads the inode anyway, and keeps the chunks that are still at
 // theirs. (The inode's version alone does not do: a writer whose close
 // fails after its chunks landed leaves the inode as it was, and the bytes
-// changed; campaign seed 381633321.)
+// changed; campaign seed 381633321.) A hole counts: a chunk read absent,
+// or past the end stored, is kept at version 0, and a chunk landed there
+// since fails the check (issue 42: the kernel kept zero pages for ever).
 //
 // The kernel may keep the file's pages across that open
 // (FOPEN_KEEP_CACHE) if every chunk it was given since it last dropped
@@ -65,6 +70,18 @@ const cleanFloor = readAhead + 2
 
 // DefaultDataCache is the default budget of the chunks a mount keeps.
 const DefaultDataCache = 128 << 20
+
+// minKeptCost is the least a kept chunk counts against the budget: a
+// hole read (nil) or a short chunk still costs an entry, and reading
+// through a sparse file of a petabyte keeps one per chunk.
+const minKeptCost = 4 << 10
+
+// keptCost is what chunk b counts against the budget.
+func keptCost(b []byte) int64 { return max(int64(len(b)), minKeptCost) }
+
+// maxKeptChunks bounds the chunks kept of one file, whatever the budget:
+// the next open reads all their versions in one request.
+const maxKeptChunks = 1024
 
 // maxKept bounds the closed files kept, whose chunks may be few or none:
 // a file written here is kept for its version alone, so that the kernel
@@ -187,8 +204,8 @@ func (cc *cleanCache) shrinkLocked() bool {
 func (of *openFile) remember(c int64, b []byte, ver int64) {
 	cc := of.f.clean
 	if old, ok := of.clean[c]; ok {
-		of.cleanBytes -= int64(len(old))
-		cc.add(-int64(len(old)))
+		of.cleanBytes -= keptCost(old)
+		cc.add(-keptCost(old))
 	} else {
 		of.cleanLRU = append(of.cleanLRU, c)
 	}
@@ -197,9 +214,9 @@ func (of *openFile) remember(c int64, b []byte, ver int64) {
 		of.cleanVer = map[int64]int64{}
 	}
 	of.cleanVer[c] = ver
-	of.cleanBytes += int64(len(b))
-	cc.add(int64(len(b)))
-	for !cc.shrink() && len(of.cleanLRU) > cleanFloor {
+	of.cleanBytes += keptCost(b)
+	cc.add(keptCost(b))
+	for !cc.shrink() && len(of.cleanLRU) > cleanFloor || len(of.cleanLRU) > maxKeptChunks {
 		// Over budget with every closed file gone: this file's oldest.
 		// Other open files keep theirs (their locks are not taken here).
 		of.evictClean(of.cleanLRU[0])
@@ -238,8 +255,8 @@ func (of *openFile) forgetClean(c int64) {
 			break
 		}
 	}
-	of.cleanBytes -= int64(len(b))
-	of.f.clean.add(-int64(len(b)))
+	of.cleanBytes -= keptCost(b)
+	of.f.clean.add(-keptCost(b))
 }
 
 // dropClean forgets every chunk this file keeps, and the read-ahead in
@@ -269,8 +286,8 @@ func (of *openFile) adoptKept(a store.Inode, vers map[int64]int64) (kernelKeeps 
 		if v, asked := vers[c]; !asked || v != k.vers[c] {
 			delete(k.chunks, c)
 			delete(k.vers, c)
-			k.bytes -= int64(len(b))
-			of.f.clean.add(-int64(len(b)))
+			k.bytes -= keptCost(b)
+			of.f.clean.add(-keptCost(b))
 			same = false
 		}
 	}
@@ -299,8 +316,8 @@ func (of *openFile) keepClosed() {
 		}
 		b := k.chunks[c]
 		delete(k.chunks, c)
-		k.bytes -= int64(len(b))
-		of.f.clean.add(-int64(len(b)))
+		k.bytes -= keptCost(b)
+		of.f.clean.add(-keptCost(b))
 		k.kernelStale = true // its pages came from a chunk not checkable
 	}
 	of.f.clean.keep(k)
@@ -358,15 +375,15 @@ func (f *Mount) inodeAndKeptVersions(ctx context.Context, ino uint64) (a store.I
 	return a, vers, true, nil
 }
 
-// rememberFirst keeps chunk 0 (nil: not stored, a hole), read with the
-// inode at version ver and at data version cver, if the open file is at
-// that version and has nothing of its own there. Caller does not hold
-// of.mu.
-func (of *openFile) rememberFirst(ver store.Version, b []byte, cver int64) {
-	of.mu.Lock()
-	defer of.mu.Unlock()
-	if _, ok := of.clean[0]; ok || of.changed || len(of.dirty) > 0 || of.attr.Ver != ver {
+// takeFirst keeps chunk 0 as an open read it with a (nil: not stored, a
+// hole), if it read it and the file has nothing of its own there. Caller
+// holds of.mu, and has taken a for the open file's.
+func (of *openFile) takeFirst(a store.Inode, rd openRead) {
+	if !rd.withFirst || a.Type != store.TypeFile || a.Size <= 0 {
 		return
 	}
-	of.remember(0, b, cver)
+	if _, ok := of.clean[0]; ok || of.changed || len(of.dirty) > 0 {
+		return
+	}
+	of.remember(0, rd.first, rd.firstVer)
 }

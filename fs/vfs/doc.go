@@ -54,6 +54,57 @@
 // by the rename journal): a change of its attributes recalls the
 // directories the stored inode names, never one this mount remembers.
 //
+// What the mount keeps of a file's bytes, and what proves each copy
+// current. A read consults them in this order (read.go, chunk):
+//
+//  1. the open file's buffered writes (openFile.dirty, write.go): this
+//     mount's own, newer than anything stored until they land; a flush
+//     that fails drops them and marks the kernel's pages stale
+//     (forget, flush.go), as Linux drops dirty pages after a failed
+//     write-back;
+//  2. the chunks the open file keeps (openFile.clean, clean.go), each
+//     with the data version it was read or written at (cleanVer;
+//     store.DataVersion, which every chunk write raises on any mount, 0
+//     for a chunk read absent, -1 unknown): right while the file is open
+//     here until a change is learnt (another mount's inode newer than
+//     the open file's, noteInode; a recall; a lock's grant, refresh; an
+//     open's read no older than the open file's, openHandleRead), each
+//     of which drops them all (dropClean);
+//  3. read-ahead on its way (openFile.ahead, read.go): tagged with the
+//     content's generation when asked (cgen), dropped on arrival if
+//     anything of the above changed it since;
+//  4. a chunk wholly past the end the mount has stored (the stored size,
+//     or what it has sent past it): zeros, without asking, kept as a
+//     chunk read absent (version 0), so that the next open checks it as
+//     it checks the others; another mount's chunk can land there without
+//     the inode changing (its close failed after its chunks landed, it
+//     is past its dirty limit);
+//  5. the pending batch (writeback.go): the chunks of a file made in
+//     memory here, the only copy until the batch lands; no other mount
+//     can have the file before then, and such chunks are never kept past
+//     the file's last close (their version is unknown);
+//  6. the store.
+//
+// Between two opens, a closed file's chunks are kept (keptFile, with the
+// inode's version at the close and each chunk's data version), and the
+// kernel may keep its pages (FOPEN_KEEP_CACHE). The next open reads the
+// inode and the versions of every kept chunk in one round trip: a chunk
+// is kept again only at the version it was kept at, and the kernel keeps
+// its pages only if the inode is at the same version too, every chunk
+// the kernel was given since it last dropped them is among those checked
+// (a chunk dropped to keep the budget, or not checkable, marks them
+// stale: kernelStale), and nothing was learnt from elsewhere meanwhile.
+// An open that is not the first keeps the kernel's pages never.
+//
+// Two opens of a file may read it concurrently and be answered in either
+// order: the open file takes a read only if it is no older than what it
+// holds (by the inode's version, openHandleRead), so that no descriptor
+// reads anything older than it already has, nor older than what another
+// mount's close or fsync, returned before the open began, wrote (that
+// open reads after it). A chunk read with an inode no newer than the open
+// file's is not kept: a rewrite may leave the inode as it was, and a
+// descriptor may have read the newer bytes since.
+//
 // Errors are Go errors: store's sentinels, locking's, and syscall.Errno
 // values where the call decided the errno itself; the adapter maps them
 // (fs.FS.toErrno). A call bounds its own wait (CallContext): no operation

@@ -176,7 +176,7 @@ func (f *Mount) noteInode(a store.Inode) {
 	}
 	of.mu.Lock()
 	defer of.mu.Unlock()
-	if v := of.attr.Ver; a.Ver.PrimaryTerm > v.PrimaryTerm || (a.Ver.PrimaryTerm == v.PrimaryTerm && a.Ver.SeqNo > v.SeqNo) {
+	if newer(a.Ver, of.attr.Ver) {
 		if changedSince(of.attr, a, 0) {
 			// Another mount changed the file since this one last knew it
 			// (or this call set its mtime): the flush, which finds the

@@ -42,13 +42,25 @@ func (h *Handle) Locks() *LockOwners { return &h.locks }
 // writeback.take): the writer starts above it, or those chunks would
 // refuse its writes and truncates as their equals.
 func (f *Mount) openHandle(ctx context.Context, a store.Inode, flags uint32, created bool) (*Handle, error) {
-	return f.openHandleKept(ctx, a, nil, flags, created)
+	return f.openHandleRead(ctx, a, openRead{}, flags, created)
 }
 
-// openHandleKept is openHandle for an open that read the data versions of
-// the chunks this mount keeps of the file (vers; nil: none read), which
-// it then keeps those of (clean.go).
-func (f *Mount) openHandleKept(ctx context.Context, a store.Inode, vers map[int64]int64, flags uint32, created bool) (*Handle, error) {
+// openRead is what an open read of the file with its inode, in the same
+// round trip (clean.go): the data versions of the chunks this mount keeps
+// of it since its last close here (vers; nil: not read), or its first
+// chunk (withFirst; first nil: not stored) at data version firstVer.
+type openRead struct {
+	vers      map[int64]int64
+	first     []byte
+	firstVer  int64
+	withFirst bool
+}
+
+// openHandleRead is openHandle for an open that read a, and rd with it.
+// Which open's read the open file takes is decided by versions, not by
+// which answer came last: see "What the mount keeps of a file's bytes" in
+// doc.go.
+func (f *Mount) openHandleRead(ctx context.Context, a store.Inode, rd openRead, flags uint32, created bool) (*Handle, error) {
 	f.mu.Lock()
 	of := f.open[a.Ino]
 	first := of == nil
@@ -64,17 +76,35 @@ func (f *Mount) openHandleKept(ctx context.Context, a store.Inode, vers map[int6
 
 	keepPages := false
 	of.mu.Lock()
-	if !of.changed && len(of.dirty) == 0 {
-		// Nothing buffered here: take the stored state as it is now. The
-		// chunks kept since the file's last close here are kept again
-		// where their versions, read with the inode, say they are still
-		// right (clean.go); those read through a description open
-		// meanwhile are forgotten, as another mount may have rewritten
-		// them.
-		if first {
-			keepPages = of.adoptKept(a, vers)
-		} else {
-			of.dropClean(false)
+	switch {
+	case of.changed || len(of.dirty) > 0:
+		// What this mount has buffered is newer than any read of the
+		// store; its flush rebases on what changed meanwhile.
+	case first:
+		// The chunks kept since the file's last close here are kept
+		// again where their versions, read with the inode, say they are
+		// still right (clean.go).
+		keepPages = of.adoptKept(a, rd.vers)
+		of.attr, of.size = a, a.Size
+		of.takeFirst(a, rd)
+	case olderRead(a, of.attr):
+		// Read before what the open file holds (another open's read
+		// answered first, or this mount's own flush since): taken, it
+		// would roll back what descriptors have already read. The open
+		// file is at least as new as this open may see.
+	default:
+		// Take the stored state as it is now. The chunks read through a
+		// description open meanwhile are forgotten, as another mount may
+		// have rewritten them without changing the inode (a close that
+		// failed after its chunks landed, a writer past its dirty limit);
+		// the kernel drops its pages at this open too.
+		of.dropClean(false)
+		if newer(a.Ver, of.attr.Ver) || !a.Ver.Known() {
+			// A chunk read with an inode no newer than the open file's
+			// may be older than one a descriptor has read since (a
+			// rewrite that left the inode as it was): the next read
+			// asks the store.
+			of.takeFirst(a, rd)
 		}
 		of.attr, of.size = a, a.Size
 	}
@@ -88,6 +118,14 @@ func (f *Mount) openHandleKept(ctx context.Context, a store.Inode, vers map[int6
 	h := &Handle{of: of, append: flags&syscall.O_APPEND != 0, write: flags&syscall.O_ACCMODE != syscall.O_RDONLY,
 		since: f.errs.sample(a.Ino), keepPages: keepPages}
 	return h, nil
+}
+
+// olderRead says whether a, an inode an open read, is older than have,
+// what the open file holds of it: both versions known (a file made in
+// memory here has none until its batch lands), and have's later in the
+// document's history.
+func olderRead(a, have store.Inode) bool {
+	return a.Ver.Known() && have.Ver.Known() && newer(have.Ver, a.Ver)
 }
 
 // KeepPages says whether the kernel may keep the pages it has of the file
@@ -107,14 +145,12 @@ func (f *Mount) Open(ctx context.Context, ino uint64, flags uint32) (*Handle, er
 	// for a reader, or the versions of the chunks kept since the last
 	// close here (clean.go).
 	var a store.Inode
-	var first []byte
-	var firstVer int64
-	var vers map[int64]int64
+	var rd openRead
 	var err error
-	withFirst, withVers := false, false
+	withVers := false
 	if flags&syscall.O_ACCMODE == syscall.O_RDONLY && f.firstChunkWanted(ino) {
-		a, first, firstVer, withFirst, err = f.inodeAndFirstChunk(ctx, ino)
-	} else if a, vers, withVers, err = f.inodeAndKeptVersions(ctx, ino); err == nil && !withVers {
+		a, rd.first, rd.firstVer, rd.withFirst, err = f.inodeAndFirstChunk(ctx, ino)
+	} else if a, rd.vers, withVers, err = f.inodeAndKeptVersions(ctx, ino); err == nil && !withVers {
 		a, err = f.freshInode(ctx, ino)
 	}
 	if errors.Is(err, store.ErrNotFound) {
@@ -123,12 +159,9 @@ func (f *Mount) Open(ctx context.Context, ino uint64, flags uint32) (*Handle, er
 	if err != nil {
 		return nil, err
 	}
-	h, err := f.openHandleKept(ctx, a, vers, flags, false)
+	h, err := f.openHandleRead(ctx, a, rd, flags, false)
 	if err != nil {
 		return nil, err
-	}
-	if withFirst && a.Type == store.TypeFile && a.Size > 0 {
-		h.of.rememberFirst(a.Ver, first, firstVer)
 	}
 	if flags&syscall.O_TRUNC != 0 && a.Size > 0 {
 		// Through the open state, whose data generation the writes that

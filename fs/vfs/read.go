@@ -36,7 +36,14 @@ func (of *openFile) chunk(ctx context.Context, c int64) ([]byte, error) {
 		}
 	}
 	if c*cs >= stored {
-		return nil, nil // beyond the stored end: nothing stored there
+		// Beyond the stored end: zeros, without asking. Kept as a chunk
+		// read absent (data version 0) is, so that the next open here
+		// checks it with the others: another mount's chunk can land
+		// there without the inode changing (its close failed after its
+		// chunks landed, or it is past its dirty limit), and the
+		// kernel's zero pages must then go.
+		of.remember(c, nil, 0)
+		return nil, nil
 	}
 	if b, pending := of.f.wb.chunk(of.ino, c); pending {
 		of.remember(c, b, -1)
