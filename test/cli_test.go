@@ -114,6 +114,15 @@ func TestCLISuggestions(t *testing.T) {
 		{name: "command", args: []string{"mout", dir}, code: 2, want: []string{"unknown command mout: did you mean mount?"}},
 		{name: "command, transposed", args: []string{"serach", "foo"}, code: 2, want: []string{"did you mean search?"}},
 		{name: "help topic", args: []string{"help", "mout"}, code: 2, want: []string{"unknown command mout: did you mean mount?"}},
+		// Two neighbours swapped, the commonest typo, are one edit: five
+		// letters allow one, where Levenshtein's distance counts two.
+		{name: "command, neighbours swapped", args: []string{"moutn", dir}, code: 2, want: []string{"unknown command moutn: did you mean mount?"}},
+		{name: "command of four, neighbours swapped", args: []string{"mfks"}, code: 2, want: []string{"unknown command mfks: did you mean mkfs?"}},
+		{name: "help topic, neighbours swapped", args: []string{"help", "fskc"}, code: 2, want: []string{"unknown command fskc: did you mean fsck?"}},
+		{name: "flag, neighbours swapped", args: []string{"umount", "--lzay", dir}, code: 2, want: []string{"unknown flag --lzay: did you mean --lazy?"}},
+		{name: "flag of five, neighbours swapped", args: []string{"mount", "--deubg", dir}, code: 2, want: []string{"unknown flag --deubg: did you mean --debug?"}},
+		{name: "mount option, neighbours swapped", args: []string{"mount", "-o", "laese=20s", dir}, code: 2, want: []string{`mount option "laese" is not an esfs option: did you mean lease?`}},
+		{name: "no guess for two swaps", args: []string{"omtnu", dir}, code: 2, want: []string{"unknown command omtnu"}, avoid: []string{"did you mean"}},
 		{name: "no guess", args: []string{"frobnicate"}, code: 2, want: []string{"unknown command frobnicate"}, avoid: []string{"did you mean"}},
 		{name: "no guess for a flag two edits away", args: []string{"mount", "--frob", dir}, code: 2, want: []string{"unknown flag --frob"}, avoid: []string{"did you mean"}},
 		{name: "help flag after a mistake", args: []string{"mount", "--frob", "--help", dir}, code: 2, want: []string{"unknown flag --frob"}},
