@@ -175,6 +175,9 @@ func checkMountFlags(c *cli.Context) error {
 	if t := c.Duration("lock-timeout"); t <= 0 {
 		return usagef("%s %s: must be positive, such as 30s (the default)", flagSource(c, "lock-timeout"), t)
 	}
+	if c.Bool("pprof") && c.String("metrics-addr") == "" {
+		return usagef("%s needs --metrics-addr: the profiles are served there", flagSource(c, "pprof"))
+	}
 	return checkListenAddr(c, "metrics-addr")
 }
 

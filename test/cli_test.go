@@ -182,6 +182,8 @@ func TestCLIMessagesSayTheFix(t *testing.T) {
 			want: []string{"--es-api-key-file " + dir + ": cannot read the file: is a directory"}},
 		{name: "CA file missing, from the environment", args: []string{"status", url}, env: []string{"ESFS_ES_CA_CERT=/nonexistent/ca.pem"}, code: 1,
 			want: []string{"ESFS_ES_CA_CERT (--es-ca-cert) /nonexistent/ca.pem: cannot read the file: no such file or directory"}},
+		{name: "profiles without a metrics address", args: []string{"mount", "--pprof", dir}, code: 2,
+			want: []string{"--pprof needs --metrics-addr: the profiles are served there"}},
 		{name: "log file in a missing directory", args: []string{"mount", "--daemon", "--log-file", "/nonexistent/esfs.log", dir}, code: 1,
 			want: []string{"--log-file /nonexistent/esfs.log: cannot open it for appending: no such file or directory"}},
 		{name: "host name that does not resolve", args: []string{"mount", "--index", "esfs-never-made", dir}, env: []string{"ELASTICSEARCH_URL=http://nosuchhost.invalid:9200"}, code: 1,
