@@ -117,7 +117,7 @@ func runMount(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("daemon") && os.Getenv(daemonEnv) == "" {
-		return daemonize(mp, c.String("index"), c.String("log-file"), c.App.Metadata[helperCallKey] == true)
+		return daemonize(c, mp, c.String("index"), c.String("log-file"), c.App.Metadata[helperCallKey] == true)
 	}
 	err = serve(c, mp)
 	if fd := os.Getenv(daemonEnv); fd != "" && err != nil {
