@@ -7,6 +7,7 @@ require (
 	github.com/dgraph-io/ristretto/v2 v2.4.2
 	github.com/elastic/go-elasticsearch/v8 v8.19.7
 	github.com/hanwen/go-fuse/v2 v2.12.1
+	github.com/hbollon/go-edlib v1.7.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

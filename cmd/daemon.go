@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/esfs/esfs/fs"
+	"github.com/urfave/cli/v2"
 )
 
 // shutdown ends a mount on a signal: it flushes and unmounts, and if the
@@ -112,18 +114,25 @@ func (s *signals) explain(err error) error {
 // daemonize starts this program again in the background, without
 // --daemon, and waits until the child reports that it mounted or failed.
 // The child keeps none of our stdio: a caller reading our output through a
-// pipe must see it close when we exit.
+// pipe must see it close when we exit. Nor does it get our secrets where
+// other processes read them: its URLs are bare in its command line and
+// environment, and the credentials come through a pipe (credentials.go).
 //
 // quiet, for mount(8)'s helper, prints nothing once mounted: mount(8) and
 // its helpers say nothing on success, and scripts compare their output.
 // The log's place is still said by the log itself, by esfs status and by
 // the mount's esfs.mount attribute.
-func daemonize(mp, index, logFile string, quiet bool) error {
+func daemonize(c *cli.Context, mp, index, logFile string, quiet bool) error {
 	logTo, err := openDaemonLog(index, mp, logFile)
 	if err != nil {
 		return err
 	}
 	defer logTo.out.Close()
+	creds, err := credentialsPipe(c)
+	if err != nil {
+		return err
+	}
+	defer creds.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -132,15 +141,10 @@ func daemonize(mp, index, logFile string, quiet bool) error {
 	if err != nil {
 		return err
 	}
-	args := make([]string, 0, len(os.Args))
-	for _, a := range invocation[1:] {
-		if a != "--daemon" && a != "-d" && a != "-daemon" {
-			args = append(args, a)
-		}
-	}
-	cmd := exec.Command(self, args...)
-	cmd.Env = append(os.Environ(), daemonEnv+"=3", daemonSyslogEnv+"="+logTo.syslog, daemonLogEnv+"="+logTo.where)
-	cmd.ExtraFiles = []*os.File{w}
+	cmd := exec.Command(self, daemonArgs(invocation)...)
+	cmd.Env = append(daemonEnviron(os.Environ()), daemonEnv+"=3", daemonCredentialsEnv+"="+strconv.Itoa(daemonCredentialsFD),
+		daemonSyslogEnv+"="+logTo.syslog, daemonLogEnv+"="+logTo.where)
+	cmd.ExtraFiles = []*os.File{w, creds} // 3 and 4
 	cmd.Stdin = nil
 	cmd.Stdout = logTo.out
 	cmd.Stderr = logTo.out
@@ -149,6 +153,7 @@ func daemonize(mp, index, logFile string, quiet bool) error {
 		return err
 	}
 	w.Close()
+	creds.Close()
 	msg, _ := io.ReadAll(r)
 	r.Close()
 	text := strings.TrimSpace(string(msg))

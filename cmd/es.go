@@ -32,8 +32,18 @@ func esFlags() []cli.Flag {
 	}
 }
 
-// storeConfig reads the Elasticsearch flags of the root command.
+// storeConfig reads the Elasticsearch flags of the root command, for a
+// process that runs with its command line (see credentials.go).
 func storeConfig(c *cli.Context, log *slog.Logger) (store.Config, error) {
+	if err := refuseArgvPassword(os.Args); err != nil {
+		return store.Config{}, err
+	}
+	return readStoreConfig(c, log)
+}
+
+// readStoreConfig is storeConfig whatever the command line holds: for a
+// --daemon parent, which hands its daemon another.
+func readStoreConfig(c *cli.Context, log *slog.Logger) (store.Config, error) {
 	cfg := store.Config{
 		URLs:            []string{c.String("es-url")},
 		Prefix:          c.String("index"),
@@ -55,24 +65,37 @@ func storeConfig(c *cli.Context, log *slog.Logger) (store.Config, error) {
 			return cfg, err
 		}
 	}
-	if f := c.String("es-password-file"); f != "" {
-		pw, err := readSecret(c, "es-password-file")
-		if err != nil {
-			return cfg, err
-		}
-		cfg.Password = pw
-	}
-	if f := c.String("es-api-key-file"); f != "" {
-		key, err := readSecret(c, "es-api-key-file")
-		if err != nil {
-			return cfg, err
-		}
-		cfg.APIKey = key
+	if cr := received(c); cr != nil {
+		// A --daemon child: its parent read the environment and the
+		// files, and took the URL's user:password@ off its command line.
+		cfg.Username, cfg.Password, cfg.APIKey = cr.Username, cr.Password, cr.APIKey
+	} else if err := readSecrets(c, &cfg); err != nil {
+		return cfg, err
 	}
 	if cfg.RequestTimeout <= 0 {
 		return cfg, usagef("%s %s: must be positive, such as 15s (the default)", flagSource(c, "es-timeout"), cfg.RequestTimeout)
 	}
 	return cfg, nil
+}
+
+// readSecrets sets cfg's password and API key from the files the flags
+// name, if they do.
+func readSecrets(c *cli.Context, cfg *store.Config) error {
+	if c.String("es-password-file") != "" {
+		pw, err := readSecret(c, "es-password-file")
+		if err != nil {
+			return err
+		}
+		cfg.Password = pw
+	}
+	if c.String("es-api-key-file") != "" {
+		key, err := readSecret(c, "es-api-key-file")
+		if err != nil {
+			return err
+		}
+		cfg.APIKey = key
+	}
+	return nil
 }
 
 // readSecret reads the secret in the file named by flag.

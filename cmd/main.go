@@ -67,6 +67,11 @@ func Main(args []string) error {
 		args = helpFlag(args)
 	}
 	invocation = args
+	creds, err := receiveCredentials()
+	if err != nil {
+		reportReady(err) // to the --daemon parent, which says it
+		return err
+	}
 	app := &cli.App{
 		Name:  "esfs",
 		Usage: "a POSIX filesystem stored in Elasticsearch",
@@ -81,7 +86,7 @@ mounted, and takes mount -o remount: see esfs help mount.`,
 		// flagUsageError and unknownCommand, not from App.Suggest: that
 		// one is not consulted when OnUsageError is set, and suggests the
 		// nearest name however far (frobnicate: did you mean fsck?).
-		Metadata:             map[string]any{helperCallKey: helper},
+		Metadata:             map[string]any{helperCallKey: helper, credentialsKey: creds},
 		HideHelpCommand:      true, // cmdHelp is ours: it refuses an unknown command the same way
 		EnableBashCompletion: true, // the completion scripts' --generate-bash-completion
 		ExitErrHandler:       func(*cli.Context, error) {},

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	runtimepprof "runtime/pprof"
+	"sort"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,26 +34,32 @@ func newRegistry() *prometheus.Registry {
 }
 
 // serveMetrics listens on addr (host:port) and serves /metrics for
-// Prometheus and /debug/pprof/ for profiling. It fails at once if the
-// address cannot be had, so that the mount does not start half-observable.
-func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+// Prometheus, and with profiles /debug/pprof/ for profiling. It fails at
+// once if the address cannot be had, so that the mount does not start
+// half-observable. Never the command line (pprof's cmdline): nothing
+// secret is in it (credentials.go), but whoever reaches the address need
+// not read how the mount was started either.
+func serveMetrics(addr string, profiles bool, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	index := "esfs: /metrics (Prometheus); Go profiles with --pprof"
+	if profiles {
+		mux.HandleFunc("/debug/pprof/", pprofIndex)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		index = "esfs: /metrics (Prometheus), /debug/pprof/ (Go profiles)"
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)
 			return
 		}
-		fmt.Fprintln(w, "esfs: /metrics (Prometheus), /debug/pprof/ (Go profiles)")
+		fmt.Fprintln(w, index)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -61,6 +69,25 @@ func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop
 	}()
 	log.Info("serving metrics", "addr", ln.Addr().String())
 	return func() { _ = srv.Close() }, nil
+}
+
+// pprofIndex lists the profiles served, and serves each by name as
+// pprof.Index does. pprof's own list names cmdline, which is not served.
+func pprofIndex(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/debug/pprof/" {
+		pprof.Index(w, r) // a runtime profile by name; others are 404
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	var names []string
+	for _, p := range runtimepprof.Profiles() {
+		names = append(names, p.Name())
+	}
+	names = append(names, "profile", "symbol", "trace")
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "/debug/pprof/%s\n", n)
+	}
 }
 
 // statsOf sums the registry into the few figures a mount publishes with its

@@ -58,7 +58,8 @@ would change one is refused, as is rw for a mount made read-only.`,
 			&cli.BoolFlag{Name: "debug", EnvVars: []string{"ESFS_DEBUG"}, Usage: "log every FUSE request (implies --log-level debug)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"ESFS_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"ESFS_LOG_FORMAT"}, Usage: "text (key=value) or json"},
-			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"ESFS_METRICS_ADDR"}, Usage: "serve Prometheus metrics (/metrics) and Go profiles (/debug/pprof/) on this host:port (off by default)"},
+			&cli.StringFlag{Name: "metrics-addr", EnvVars: []string{"ESFS_METRICS_ADDR"}, Usage: "serve Prometheus metrics (/metrics) on this host:port (off by default)"},
+			&cli.BoolFlag{Name: "pprof", EnvVars: []string{"ESFS_PPROF"}, Usage: "with --metrics-addr, serve Go's profiles there too (/debug/pprof/: heap, goroutines, CPU, trace; never the command line): off by default, as whoever reaches the address may take them, and a CPU profile or trace costs the mount while it runs"},
 			&cli.DurationFlag{Name: "shutdown-grace", Value: 10 * time.Second, EnvVars: []string{"ESFS_SHUTDOWN_GRACE"}, Usage: "on SIGTERM or SIGINT, how long a busy mount (detached at once) keeps serving the files still open before the daemon exits; a second signal exits at once"},
 			&cli.StringFlag{Name: "subdir", EnvVars: []string{"ESFS_SUBDIR"}, Usage: "mount this directory of the filesystem (a path from its root, such as /projects/a) instead of the whole filesystem; it must exist"},
 			&cli.BoolFlag{Name: "nonempty", EnvVars: []string{"ESFS_NONEMPTY"}, Usage: "mount over a directory that is not empty, hiding its files until unmounted (refused otherwise)"},
@@ -116,7 +117,7 @@ func runMount(c *cli.Context) error {
 		return err
 	}
 	if c.Bool("daemon") && os.Getenv(daemonEnv) == "" {
-		return daemonize(mp, c.String("index"), c.String("log-file"), c.App.Metadata[helperCallKey] == true)
+		return daemonize(c, mp, c.String("index"), c.String("log-file"), c.App.Metadata[helperCallKey] == true)
 	}
 	err = serve(c, mp)
 	if fd := os.Getenv(daemonEnv); fd != "" && err != nil {
@@ -144,7 +145,7 @@ func serve(c *cli.Context, mp string) error {
 	defer stop.end()
 	reg := newRegistry()
 	if addr := c.String("metrics-addr"); addr != "" {
-		stop, err := serveMetrics(addr, reg, log)
+		stop, err := serveMetrics(addr, c.Bool("pprof"), reg, log)
 		if err != nil {
 			return err
 		}

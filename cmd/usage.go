@@ -14,16 +14,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hbollon/go-edlib"
 	"github.com/urfave/cli/v2"
 	"github.com/xrash/smetrics"
 )
 
 // closest is the name in names most like typed, or "" if none is close
 // enough to be what was meant: at most one edit in three characters
-// (mout/mount, atr-timeout/attr-timeout, lokcing/locking), never a guess
-// (frobnicate). Ties go to the more similar by urfave/cli's own measure,
-// Jaro-Winkler, which alone prefers a shared prefix to a shared rest
-// (atr-timeout/entry-timeout).
+// (mout/mount, atr-timeout/attr-timeout), never a guess (frobnicate). Two
+// neighbours swapped, the commonest typo, are one edit (moutn/mount,
+// lzay/lazy): the optimal string alignment distance, where Levenshtein's
+// counts them two and would let a short name (five letters allow one
+// edit) go unrecognised. Ties go to the more similar by urfave/cli's own
+// measure, Jaro-Winkler, which alone prefers a shared prefix to a shared
+// rest (atr-timeout/entry-timeout); alone it would rank every name, so it
+// does not decide whether one is close enough.
 func closest(typed string, names []string) string {
 	if len(typed) < 3 {
 		return "" // x for -d, h or l: a guess
@@ -31,7 +36,7 @@ func closest(typed string, names []string) string {
 	limit := max(1, len(typed)/3)
 	best, bestEdits, bestScore := "", limit+1, 0.0
 	for _, n := range names {
-		edits := smetrics.WagnerFischer(typed, n, 1, 1, 1)
+		edits := edlib.OSADamerauLevenshteinDistance(typed, n)
 		if edits > limit {
 			continue // frob is two edits from ro: no guess
 		}
@@ -169,6 +174,9 @@ func checkMountFlags(c *cli.Context) error {
 	}
 	if t := c.Duration("lock-timeout"); t <= 0 {
 		return usagef("%s %s: must be positive, such as 30s (the default)", flagSource(c, "lock-timeout"), t)
+	}
+	if c.Bool("pprof") && c.String("metrics-addr") == "" {
+		return usagef("%s needs --metrics-addr: the profiles are served there", flagSource(c, "pprof"))
 	}
 	return checkListenAddr(c, "metrics-addr")
 }

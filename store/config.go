@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -41,6 +42,25 @@ type Config struct {
 	// esfs to an older filesystem's mappings nor sets gc_deletes), for the
 	// commands that only read, which read-only credentials may run.
 	ReadOnly bool
+}
+
+// Credentials are the credentials New sends: Username and Password, or
+// when no Username is given the user:password@ of the first URL that has
+// one; and APIKey. A caller that hands the configuration on without its
+// secrets (a daemon started with the URLs bare) takes them from here.
+func (cfg Config) Credentials() (user, password, apiKey string) {
+	if cfg.Username != "" {
+		return cfg.Username, cfg.Password, cfg.APIKey
+	}
+	for _, raw := range cfg.URLs {
+		for _, one := range strings.Split(raw, ",") {
+			if u, err := url.Parse(strings.TrimSpace(one)); err == nil && u.User != nil {
+				password, _ := u.User.Password()
+				return u.User.Username(), password, cfg.APIKey
+			}
+		}
+	}
+	return cfg.Username, cfg.Password, cfg.APIKey
 }
 
 // DefaultPrefix is the index prefix when none is given.

@@ -81,6 +81,7 @@ func New(cfg Config) (*Store, error) {
 	if len(cfg.URLs) == 0 {
 		cfg.URLs = []string{DefaultURL}
 	}
+	cfg.Username, cfg.Password, cfg.APIKey = cfg.Credentials()
 	addrs := make([]string, 0, len(cfg.URLs))
 	var plainHosts []string
 	for _, raw := range cfg.URLs {
@@ -93,13 +94,7 @@ func New(cfg Config) (*Store, error) {
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				return nil, fmt.Errorf("elasticsearch URL %q: want http(s)://host:port: %w", redactURL(one), ErrInvalid)
 			}
-			if u.User != nil {
-				if cfg.Username == "" {
-					cfg.Username = u.User.Username()
-					cfg.Password, _ = u.User.Password()
-				}
-				u.User = nil
-			}
+			u.User = nil // taken by Credentials
 			addrs = append(addrs, strings.TrimRight(u.String(), "/"))
 			if u.Scheme == "http" {
 				plainHosts = append(plainHosts, u.Host)

@@ -17,7 +17,8 @@ import (
 
 // TestMetrics: --metrics-addr serves Prometheus metrics that count what the
 // shell did (FUSE ops, Elasticsearch requests, cache, locks, renames), Go
-// profiles, and the same figures reach `esfs status` through the heartbeat.
+// profiles with --pprof, and the same figures reach `esfs status` through
+// the heartbeat.
 func TestMetrics(t *testing.T) {
 	f := mounttest.NewFS(t)
 	addr := mounttest.FreeAddr(t)
@@ -26,7 +27,7 @@ func TestMetrics(t *testing.T) {
 	// no read delegations either: a lookup a delegation answers never asks
 	// the metadata cache, whose counters this test checks move (with them
 	// it saw no cache lookup at all, now and then).
-	m := f.Mount(t, "--metrics-addr", addr, "--lease", "2s", "--log-format", "json", "--delegations=false")
+	m := f.Mount(t, "--metrics-addr", addr, "--pprof", "--lease", "2s", "--log-format", "json", "--delegations=false")
 	mounttest.Sh(t, m.Dir, `mkdir d && echo hello > d/f && mv d/f d/g && ls -l d >/dev/null && cat d/g >/dev/null && ! cat d/missing 2>/dev/null`)
 	fams := mounttest.Scrape(t, "http://"+addr+"/metrics")
 
