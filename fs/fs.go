@@ -39,8 +39,11 @@ type FS struct {
 	dirNodes sync.Map
 	// flushOwners: the lock owner of each FLUSH under way (flushOwner).
 	flushOwners sync.Map
-	metrics     *requestMetrics
-	about       []byte // the root's AboutXattr
+	// releases: the RELEASEs under way, which lock requests of their
+	// node sent after them wait for (releaseorder.go).
+	releases releaseOrder
+	metrics  *requestMetrics
+	about    []byte // the root's AboutXattr
 	// expirer: how names are expired rather than dropped (expire.go);
 	// nil where the kernel cannot. Set before the first request is
 	// served, never changed.

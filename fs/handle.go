@@ -69,7 +69,12 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	return h.f.toErrno("fsync", h.h.Fsync(ctx))
 }
 
+// Release is the description's last close: its flocks and OFD locks go
+// first, and lock requests the kernel sent after this release, which
+// waited for that (releaseorder.go), go on while the rest flushes.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.h.ReleaseLocks()
+	h.f.releases.locksGone(ctx)
 	return h.f.toErrno("release", h.h.Release())
 }
 

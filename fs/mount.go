@@ -48,7 +48,8 @@ func Mount(mountpoint string, core *vfs.Mount, reg prometheus.Registerer, about 
 	// flock and fcntl locks come to esfs (filelock.go), which holds them
 	// across mounts; without this the kernel keeps them to this mount.
 	opts.EnableLocks = true
-	var raw fuse.RawFileSystem = timedFS{RawFileSystem: gofs.NewNodeFS(root, opts), m: f.metrics, owners: &f.flushOwners, keptAtMost: core.KeptAtMost}
+	var raw fuse.RawFileSystem = orderedFS{RawFileSystem: gofs.NewNodeFS(root, opts), r: &f.releases}
+	raw = timedFS{RawFileSystem: raw, m: f.metrics, owners: &f.flushOwners, keptAtMost: core.KeptAtMost}
 	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)

@@ -282,18 +282,49 @@ func TestFileLockLostAnswers(t *testing.T) {
 			}
 			fired()
 			freeOnB(t, "the flock to be free on B after A's holder closed", name, flockFree)
-			// A process's record locks go with its FLUSH (any close).
+			// A process's record locks go with its FLUSH (any close: here
+			// a dup's, the file staying open). close returns 0, as Linux's
+			// does whatever becomes of the locks; the lock is free at once
+			// on A, which knows it gave it back, and on B once A's retry
+			// lands (or, were A cut off, once it is declared dead).
 			rname := name + "-record"
 			fd = open(t, a, rname)
+			defer unix.Close(fd)
 			if err := setlk(fd, unix.F_WRLCK, 0, 100, false); err != nil {
+				t.Fatal(err)
+			}
+			dup, err := unix.Dup(fd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fired = fault(t, &mounttest.Fault{Match: fileLockBulk(lastGone), Reset: !c.drop, Drop: c.drop})
+			if err := unix.Close(dup); err != nil {
+				t.Errorf("close of a dup: %v", err)
+			}
+			fired()
+			if !probeOFD(t, a.Path(rname)) {
+				t.Error("the record lock is still held on A after a close of a dup whose release was lost")
+			}
+			freeOnB(t, "the record lock to be free on B after A's holder closed a dup", rname, probeOFD)
+			// An OFD lock goes with its open file's last close, whose
+			// RELEASE the kernel sends after close returns: a lock request
+			// on A sent after it waits for it, and finds the lock free.
+			oname := name + "-ofd"
+			fd = open(t, a, oname)
+			checker := open(t, a, oname)
+			defer unix.Close(checker)
+			if err := setlk(fd, unix.F_WRLCK, 0, 100, true); err != nil {
 				t.Fatal(err)
 			}
 			fired = fault(t, &mounttest.Fault{Match: fileLockBulk(lastGone), Reset: !c.drop, Drop: c.drop})
 			if err := unix.Close(fd); err != nil {
 				t.Errorf("close: %v", err)
 			}
+			if got := getlkAnswer(checker, true, unix.F_WRLCK, 0, 100); got != "could be placed" {
+				t.Errorf("F_OFD_GETLK on A right after the last close of an open file whose OFD lock's release was lost: %s, want could be placed", got)
+			}
 			fired()
-			freeOnB(t, "the record lock to be free on B after A's holder closed", rname, probeOFD)
+			freeOnB(t, "the OFD lock to be free on B after its open file's last close on A", oname, probeOFD)
 		})
 	}
 

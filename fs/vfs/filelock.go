@@ -14,9 +14,22 @@ import (
 // a process's file table for a POSIX record lock, the open file for a
 // flock or an OFD lock. The kernel keeps none of them itself once the
 // filesystem takes them (mount option EnableLocks), so it also does not
-// unlock them at close: a FLUSH (any close) carries the closing process's
-// owner, whose record locks on the file go then, and a RELEASE (the last
-// close of an open file) ends the flocks and OFD locks taken through it.
+// unlock them at close: a FLUSH (any close(2) of any descriptor, a dup's,
+// another open's, one closed by a thread or a CLONE_FILES child; the
+// closing process waits for it) carries the closing process's owner,
+// whose record locks on the file go then, through whichever description
+// they were taken; and a RELEASE (the last close of an open file, which
+// the kernel sends after that close returned) ends the flocks and OFD
+// locks taken through it, before any lock request of the file the kernel
+// sent after it is answered on this mount (fs/releaseorder.go).
+//
+// A release whose write to the store fails is not the closing process's
+// error: close returns what the data's flush returns, as Linux's close
+// never fails for the locks it drops, and the owner holds nothing from
+// then on. The lock is free at once on this mount (its own entries are
+// as it says, FileLocks.view), and on other mounts once the mender's
+// retry lands, or, if this mount cannot reach the cluster, once its
+// session is declared dead (lease plus grace).
 //
 // Locks order data as they do on NFS: an unlock first flushes what the
 // owner's handle wrote, and a lock brings the open file up to the store
@@ -149,7 +162,8 @@ func (f *Mount) refreshLocked(ctx context.Context, h *Handle, kn KernelNode) {
 }
 
 // releaseOwnerLocks drops the record locks of owner, a process closing a
-// descriptor of ino.
+// descriptor of ino. A failure is logged, not returned: see the top of
+// this file for what the process is told.
 func (f *Mount) releaseOwnerLocks(ctx context.Context, ino, owner uint64) {
 	if !f.co.FileLocks.Holds(ino, owner, false) {
 		return

@@ -174,18 +174,30 @@ func (f *Mount) Open(ctx context.Context, ino uint64, flags uint32) (*Handle, er
 	return h, nil
 }
 
-// Release is the last close of the description: what is buffered is
-// flushed, the locks taken through it go, and an unlinked file's inode
-// goes with its last description.
+// ReleaseLocks gives back the flocks and OFD locks taken through the
+// description, the first thing its last close does (Release; the kernel
+// layer calls it alone first, to let lock requests waiting for it go on
+// while the rest of the release flushes).
+func (h *Handle) ReleaseLocks() {
+	if !h.locks.any() {
+		return
+	}
+	f := h.of.f
+	ctx, cancel := context.WithTimeout(context.Background(), 4*f.st.Timeout())
+	defer cancel()
+	f.ReleaseLocks(ctx, h.of.ino, &h.locks)
+	f.co.FileLocks.Forget(h.of.ino)
+}
+
+// Release is the last close of the description: the locks taken through
+// it go, what is buffered is flushed, and an unlinked file's inode goes
+// with its last description.
 func (h *Handle) Release() error {
+	h.ReleaseLocks()
 	of := h.of
 	f := of.f
 	ctx, cancel := context.WithTimeout(context.Background(), 4*f.st.Timeout())
 	defer cancel()
-	if h.locks.any() {
-		f.ReleaseLocks(ctx, of.ino, &h.locks)
-		f.co.FileLocks.Forget(of.ino)
-	}
 	of.mu.Lock()
 	err := of.flush(ctx)
 	f.mu.Lock()

@@ -1,0 +1,156 @@
+package fs
+
+// Lock requests after the RELEASEs the kernel sent before them.
+//
+// A flock or an OFD lock belongs to its open file description and goes at
+// its last close, which the kernel tells the filesystem with a RELEASE. On
+// a local filesystem the lock is gone when that close(2) returns; FUSE
+// sends RELEASE asynchronously (the closing process does not wait for its
+// answer), so the next GETLK or SETLK of another process, which the
+// kernel queues after the RELEASE, could reach the lock document first
+// and find the lock still held (xfstests generic/478: a child sharing the
+// file table, CLONE_FILES, closes the only descriptor of an OFD-locked
+// open file; another process's F_OFD_GETLK must then find the range
+// free). So each lock request of a node waits until the RELEASEs of that
+// node under way when it arrived have given their locks back.
+//
+// What this orders: requests that go-fuse read from the kernel's queue in
+// that order and that reached this wrapper in it, which is every pair but
+// one whose RELEASE's goroutine is held off the CPU between reading the
+// request and calling here (microseconds) for longer than it takes the
+// other process to learn of the close and ask. Another mount cannot see
+// this mount's queue: there the lock is free once the RELEASE's write of
+// the lock document lands, milliseconds after the close. A process's
+// POSIX record locks need none of this: they go with the FLUSH of any
+// close, which the closing process waits for (Handle.Flush).
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// releaseOrder tracks the RELEASEs (and RELEASEDIRs) under way.
+type releaseOrder struct {
+	mu sync.Mutex
+	// byNode: the releases under way of each kernel node.
+	byNode map[uint64]map[*pendingRelease]bool
+	// byReq: the release served under each request's cancel channel, the
+	// one thing of the request go-fuse hands to the node's Release.
+	byReq map[<-chan struct{}]*pendingRelease
+}
+
+// pendingRelease is one release under way; done is closed once the locks
+// of its open file are given back.
+type pendingRelease struct {
+	done chan struct{}
+	once sync.Once
+}
+
+func (p *pendingRelease) finish() { p.once.Do(func() { close(p.done) }) }
+
+func (r *releaseOrder) begin(node uint64, c <-chan struct{}) *pendingRelease {
+	p := &pendingRelease{done: make(chan struct{})}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byNode == nil {
+		r.byNode, r.byReq = map[uint64]map[*pendingRelease]bool{}, map[<-chan struct{}]*pendingRelease{}
+	}
+	if r.byNode[node] == nil {
+		r.byNode[node] = map[*pendingRelease]bool{}
+	}
+	r.byNode[node][p] = true
+	if c != nil {
+		r.byReq[c] = p
+	}
+	return p
+}
+
+func (r *releaseOrder) end(node uint64, c <-chan struct{}, p *pendingRelease) {
+	p.finish()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.byNode[node], p)
+	if len(r.byNode[node]) == 0 {
+		delete(r.byNode, node)
+	}
+	if c != nil {
+		delete(r.byReq, c)
+	}
+}
+
+// locksGone is called by a node's Release (under ctx, the request's) once
+// the locks of its open file are given back: lock requests waiting for
+// the release go on while it flushes.
+func (r *releaseOrder) locksGone(ctx context.Context) {
+	fc, ok := ctx.(*fuse.Context)
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	p := r.byReq[fc.Cancel]
+	r.mu.Unlock()
+	if p != nil {
+		p.finish()
+	}
+}
+
+// wait waits until the releases of node under way now have given their
+// locks back; false if the request c was interrupted meanwhile.
+func (r *releaseOrder) wait(node uint64, c <-chan struct{}) bool {
+	r.mu.Lock()
+	var before []*pendingRelease
+	for p := range r.byNode[node] {
+		before = append(before, p)
+	}
+	r.mu.Unlock()
+	for _, p := range before {
+		select {
+		case <-p.done:
+		case <-c:
+			return false
+		}
+	}
+	return true
+}
+
+// orderedFS is the node filesystem with lock requests ordered after the
+// releases before them.
+type orderedFS struct {
+	fuse.RawFileSystem
+	r *releaseOrder
+}
+
+func (o orderedFS) Release(c <-chan struct{}, in *fuse.ReleaseIn) {
+	p := o.r.begin(in.NodeId, c)
+	defer o.r.end(in.NodeId, c, p)
+	o.RawFileSystem.Release(c, in)
+}
+
+func (o orderedFS) ReleaseDir(in *fuse.ReleaseIn) {
+	p := o.r.begin(in.NodeId, nil)
+	defer o.r.end(in.NodeId, nil, p)
+	o.RawFileSystem.ReleaseDir(in)
+}
+
+func (o orderedFS) GetLk(c <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
+	if !o.r.wait(in.NodeId, c) {
+		return fuse.EINTR
+	}
+	return o.RawFileSystem.GetLk(c, in, out)
+}
+
+func (o orderedFS) SetLk(c <-chan struct{}, in *fuse.LkIn) fuse.Status {
+	if !o.r.wait(in.NodeId, c) {
+		return fuse.EINTR
+	}
+	return o.RawFileSystem.SetLk(c, in)
+}
+
+func (o orderedFS) SetLkw(c <-chan struct{}, in *fuse.LkIn) fuse.Status {
+	if !o.r.wait(in.NodeId, c) {
+		return fuse.EINTR
+	}
+	return o.RawFileSystem.SetLkw(c, in)
+}
