@@ -22,11 +22,16 @@ func cmdImport() *cli.Command {
 		ArgsUsage: "LOCALDIR DEST",
 		Description: `DEST is a path in the filesystem (/projects/x); it must not exist, its
 parent must. Modes, owners, times, symlinks, FIFOs, sockets, devices, hard
-links (within the tree) and extended attributes are kept. DEST appears only when everything below it is written: an
-import that fails leaves nothing visible, and running it again first
-removes what the failed one wrote (fsck --repair removes its orphaned
-inodes). Other mounts can work meanwhile; DEST is locked while it is made.`,
-		Flags:  adminFlags(&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, only errors and the summary"}),
+links (within the tree) and extended attributes are kept. DEST appears
+only when everything below it is written: an import that fails leaves
+nothing visible, and running it again first removes what the failed one
+wrote (fsck --repair removes its orphaned inodes). Other mounts can work
+meanwhile; DEST is locked while it is made.
+
+LOCALDIR is resolved once; below it, nothing is read by name or followed
+if it is a symlink: an entry replaced while import reads it (a file
+swapped for a symlink, say) fails the import, naming it.`,
+		Flags:  adminFlags(quietFlag()),
 		Action: runImport,
 	}
 }
@@ -47,10 +52,19 @@ its new ones after it, never both. Files changed by other mounts during the expo
 are copied as they are when read, as cp -a would; files they removed are
 left out with a warning. An entry the listing and the index disagree on
 (its directory or its inode missing, an unreadable document) is named on
-stderr and export exits 1 after copying everything else.`,
-		Flags:  adminFlags(&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, only errors and the summary"}),
+stderr and export exits 1 after copying everything else.
+
+LOCALDIR's directory is resolved once; everything is made below it through
+descriptors, never following a symlink, and each directory is 0700 until
+its contents are finished: a name replaced meanwhile (LOCALDIR swapped for
+a symlink, say) stops the export, naming it.`,
+		Flags:  adminFlags(quietFlag()),
 		Action: runExport,
 	}
+}
+
+func quietFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, only errors and the summary"}
 }
 
 // fsPath checks a path of the filesystem given on the command line.
@@ -100,6 +114,7 @@ func runImport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	defer imp.Close()
 
 	st, co, done, err := adminSession(c)
 	if err != nil {
