@@ -38,7 +38,7 @@ func Export(ctx context.Context, st *store.Store, view *locking.View, src, local
 	}
 	prog.Start()
 	ex := &exporter{st: st, view: view, src: src, local: local, links: map[uint64]exportAt{}, prog: prog, o: o, root: os.Geteuid() == 0,
-		dirs: map[string]*exportDir{}, notCopied: map[string]leftOut{},
+		dirs: map[string]*exportDir{}, notCopied: map[string]leftOut{}, xattrsOut: xattrsLeft{},
 		top: &exportDir{local: filepath.Dir(local), fd: top, pinned: true}}
 	defer ex.closeDirs()
 	// fail stops the progress and prints what was found so far first.
@@ -114,6 +114,9 @@ func Export(ctx context.Context, st *store.Store, view *locking.View, src, local
 			return ex.stats(), fail(fmt.Errorf("export: %s: %v", d.local, err))
 		}
 	}
+	if l := ex.xattrsOut.line("export"); l != "" {
+		ex.note(l)
+	}
 	prog.Stop()
 	ex.report()
 	if ex.problems > 0 {
@@ -181,11 +184,12 @@ type exporter struct {
 	top *exportDir
 	// open holds the directories with an open descriptor, but top and
 	// LOCAL (pinned), at most maxOpenDirs between entries (trimDirs).
-	open    []*exportDir
-	prog    Progress
-	o       Options
-	root    bool
-	entries int64 // copied
+	open      []*exportDir
+	xattrsOut xattrsLeft
+	prog      Progress
+	o         Options
+	root      bool
+	entries   int64 // copied
 
 	sawSrc   bool
 	dirs     map[string]*exportDir // copied directories, by path in the filesystem

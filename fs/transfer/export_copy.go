@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/esfs/esfs/store"
@@ -276,7 +277,8 @@ func (ex *exporter) data(ctx context.Context, f *os.File, a store.Inode) error {
 // finish sets, through n, what creating the entry could not: owner,
 // mode, extended attributes and times (in that order: chown clears setuid
 // bits, and every change but the times moves ctime, which nobody can
-// set).
+// set). Only the attributes xattrCopied allows are set; the others are
+// counted for a warning.
 func (ex *exporter) finish(n node, local string, a store.Inode) error {
 	if ex.root {
 		if err := n.chown(a.Uid, a.Gid); err != nil {
@@ -288,8 +290,17 @@ func (ex *exporter) finish(n node, local string, a store.Inode) error {
 			return err
 		}
 	}
-	for name, v := range a.Xattrs {
-		if err := n.setxattr(name, v); err != nil {
+	names := make([]string, 0, len(a.Xattrs))
+	for name := range a.Xattrs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !xattrCopied(name, ex.o.AllXattrs) {
+			ex.xattrsOut.add(name)
+			continue
+		}
+		if err := n.setxattr(name, a.Xattrs[name]); err != nil {
 			if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EPERM) {
 				fmt.Fprintf(ex.o.warn(), "esfs export: %s: extended attribute %s not kept: %v\n", local, name, err)
 				continue

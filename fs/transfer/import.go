@@ -33,11 +33,12 @@ type Import struct {
 	dirInos map[string]uint64
 	// walked counts the subdirectories the import's walk met, which must
 	// be those counted: the link counts were written from those.
-	walked map[string]uint32
-	prog   Progress
-	o      Options
-	now    int64
-	root   uint64 // DEST's inode, whose path document is written last
+	walked    map[string]uint32
+	xattrsOut xattrsLeft
+	prog      Progress
+	o         Options
+	now       int64
+	root      uint64 // DEST's inode, whose path document is written last
 	// alive fails once our session is no longer ours (lease lapsed or
 	// declared dead): then someone may own DEST, and we must not write.
 	alive func() error
@@ -91,7 +92,7 @@ type ImportStats struct {
 // needs before it is written. Close releases src.
 func NewImport(src, dest string, o Options) (*Import, error) {
 	imp := &Import{src: src, dest: dest, links: map[devIno]*linkState{}, subdirs: map[string]uint32{}, dirInos: map[string]uint64{},
-		walked: map[string]uint32{}, prog: o.Progress, o: o, now: time.Now().UnixNano()}
+		walked: map[string]uint32{}, xattrsOut: xattrsLeft{}, prog: o.Progress, o: o, now: time.Now().UnixNano()}
 	f, err := os.OpenFile(src, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("import: %v", err)
@@ -195,6 +196,9 @@ func (imp *Import) Run(ctx context.Context, st *store.Store, co *locking.Coordin
 	}
 	if err := txn.End(ctx); err != nil {
 		return imp.stats, explain(fmt.Errorf("import: %s was made, but releasing its lock failed: %w", dest, err))
+	}
+	if l := imp.xattrsOut.line("import"); l != "" {
+		fmt.Fprintln(imp.o.warn(), l)
 	}
 	return imp.stats, nil
 }

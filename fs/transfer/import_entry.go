@@ -89,7 +89,7 @@ func (imp *Import) entry(le *localEntry) error {
 	case store.TypeFile:
 		a.Size = st.Size
 	}
-	xattrs, err := readXattrs(le.node)
+	xattrs, err := readXattrs(le.node, imp.o.AllXattrs, imp.xattrsOut)
 	if err != nil {
 		return fmt.Errorf("%s: extended attributes: %v", p, err)
 	}

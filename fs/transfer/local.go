@@ -17,6 +17,7 @@ package transfer
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -169,15 +170,59 @@ func typeName(mode uint32) string {
 	return fmt.Sprintf("file of type %o", mode&unix.S_IFMT)
 }
 
-// readXattrs returns the extended attributes of n; none where the local
+// Extended attributes are copied by namespace. user.* and trusted.* are
+// data a mount stores and serves (trusted.* to root); security.* grants
+// or labels (file capabilities, SELinux labels, IMA and EVM) and system.*
+// holds ACLs, which the kernel enforces: esfs enforces neither, so a mount
+// refuses them, and import and export copy them only when asked
+// (Options.AllXattrs): otherwise an export as root would set whatever
+// security.capability the index holds. cp --preserve=xattr and rsync -X
+// (as root) copy every namespace but the ACLs (cp: with the mode, rsync:
+// -A) and, for cp, SELinux labels (--preserve=context); GNU tar restores
+// only user.* unless told more.
+
+// xattrCopied reports whether the extended attribute name is copied.
+func xattrCopied(name string, all bool) bool {
+	return all || strings.HasPrefix(name, "user.") || strings.HasPrefix(name, "trusted.")
+}
+
+// xattrsLeft counts the extended attributes not copied, by namespace.
+type xattrsLeft map[string]int64
+
+func (l xattrsLeft) add(name string) {
+	ns, _, _ := strings.Cut(name, ".")
+	l[ns+".*"]++
+}
+
+// line is the warning that names what was left out, or "" if nothing was.
+func (l xattrsLeft) line(cmd string) string {
+	if len(l) == 0 {
+		return ""
+	}
+	var total int64
+	parts := make([]string, 0, len(l))
+	for ns, n := range l {
+		total += n
+		parts = append(parts, fmt.Sprintf("%s %d", ns, n))
+	}
+	sort.Strings(parts)
+	return fmt.Sprintf("esfs %s: %d extended attributes outside user.* and trusted.* not copied (%s); --all-xattrs copies them", cmd, total, strings.Join(parts, ", "))
+}
+
+// readXattrs returns the extended attributes of n that are copied (all:
+// every namespace), and counts the others in left; none where the local
 // filesystem has no xattr support.
-func readXattrs(n node) (map[string][]byte, error) {
+func readXattrs(n node, all bool, left xattrsLeft) (map[string][]byte, error) {
 	names, err := listXattrs(n)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]byte{}
 	for _, name := range names {
+		if !xattrCopied(name, all) {
+			left.add(name)
+			continue
+		}
 		v, err := sized(func(buf []byte) (int, error) { return n.getxattr(name, buf) })
 		if errors.Is(err, unix.ENODATA) {
 			continue // removed since listed
