@@ -22,11 +22,18 @@ func cmdImport() *cli.Command {
 		ArgsUsage: "LOCALDIR DEST",
 		Description: `DEST is a path in the filesystem (/projects/x); it must not exist, its
 parent must. Modes, owners, times, symlinks, FIFOs, sockets, devices, hard
-links (within the tree) and extended attributes are kept. DEST appears only when everything below it is written: an
-import that fails leaves nothing visible, and running it again first
-removes what the failed one wrote (fsck --repair removes its orphaned
-inodes). Other mounts can work meanwhile; DEST is locked while it is made.`,
-		Flags:  adminFlags(&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, only errors and the summary"}),
+links (within the tree) and extended attributes are kept. DEST appears
+only when everything below it is written: an import that fails leaves
+nothing visible, and running it again first removes what the failed one
+wrote (fsck --repair removes its orphaned inodes). Other mounts can work
+meanwhile; DEST is locked while it is made.
+
+LOCALDIR is resolved once; below it, nothing is read by name or followed
+if it is a symlink: an entry replaced while import reads it (a file
+swapped for a symlink, say) fails the import, naming it.
+
+` + allXattrsHelp,
+		Flags:  adminFlags(quietFlag(), allXattrsFlag()),
 		Action: runImport,
 	}
 }
@@ -47,10 +54,33 @@ its new ones after it, never both. Files changed by other mounts during the expo
 are copied as they are when read, as cp -a would; files they removed are
 left out with a warning. An entry the listing and the index disagree on
 (its directory or its inode missing, an unreadable document) is named on
-stderr and export exits 1 after copying everything else.`,
-		Flags:  adminFlags(&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, only errors and the summary"}),
+stderr and export exits 1 after copying everything else.
+
+LOCALDIR's directory is resolved once; everything is made below it through
+descriptors, never following a symlink, and each directory is 0700 until
+its contents are finished: a name replaced meanwhile (LOCALDIR swapped for
+a symlink, say) stops the export, naming it.
+
+` + allXattrsHelp,
+		Flags:  adminFlags(quietFlag(), allXattrsFlag()),
 		Action: runExport,
 	}
+}
+
+func quietFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress, only errors and the summary"}
+}
+
+// allXattrsHelp says which extended attributes are copied, in both
+// commands' help.
+const allXattrsHelp = `Extended attributes are copied in the user.* and trusted.* namespaces.
+--all-xattrs copies the others too, as cp -a and rsync -X run as root do:
+security.* (file capabilities, SELinux labels) and system.* (ACLs), which
+grant or deny access and which a mount neither serves nor stores; without
+it they are counted in one warning.`
+
+func allXattrsFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "all-xattrs", Usage: "copy the extended attributes of every namespace, security.* (file capabilities, SELinux labels) and system.* (ACLs) too, not only user.* and trusted.*"}
 }
 
 // fsPath checks a path of the filesystem given on the command line.
@@ -70,7 +100,7 @@ func fsPath(what, p string) (string, error) {
 // and explains its errors of Elasticsearch as the other commands do.
 func transferOptions(c *cli.Context, prog *progress) transfer.Options {
 	url := c.String("es-url")
-	return transfer.Options{Progress: prog, Warn: prog, Explain: func(err error) error { return explain(err, url) }}
+	return transfer.Options{Progress: prog, Warn: prog, Explain: func(err error) error { return explain(err, url) }, AllXattrs: c.Bool("all-xattrs")}
 }
 
 func runImport(c *cli.Context) error {
@@ -100,6 +130,7 @@ func runImport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	defer imp.Close()
 
 	st, co, done, err := adminSession(c)
 	if err != nil {

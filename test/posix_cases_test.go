@@ -233,13 +233,7 @@ var posixCases = []posixCase{
 // buildPosixdo builds the helper where other users can run it.
 func buildPosixdo(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(publicDir(t, "posixdo"), "posixdo")
-	cmd := exec.Command("go", "build", "-o", bin, "./test/posixdo")
-	cmd.Dir = mounttest.RepoRoot()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build posixdo: %v\n%s", err, out)
-	}
-	return bin
+	return buildTestProgram(t, "posixdo")
 }
 
 // publicDir makes a directory other users can reach (t.TempDir's are

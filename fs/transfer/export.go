@@ -2,12 +2,15 @@ package transfer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/locking"
 	"github.com/esfs/esfs/store"
+	"golang.org/x/sys/unix"
 )
 
 // ExportStats counts what an export copied, and what it left out without
@@ -27,9 +30,17 @@ type ExportStats struct {
 // out, and Export fails once it has copied everything else.
 func Export(ctx context.Context, st *store.Store, view *locking.View, src, local string, o Options) (ExportStats, error) {
 	explain, prog := o.explain, o.Progress
+	// LOCAL's directory is resolved once, here, as the user named it;
+	// everything below it is reached through descriptors (exportDir).
+	top, err := unix.Open(filepath.Dir(local), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return ExportStats{}, fmt.Errorf("export: %s: %v", filepath.Dir(local), err)
+	}
 	prog.Start()
-	ex := &exporter{st: st, view: view, src: src, local: local, links: map[uint64]string{}, prog: prog, o: o, root: os.Geteuid() == 0,
-		dirs: map[string]*exportDir{}, notCopied: map[string]leftOut{}}
+	ex := &exporter{st: st, view: view, src: src, local: local, links: map[uint64]exportAt{}, prog: prog, o: o, root: os.Geteuid() == 0,
+		dirs: map[string]*exportDir{}, notCopied: map[string]leftOut{}, xattrsOut: xattrsLeft{},
+		top: &exportDir{local: filepath.Dir(local), fd: top, pinned: true}}
+	defer ex.closeDirs()
 	// fail stops the progress and prints what was found so far first.
 	fail := func(err error) error {
 		prog.Stop()
@@ -56,6 +67,9 @@ func Export(ctx context.Context, st *store.Store, view *locking.View, src, local
 			break
 		}
 		if err := ex.page(ctx, page); err != nil {
+			if ex.entries == 0 {
+				return ex.stats(), fail(explain(fmt.Errorf("export failed, nothing was copied: %w", err)))
+			}
 			return ex.stats(), fail(explain(fmt.Errorf("export failed (what was copied stays in %s): %w", local, err)))
 		}
 	}
@@ -86,11 +100,22 @@ func Export(ctx context.Context, st *store.Store, view *locking.View, src, local
 			ex.note(fmt.Sprintf("esfs export: %s: directory with %d links, but its listing shows %d subdirectories (want %d links): a subdirectory may be missing from the listing", d.path, nlink, now, vfs.DirLinks(now)))
 		}
 	}
-	// Directories last, deepest first: writing into them changed their times.
+	// Directories last, deepest first: writing into them changed their
+	// times, and each is finished only once nothing more is made in it
+	// (until then it is 0700: nobody else can change what is in it).
 	for i := len(ex.dirOrder) - 1; i >= 0; i-- {
-		if err := ex.finish(ex.dirOrder[i].local, ex.dirOrder[i].attr); err != nil {
+		ex.trimDirs()
+		d := ex.dirOrder[i]
+		fd, err := ex.dirFD(d)
+		if err != nil {
 			return ex.stats(), fail(fmt.Errorf("export: %v", err))
 		}
+		if err := ex.finish(node{fd: fd}, d.local, d.attr); err != nil {
+			return ex.stats(), fail(fmt.Errorf("export: %s: %v", d.local, err))
+		}
+	}
+	if l := ex.xattrsOut.line("export"); l != "" {
+		ex.note(l)
 	}
 	prog.Stop()
 	ex.report()
@@ -150,15 +175,21 @@ func dirLinksAgree(nlink uint32, listedSubdirs uint32) bool {
 const maxReported = 100
 
 type exporter struct {
-	st      *store.Store
-	view    *locking.View
-	src     string
-	local   string
-	links   map[uint64]string // inode -> first local path, for hard links
-	prog    Progress
-	o       Options
-	root    bool
-	entries int64 // copied
+	st    *store.Store
+	view  *locking.View
+	src   string
+	local string
+	links map[uint64]exportAt // inode -> where its first link was made, for hard links
+	// top is LOCAL's directory, where LOCAL is made.
+	top *exportDir
+	// open holds the directories with an open descriptor, but top and
+	// LOCAL (pinned), at most maxOpenDirs between entries (trimDirs).
+	open      []*exportDir
+	xattrsOut xattrsLeft
+	prog      Progress
+	o         Options
+	root      bool
+	entries   int64 // copied
 
 	sawSrc   bool
 	dirs     map[string]*exportDir // copied directories, by path in the filesystem
@@ -186,10 +217,113 @@ const (
 	leftOutGone
 )
 
+// exportDir is a directory export made, or top. Its descriptor (fd, -1
+// when closed) is opened again when needed from its parent's, without
+// following a symlink, and checked to be the directory made (dev, ino).
 type exportDir struct {
-	path, local string
-	attr        store.Inode
-	subdirs     uint32 // listed and copied
+	path    string // in the filesystem
+	local   string // for messages only: nothing is opened by it
+	attr    store.Inode
+	subdirs uint32 // listed and copied
+
+	parent   *exportDir
+	name     string // in parent
+	dev, ino uint64
+	fd       int
+	pinned   bool // never closed before the end
+}
+
+// maxOpenDirs bounds the directory descriptors export keeps between
+// entries: a tree may have more directories than a process descriptors.
+const maxOpenDirs = 128
+
+// mkdir makes the directory at at (0700) and returns it, open. Where it
+// is LOCAL itself, made in a directory that others may write in, the
+// name may have been replaced between the two calls: the descriptor must
+// hold a directory of ours that no one else may write in (the one made),
+// or export stops.
+func (ex *exporter) mkdir(at exportAt, dfd int) (*exportDir, error) {
+	if err := unix.Mkdirat(dfd, at.name, 0o700); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Openat(dfd, at.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return nil, replaced(at.local, "during the export", unix.S_IFDIR, "made", nowAt(dfd, at.name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o077 != 0 {
+		unix.Close(fd)
+		return nil, replaced(at.local, "during the export", unix.S_IFDIR, "made", fmt.Sprintf("a %s of uid %d, mode %o", typeName(st.Mode), st.Uid, st.Mode&0o7777))
+	}
+	d := &exportDir{local: at.local, parent: at.dir, name: at.name, dev: uint64(st.Dev), ino: st.Ino, fd: fd, pinned: at.dir == ex.top}
+	if !d.pinned {
+		ex.open = append(ex.open, d)
+	}
+	return d, nil
+}
+
+// dirFD returns d's descriptor, opening it again from its parent's if it
+// was closed.
+func (ex *exporter) dirFD(d *exportDir) (int, error) {
+	if d.fd >= 0 {
+		return d.fd, nil
+	}
+	pfd, err := ex.dirFD(d.parent)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := unix.Openat(pfd, d.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("%s: opening again a directory export made: %v", d.local, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s: %v", d.local, err)
+	}
+	if uint64(st.Dev) != d.dev || st.Ino != d.ino {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s: replaced during the export (not the directory export made); not followed", d.local)
+	}
+	d.fd = fd
+	ex.open = append(ex.open, d)
+	return fd, nil
+}
+
+// trimDirs closes the open directories when there are more than
+// maxOpenDirs; it is called between entries, never while a descriptor
+// dirFD returned is in use.
+func (ex *exporter) trimDirs() {
+	if len(ex.open) <= maxOpenDirs {
+		return
+	}
+	for _, d := range ex.open {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+	ex.open = ex.open[:0]
+}
+
+func (ex *exporter) closeDirs() {
+	for _, d := range ex.open {
+		unix.Close(d.fd)
+		d.fd = -1
+	}
+	ex.open = nil
+	for _, d := range ex.dirs {
+		if d.pinned && d.fd >= 0 {
+			unix.Close(d.fd)
+			d.fd = -1
+		}
+	}
+	unix.Close(ex.top.fd)
 }
 
 // existsNow reads SRC in real time, for a listing that lacks it.

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
-	"syscall"
 
 	"github.com/esfs/esfs/store"
 	"golang.org/x/sys/unix"
@@ -65,14 +65,22 @@ func (ex *exporter) page(ctx context.Context, ds []store.Dentry) error {
 			ex.problem(d, "the path is a %s, its inode %d a %s", d.Type, a.Ino, a.Type)
 			continue
 		}
-		local := filepath.Join(ex.local, strings.TrimPrefix(d.Path, ex.src))
-		if err := ex.entry(ctx, local, a); err != nil {
+		at := exportAt{dir: parent, name: d.Name, local: filepath.Join(ex.local, strings.TrimPrefix(d.Path, ex.src))}
+		if parent == nil {
+			at.dir, at.name = ex.top, filepath.Base(ex.local) // SRC itself
+		} else if err := store.CheckName(d.Name); err != nil {
+			ex.problem(d, "%v", err) // the decoder checks names: never here
+			continue
+		}
+		ex.trimDirs()
+		made, err := ex.entry(ctx, at, a)
+		if err != nil {
 			return fmt.Errorf("%s: %v", d.Path, err)
 		}
 		if a.Type == store.TypeDir {
-			dir := &exportDir{path: d.Path, local: local, attr: a}
-			ex.dirs[d.Path] = dir
-			ex.dirOrder = append(ex.dirOrder, dir)
+			made.path, made.attr = d.Path, a
+			ex.dirs[d.Path] = made
+			ex.dirOrder = append(ex.dirOrder, made)
 			if parent != nil {
 				parent.subdirs++
 			}
@@ -83,55 +91,78 @@ func (ex *exporter) page(ctx context.Context, ds []store.Dentry) error {
 	return nil
 }
 
-func (ex *exporter) entry(ctx context.Context, local string, a store.Inode) error {
+// exportAt is where an entry is made: name in directory dir, at local
+// (for messages: nothing is opened by it).
+type exportAt struct {
+	dir   *exportDir
+	name  string
+	local string
+}
+
+// entry makes one entry, relative to its directory's descriptor and
+// without following a symlink: a file is created O_EXCL|O_NOFOLLOW and
+// filled and finished through its descriptor; a symlink, FIFO, socket or
+// device is made and then held by an O_PATH descriptor, checked to be
+// what was made, to be finished. A directory is made 0700 (finished last,
+// by Export): it returns the directory, open.
+func (ex *exporter) entry(ctx context.Context, at exportAt, a store.Inode) (*exportDir, error) {
+	dfd, err := ex.dirFD(at.dir)
+	if err != nil {
+		return nil, err
+	}
 	switch a.Type {
 	case store.TypeDir:
-		return os.Mkdir(local, 0o700) // finished last, by Export
+		return ex.mkdir(at, dfd)
 	case store.TypeSymlink:
-		if err := os.Symlink(a.Target, local); err != nil {
-			return err
+		if err := unix.Symlinkat(a.Target, dfd, at.name); err != nil {
+			return nil, err
 		}
-		return ex.finish(local, a)
-
+		return nil, ex.finishMade(at, dfd, unix.S_IFLNK, a)
 	case store.TypeFifo, store.TypeSocket, store.TypeCharDev, store.TypeBlockDev:
-		return ex.special(local, a)
+		return nil, ex.special(at, dfd, a)
 	}
 	if first, ok := ex.links[a.Ino]; ok {
-		return os.Link(first, local)
+		return nil, ex.link(first, at, dfd)
+	}
+	fd, err := unix.Openat(dfd, at.name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
 	}
 	if a.Nlink > 1 {
-		ex.links[a.Ino] = local
+		ex.links[a.Ino] = at
 	}
-	f, err := os.OpenFile(local, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f := os.NewFile(uintptr(fd), at.local)
+	defer f.Close()
+	if err := ex.data(ctx, f, a); err != nil {
+		return nil, err
+	}
+	if err := f.Truncate(a.Size); err != nil {
+		return nil, err
+	}
+	return nil, ex.finish(node{fd: fd}, at.local, a)
+}
+
+// link makes a hard link at at of the file first made at first.
+func (ex *exporter) link(first exportAt, at exportAt, dfd int) error {
+	ffd, err := ex.dirFD(first.dir)
 	if err != nil {
 		return err
 	}
-	if err := ex.data(ctx, f, a); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Truncate(a.Size); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return ex.finish(local, a)
+	return unix.Linkat(ffd, first.name, dfd, at.name, 0) // 0: a symlink is linked, not followed
 }
 
 // special makes a FIFO, a socket or a device. Only root may make devices:
 // for anyone else each is named and counted, as cp -a does, and export
 // fails once the rest is copied.
-func (ex *exporter) special(local string, a store.Inode) error {
+func (ex *exporter) special(at exportAt, dfd int, a store.Inode) error {
 	if first, ok := ex.links[a.Ino]; ok {
-		return os.Link(first, local)
+		return ex.link(first, at, dfd)
 	}
 	mode := map[store.FileType]uint32{store.TypeFifo: unix.S_IFIFO, store.TypeSocket: unix.S_IFSOCK,
 		store.TypeCharDev: unix.S_IFCHR, store.TypeBlockDev: unix.S_IFBLK}[a.Type]
-	err := unix.Mknod(local, mode|0o600, int(a.Rdev))
+	err := unix.Mknodat(dfd, at.name, mode|0o600, int(a.Rdev))
 	if errors.Is(err, unix.EPERM) && a.Type.IsDevice() {
-		fmt.Fprintf(ex.o.warn(), "esfs export: %s: device %d:%d not made: only root can make devices\n", local, unix.Major(uint64(a.Rdev)), unix.Minor(uint64(a.Rdev)))
+		fmt.Fprintf(ex.o.warn(), "esfs export: %s: device %d:%d not made: only root can make devices\n", at.local, unix.Major(uint64(a.Rdev)), unix.Minor(uint64(a.Rdev)))
 		ex.devicesSkipped++
 		return nil
 	}
@@ -139,9 +170,30 @@ func (ex *exporter) special(local string, a store.Inode) error {
 		return err
 	}
 	if a.Nlink > 1 {
-		ex.links[a.Ino] = local
+		ex.links[a.Ino] = at
 	}
-	return ex.finish(local, a)
+	return ex.finishMade(at, dfd, mode, a)
+}
+
+// finishMade finishes a symlink or special file just made, through an
+// O_PATH descriptor of it: nobody else can write in the directories
+// export makes until they are finished (0700), so it is the file made,
+// but the descriptor is checked to hold a file of the type made anyway.
+func (ex *exporter) finishMade(at exportAt, dfd int, typ uint32, a store.Inode) error {
+	fd, err := unix.Openat(dfd, at.name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	n := node{fd: fd, opath: true}
+	defer n.close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != typ || int(st.Uid) != os.Geteuid() {
+		return replaced(at.local, "during the export", typ, "made", fmt.Sprintf("a %s of uid %d", typeName(st.Mode), st.Uid))
+	}
+	return ex.finish(n, at.local, a)
 }
 
 // exportListed: a file of more chunks than this has its stored chunks
@@ -222,22 +274,33 @@ func (ex *exporter) data(ctx context.Context, f *os.File, a store.Inode) error {
 	return nil
 }
 
-// finish sets what creating the entry could not: owner, mode, extended
-// attributes and times (in that order: chown clears setuid bits, and
-// every change but the times moves ctime, which nobody can set).
-func (ex *exporter) finish(local string, a store.Inode) error {
+// finish sets, through n, what creating the entry could not: owner,
+// mode, extended attributes and times (in that order: chown clears setuid
+// bits, and every change but the times moves ctime, which nobody can
+// set). Only the attributes xattrCopied allows are set; the others are
+// counted for a warning.
+func (ex *exporter) finish(n node, local string, a store.Inode) error {
 	if ex.root {
-		if err := os.Lchown(local, int(a.Uid), int(a.Gid)); err != nil {
+		if err := n.chown(a.Uid, a.Gid); err != nil {
 			return err
 		}
 	}
 	if a.Type != store.TypeSymlink {
-		if err := syscall.Chmod(local, a.Mode&0o7777); err != nil {
+		if err := n.chmod(a.Mode & 0o7777); err != nil {
 			return err
 		}
 	}
-	for name, v := range a.Xattrs {
-		if err := unix.Lsetxattr(local, name, v, 0); err != nil {
+	names := make([]string, 0, len(a.Xattrs))
+	for name := range a.Xattrs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if !xattrCopied(name, ex.o.AllXattrs) {
+			ex.xattrsOut.add(name)
+			continue
+		}
+		if err := n.setxattr(name, a.Xattrs[name]); err != nil {
 			if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EPERM) {
 				fmt.Fprintf(ex.o.warn(), "esfs export: %s: extended attribute %s not kept: %v\n", local, name, err)
 				continue
@@ -245,6 +308,5 @@ func (ex *exporter) finish(local string, a store.Inode) error {
 			return err
 		}
 	}
-	ts := []unix.Timespec{unix.NsecToTimespec(a.Atime), unix.NsecToTimespec(a.Mtime)}
-	return unix.UtimesNanoAt(unix.AT_FDCWD, local, ts, unix.AT_SYMLINK_NOFOLLOW)
+	return n.setTimes(a.Atime, a.Mtime)
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -21,10 +21,20 @@ type devIno struct{ dev, ino uint64 }
 type Import struct {
 	st        *store.Store
 	src, dest string
-	chunk     int64
-	links     map[devIno]*linkState // local files with several links
-	subdirs   map[string]uint32     // local directory -> its subdirectories, for link counts
-	dirInos   map[string]uint64     // local directory -> its inode, its entries' Parents
+	// srcDir is src, opened once: both walks start from it, and reach
+	// everything below it through descriptors (walkLocal).
+	srcDir *os.File
+	chunk  int64
+	links  map[devIno]*linkState // local files with several links
+	// By path below src ("." for src), as counted: a directory's
+	// subdirectories, for its link count, and its inode, its entries'
+	// Parents.
+	subdirs map[string]uint32
+	dirInos map[string]uint64
+	// walked counts the subdirectories the import's walk met, which must
+	// be those counted: the link counts were written from those.
+	walked    map[string]uint32
+	xattrsOut xattrsLeft
 	prog      Progress
 	o         Options
 	now       int64
@@ -76,16 +86,27 @@ type ImportStats struct {
 }
 
 // NewImport prepares the import of local directory src (absolute) as dest
-// (a clean path of the filesystem, not /): it walks src once, for the
-// progress's totals and the count of each hard link inside the tree, which
-// its inode needs before it is written.
+// (a clean path of the filesystem, not /): it opens src, which is resolved
+// once, here, as the user named it, and walks it once, for the progress's
+// totals and the count of each hard link inside the tree, which its inode
+// needs before it is written. Close releases src.
 func NewImport(src, dest string, o Options) (*Import, error) {
-	imp := &Import{src: src, dest: dest, links: map[devIno]*linkState{}, subdirs: map[string]uint32{}, dirInos: map[string]uint64{}, prog: o.Progress, o: o, now: time.Now().UnixNano()}
+	imp := &Import{src: src, dest: dest, links: map[devIno]*linkState{}, subdirs: map[string]uint32{}, dirInos: map[string]uint64{},
+		walked: map[string]uint32{}, xattrsOut: xattrsLeft{}, prog: o.Progress, o: o, now: time.Now().UnixNano()}
+	f, err := os.OpenFile(src, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("import: %v", err)
+	}
+	imp.srcDir = f
 	if err := imp.count(); err != nil {
+		f.Close()
 		return nil, fmt.Errorf("import: %v", err)
 	}
 	return imp, nil
 }
+
+// Close releases the local directory.
+func (imp *Import) Close() error { return imp.srcDir.Close() }
 
 // Run writes the tree, in session co of store st: it takes DEST's lock,
 // checks that DEST is free and its parent a directory, removes what an
@@ -132,15 +153,15 @@ func (imp *Import) Run(ctx context.Context, st *store.Store, co *locking.Coordin
 		imp.wg.Add(1)
 		go imp.worker(ctx)
 	}
-	walkErr := filepath.WalkDir(imp.src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
+	walkErr := walkLocal(imp.srcDir, imp.src, func(e *localEntry) error {
+		if err := imp.failed(); err != nil {
 			return err
 		}
-		if e := imp.failed(); e != nil {
-			return e
-		}
-		return imp.entry(p)
+		return imp.entry(e)
 	})
+	if walkErr == nil {
+		walkErr = imp.sameSubdirs()
+	}
 	if walkErr == nil {
 		imp.send()
 	}
@@ -176,7 +197,26 @@ func (imp *Import) Run(ctx context.Context, st *store.Store, co *locking.Coordin
 	if err := txn.End(ctx); err != nil {
 		return imp.stats, explain(fmt.Errorf("import: %s was made, but releasing its lock failed: %w", dest, err))
 	}
+	if l := imp.xattrsOut.line("import"); l != "" {
+		fmt.Fprintln(imp.o.warn(), l)
+	}
 	return imp.stats, nil
+}
+
+// sameSubdirs checks that the walk met the subdirectories count did: the
+// link counts of the directories were written from the count.
+func (imp *Import) sameSubdirs() error {
+	for rel, n := range imp.walked {
+		if was := imp.subdirs[rel]; n != was {
+			return fmt.Errorf("%s: changed during the import (%d subdirectories when counted, %d when read)", filepath.Join(imp.src, rel), was, n)
+		}
+	}
+	for rel, was := range imp.subdirs {
+		if _, ok := imp.walked[rel]; !ok {
+			return fmt.Errorf("%s: changed during the import (%d subdirectories when counted, none when read)", filepath.Join(imp.src, rel), was)
+		}
+	}
+	return nil
 }
 
 // check verifies, under DEST's lock, that the parent is a directory and
@@ -251,21 +291,15 @@ func (imp *Import) clearLeftovers(ctx context.Context) error {
 // links, and not its holes (so a sparse file counts what it holds).
 func (imp *Import) count() error {
 	var entries, bytes int64
-	err := filepath.WalkDir(imp.src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
+	err := walkLocal(imp.srcDir, imp.src, func(e *localEntry) error {
+		st := &e.st
 		entries++
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 			// Numbered now: a hard link's inode, written at its first
 			// link, names the directories of all of them.
-			imp.dirInos[p] = store.NewIno()
-			if p != imp.src {
-				imp.subdirs[filepath.Dir(p)]++
+			imp.dirInos[e.rel] = store.NewIno()
+			if e.rel != "." {
+				imp.subdirs[relDir(e.rel)]++
 			}
 		}
 		first := true // the first link of a file, whose data is copied
@@ -279,10 +313,10 @@ func (imp *Import) count() error {
 				l = &linkState{ino: store.NewIno(), count: 1}
 				imp.links[k] = l
 			}
-			l.dirs = append(l.dirs, imp.dirInos[filepath.Dir(p)])
+			l.dirs = append(l.dirs, imp.dirInos[relDir(e.rel)])
 		}
-		if st.Mode&unix.S_IFMT == unix.S_IFREG && first {
-			bytes += fileData(p, st.Size)
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && first && st.Size > 0 {
+			bytes += dataIn(e.file, 0, st.Size)
 		}
 		return nil
 	})

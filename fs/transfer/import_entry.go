@@ -6,28 +6,20 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/esfs/esfs/fs/vfs"
 	"github.com/esfs/esfs/store"
 	"golang.org/x/sys/unix"
 )
 
-// entry writes the documents of one local entry: its inode (once per
-// hard-linked file), its data chunks and its path document.
-func (imp *Import) entry(p string) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		return err
-	}
-	rel, err := filepath.Rel(imp.src, p)
-	if err != nil {
-		return err
-	}
+// entry writes the documents of one local entry, read through its
+// descriptor: its inode (once per hard-linked file), its data chunks and
+// its path document.
+func (imp *Import) entry(le *localEntry) error {
+	st, p, rel := &le.st, le.local, le.rel
 	path := imp.dest
 	if rel != "." {
-		path = imp.dest + "/" + filepath.ToSlash(rel)
+		path = imp.dest + "/" + rel
 	}
 	if err := store.CheckPath(path); err != nil {
 		return fmt.Errorf("%s: %v", p, err)
@@ -40,14 +32,15 @@ func (imp *Import) entry(p string) error {
 		e.Type = store.TypeDir
 		imp.stats.Dirs++
 	case unix.S_IFLNK:
-		target, err := os.Readlink(p)
+		buf := make([]byte, store.MaxPath+1)
+		n, err := unix.Readlinkat(le.fd, "", buf) // the symlink le holds (O_PATH)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %v", p, err)
 		}
-		if len(target) > store.MaxPath {
-			return fmt.Errorf("%s: symlink target of %d bytes is longer than %d", p, len(target), store.MaxPath)
+		if n > store.MaxPath {
+			return fmt.Errorf("%s: symlink target longer than %d bytes", p, store.MaxPath)
 		}
-		e.Type, e.Target = store.TypeSymlink, target
+		e.Type, e.Target = store.TypeSymlink, string(buf[:n])
 		imp.stats.Symlinks++
 	case unix.S_IFREG:
 		if st.Size > store.MaxFileSize {
@@ -80,20 +73,23 @@ func (imp *Import) entry(p string) error {
 	}
 	// Directories were numbered by count, which met each before what it
 	// holds: the number is its entries' Parents.
-	a := vfs.NewInode(e, imp.dirInos[filepath.Dir(p)], unix.TimespecToNsec(st.Ctim))
+	a := vfs.NewInode(e, imp.dirInos[relDir(rel)], unix.TimespecToNsec(st.Ctim))
 	a.Atime, a.Mtime = unix.TimespecToNsec(st.Atim), unix.TimespecToNsec(st.Mtim)
 	switch a.Type {
 	case store.TypeDir:
-		if ino, ok := imp.dirInos[p]; ok {
+		if ino, ok := imp.dirInos[rel]; ok {
 			a.Ino = ino
 		} else {
-			imp.dirInos[p] = a.Ino // made since count
+			imp.dirInos[rel] = a.Ino // made since count (sameSubdirs fails the import)
 		}
-		a.Nlink = vfs.DirLinks(imp.subdirs[p])
+		a.Nlink = vfs.DirLinks(imp.subdirs[rel])
+		if rel != "." {
+			imp.walked[relDir(rel)]++
+		}
 	case store.TypeFile:
 		a.Size = st.Size
 	}
-	xattrs, err := readXattrs(p)
+	xattrs, err := readXattrs(le.node, imp.o.AllXattrs, imp.xattrsOut)
 	if err != nil {
 		return fmt.Errorf("%s: extended attributes: %v", p, err)
 	}
@@ -109,7 +105,7 @@ func (imp *Import) entry(p string) error {
 	}
 	if writeInode {
 		if a.Type == store.TypeFile {
-			if a.Chunks, err = imp.data(p, a.Ino, st.Size); err != nil {
+			if a.Chunks, err = imp.data(le.file, a.Ino, st.Size); err != nil {
 				return err
 			}
 		}
@@ -132,16 +128,12 @@ func (imp *Import) entry(p string) error {
 	return nil
 }
 
-// data queues the chunks of a file, reading it a chunk at a time. Holes
+// data queues the chunks of file f, reading it a chunk at a time. Holes
 // the local filesystem knows of (SEEK_DATA) are skipped without reading
 // them, so a sparse file costs what it holds, not its size.
 // It returns how many chunks it queued.
-func (imp *Import) data(p string, ino uint64, size int64) (chunks int64, err error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
+func (imp *Import) data(f *os.File, ino uint64, size int64) (chunks int64, err error) {
+	p := f.Name()
 	for n := int64(0); n*imp.chunk < size; n++ {
 		if next, ok := nextData(f, n*imp.chunk); ok {
 			if next >= size {
@@ -214,21 +206,6 @@ func dataIn(f *os.File, from, to int64) int64 {
 	return n
 }
 
-// fileData is how many bytes of data the local file p of size bytes
-// holds (see dataIn); its size if it cannot be opened (reading it will
-// fail then, and say why).
-func fileData(p string, size int64) int64 {
-	if size == 0 {
-		return 0
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return size
-	}
-	defer f.Close()
-	return dataIn(f, 0, size)
-}
-
 func isZero(b []byte) bool {
 	for _, c := range b {
 		if c != 0 {
@@ -236,40 +213,4 @@ func isZero(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// readXattrs returns the extended attributes of p (not following a
-// symlink); none where the local filesystem has no xattr support.
-func readXattrs(p string) (map[string][]byte, error) {
-	sz, err := unix.Llistxattr(p, nil)
-	if errors.Is(err, unix.ENOTSUP) || sz == 0 {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, sz)
-	sz, err = unix.Llistxattr(p, buf)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string][]byte{}
-	for _, name := range strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00") {
-		if name == "" {
-			continue
-		}
-		n, err := unix.Lgetxattr(p, name, nil)
-		if errors.Is(err, unix.ENODATA) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		v := make([]byte, n)
-		if n, err = unix.Lgetxattr(p, name, v); err != nil {
-			return nil, err
-		}
-		out[name] = v[:n]
-	}
-	return out, nil
 }

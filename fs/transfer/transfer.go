@@ -31,6 +31,10 @@ type Options struct {
 	// user reads (nil leaves it as it is); errors of the local filesystem
 	// and of the transfer's own checks do not go through it.
 	Explain func(error) error
+	// AllXattrs copies the extended attributes of every namespace; by
+	// default only user.* and trusted.* are (see xattrCopied), and the
+	// others are counted in one warning.
+	AllXattrs bool
 }
 
 func (o Options) warn() io.Writer {

@@ -139,10 +139,12 @@ func (f *Mount) Listxattr(ctx context.Context, n Node, dest []byte) (uint32, err
 	if err != nil {
 		return 0, err
 	}
-	uid, _ := caller(ctx)
+	// Only what Getxattr serves the caller: trusted.* to root; never
+	// security.* or system.*, which only esfs import --all-xattrs stores
+	// (for export to restore), nor a name past the limit.
 	names := make([]string, 0, len(a.Xattrs))
 	for k := range a.Xattrs {
-		if strings.HasPrefix(k, "trusted.") && uid != 0 {
+		if xattrAllowed(ctx, k) != 0 {
 			continue
 		}
 		names = append(names, k)
