@@ -182,6 +182,7 @@ func (ds *delegs) recall(ctx context.Context, d *locking.Delegation) {
 	case <-notified:
 	case <-time.After(time.Second):
 		ds.f.log.Warn("the kernel did not take a recalled directory's invalidations within 1s; they go in once its request in the directory ends", "dir", d.Path)
+		locking.CrashPoint("recall-invalidations-held")
 	case <-ctx.Done():
 	}
 }
