@@ -20,6 +20,23 @@ package cmd
 // notification goes in, the last thread dies, and the processes using
 // the mount get ENOTCONN, as after any kill -9.
 //
+// Not done in the daemon itself. No notification can be made safe from
+// this: the kernel takes the directory's lock inside the write, and a
+// lookup may be waiting in any directory when the daemon dies. A daemon
+// that aborted its own connection once a notification had waited long
+// would end a live mount whose request in that directory is merely slow
+// (a lock waited for up to --lock-timeout, a cluster slow up to its
+// timeout); a recall already logs a notification that waits past a
+// second. A hard memory ceiling would kill, at a guessed size, a daemon
+// the OOM killer might have spared, with its buffered writes: the soft
+// limit (memoryLimit) stays, and a hard one is the service manager's
+// (systemd's MemoryMax=), whose kill now ends the mount as cleanly as
+// any other.
+//
+// Every daemon has a watchdog of its own, whichever way it was started
+// (in the foreground, --daemon, mount(8) and fstab through the helper):
+// serve starts it once mounted, before the mount is said to be ready.
+//
 // How it sees a death. It polls the daemon's /proc/PID/status (through
 // a descriptor of /proc/PID, which never names another process once the
 // daemon's number is reused) every watchdogPoll: the daemon is dying once
