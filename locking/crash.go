@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // crashPoint kills the process on the spot (SIGKILL, no cleanup) when the
@@ -42,7 +43,18 @@ func crashPoint(name string) error {
 
 // CrashPoint is crashPoint for the other layers of the daemon. Its points:
 // flush-after-chunks (a file's flush, once its chunks are written and
-// before its inode's size is), recall-invalidations-held (a recall whose
-// invalidations the kernel has not taken for a second: a thread of the
-// daemon held in the kernel, as a death may find one).
+// before its inode's size is).
 func CrashPoint(name string) { _ = crashPoint(name) }
+
+// CrashPointAfter reaches crash point name after d unless the returned
+// stop is called first (it reports whether it stopped it). Its points:
+// recall-invalidations-held (a recall whose invalidations the kernel has
+// not taken for a second: a thread of the daemon held in the kernel, as
+// a death may find one). When ESFS_CRASH_POINT names another point it
+// arms nothing.
+func CrashPointAfter(name string, d time.Duration) (stop func() bool) {
+	if point, _, _ := strings.Cut(os.Getenv("ESFS_CRASH_POINT"), ":"); point != name {
+		return func() bool { return false }
+	}
+	return time.AfterFunc(d, func() { _ = crashPoint(name) }).Stop
+}
