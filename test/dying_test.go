@@ -32,23 +32,20 @@ const deathBound = 15 * time.Second
 // read held by A's fault proxy until the test ends); meanwhile mount B
 // changes dir, which recalls A's delegation on it, and A tells its kernel
 // to expire the names it gave under the delegation: a notification
-// written to /dev/fuse, which waits for dir's lock. A logs that the
-// invalidations were not taken within 1s once they have waited that long.
+// written to /dev/fuse, which waits for dir's lock.
 type stuckNotification struct {
 	a        *mounttest.Mount
 	dir      string
 	statOut  *strings.Builder
 	statDone chan error   // stat's end
-	bCreated <-chan error // B's create in dir, which recalled A
+	bCreated <-chan error // the end of B's create in dir, which recalled A
 	watchdog int          // A's watchdog when it got stuck (0: none)
 }
 
-// stuckLog is what A logs once its invalidations are held in the kernel.
-const stuckLog = "the kernel did not take a recalled directory's invalidations within 1s"
-
 // mountStuck makes dir on b, mounts A (with env and extra flags), and has
-// a thread of A's held in the kernel as stuckNotification says. before,
-// if not nil, runs once A is mounted.
+// a thread of A's held in the kernel as stuckNotification says: it
+// returns once one is (or A has ended: a crash point may end it once one
+// has been for a second). before, if not nil, runs once A is mounted.
 func mountStuck(t *testing.T, f *mounttest.FS, b *mounttest.Mount, dir string, env []string, before func(a *mounttest.Mount), extra ...string) *stuckNotification {
 	t.Helper()
 	if err := os.Mkdir(b.Path(dir), 0o755); err != nil {
@@ -60,7 +57,6 @@ func mountStuck(t *testing.T, f *mounttest.FS, b *mounttest.Mount, dir string, e
 	b.Sync(t)
 	fp := mounttest.NewFaultProxy(t, f.URL)
 	held, release := make(chan struct{}), make(chan struct{})
-	t.Cleanup(func() { close(release) }) // before the proxy's own cleanup
 	heldDoc := "/_doc/" + store.DocID("/"+dir+"/zzz")
 	fp.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
 		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, heldDoc) {
@@ -75,11 +71,15 @@ func mountStuck(t *testing.T, f *mounttest.FS, b *mounttest.Mount, dir string, e
 	})
 	addr := mounttest.FreeAddr(t)
 	// A long request timeout: A must still be waiting for the held read
-	// when it dies. A short lease: B's create, which recalls A, waits for
-	// A to be declared dead if A dies before its recall is done.
+	// when it dies. A shorter lease than the default: B's create, which
+	// recalls A, waits for A to be declared dead if A dies in the middle
+	// of its recall.
 	args := append([]string{"--delegations", "--cache-ttl=1h", "--negative-timeout=1h", "--entry-timeout=1h", "--attr-timeout=1h",
-		"--metrics-addr", addr, "--es-url", fp.URL, "--es-timeout", "60s", "--lease", mounttest.Lease.String()}, extra...)
+		"--metrics-addr", addr, "--es-url", fp.URL, "--es-timeout", "60s", "--lease", "4s"}, extra...)
 	a := f.MountAt(t, t.TempDir(), env, args...)
+	// Before the mount's own cleanup (a test failing with A alive): the
+	// read goes through, the lookup ends, and A unmounts.
+	t.Cleanup(func() { close(release) })
 	if before != nil {
 		before(a)
 	}
@@ -109,8 +109,27 @@ func mountStuck(t *testing.T, f *mounttest.FS, b *mounttest.Mount, dir string, e
 	s.watchdog = watchdogOf(a.Pid())
 	created := make(chan error, 1)
 	go func() { created <- os.WriteFile(b.Path(dir, "b"), []byte("b"), 0o644) }()
+	// Until A has answered the recall too (B's create then ends): a death
+	// in the middle of it would have B's create wait for A to be declared
+	// dead. A crash point may end A first.
+	var createErr error
+	createDone := false
+	mounttest.WaitFor(t, "a thread of A held in the kernel in an entry invalidation", time.Minute, func() bool {
+		if !createDone {
+			select {
+			case createErr = <-created:
+				createDone = true
+			default:
+			}
+		}
+		return a.Exited() || createDone && strings.Contains(kernelStacks(a.Pid()), "fuse_reverse_inval_entry")
+	})
 	s.bCreated = created
-	mounttest.WaitLog(t, a, stuckLog, time.Minute)
+	if createDone {
+		done := make(chan error, 1)
+		done <- createErr
+		s.bCreated = done
+	}
 	return s
 }
 
@@ -180,9 +199,9 @@ func checkEnded(t *testing.T, s *stuckNotification, b *mounttest.Mount, unmount 
 // its watchdog without aborting anything.
 func TestDyingDaemonLeavesNoHang(t *testing.T) {
 	f := mounttest.NewFS(t)
-	// B's short lease: a create of B's that recalled A waits for A to be
-	// declared dead when A died in the middle of its recall.
-	b, _ := delegMount(t, f, "--lease", mounttest.Lease.String())
+	// B judges A dead sooner with a lease as short as A's: its create
+	// waits for that when A died in the middle of a recall.
+	b, _ := delegMount(t, f, "--lease", "4s")
 	umount := []string{"umount"}
 	fusermount := []string{"fusermount3", "-u"}
 	if _, err := exec.LookPath("fusermount3"); err != nil {
@@ -191,13 +210,16 @@ func TestDyingDaemonLeavesNoHang(t *testing.T) {
 
 	t.Run("SIGKILL", func(t *testing.T) {
 		s := mountStuck(t, f, b, "killed", nil, nil)
+		if s.a.Exited() {
+			t.Fatalf("the mount daemon ended before it was killed:\n%s", s.a.Log())
+		}
 		s.a.Signal(syscall.SIGKILL)
 		checkEnded(t, s, b, umount)
 	})
 
 	t.Run("fatal error", func(t *testing.T) {
 		// The daemon kills itself with a fatal error of the Go runtime once
-		// its invalidations have waited a second (locking.CrashPoint).
+		// its invalidations have waited a second (locking.CrashPointAfter).
 		s := mountStuck(t, f, b, "fatal", []string{"ESFS_CRASH_POINT=recall-invalidations-held:fatal"}, nil)
 		mounttest.WaitLog(t, s.a, "fatal error: sync: unlock of unlocked mutex", deathBound)
 		checkEnded(t, s, b, fusermount)
@@ -228,6 +250,9 @@ func TestDyingDaemonLeavesNoHang(t *testing.T) {
 			}
 			// The mount serves on: what follows needs its answers.
 		})
+		if s.a.Exited() {
+			t.Fatalf("the mount daemon ended before it was killed:\n%s", s.a.Log())
+		}
 		s.a.Signal(syscall.SIGKILL)
 		checkEnded(t, s, b, umount)
 	})
