@@ -42,6 +42,7 @@ func commands() []*cli.Command {
 		cmdCompletion(),
 		cmdMan(),
 		cmdHelp(),
+		cmdWatchdog(),
 	}
 }
 

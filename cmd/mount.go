@@ -237,6 +237,9 @@ func serve(c *cli.Context, mp string) error {
 		RootIno:          root.Ino,
 		Metrics:          vfs.NewMetrics(reg),
 	})
+	// The mount table names the directory the kernel mounted on; resolved
+	// now, since afterwards resolving mp would look into the mount.
+	tableMp := resolvedMountpoint(mp)
 	srv, err := fs.Mount(mp, core, reg, aboutMount(c))
 	if err != nil {
 		return oneLine(err)
@@ -245,11 +248,16 @@ func serve(c *cli.Context, mp string) error {
 		go memoryLimit(stop.ctx, baseLimit, core)
 	}
 	stop.onSecond(func() { _ = fs.Unmount(mp, true) })
+	// Watched from before the mount is said to be ready.
+	wd, wdErr := startWatchdog(mp, tableMp, level, c.String("log-format"), log)
 	// The first line of a mount's log (but for --metrics-addr's): which
 	// esfs serves what. A mount that fails logs nothing before its error,
 	// which is then the one line it prints.
 	log.Info("mounted", "index", st.Prefix(), "subdir", root.Path, "mountpoint", mp, "pid", os.Getpid(),
 		"version", b.Version, "revision", b.Revision, "go", b.GoVersion)
+	if wdErr != nil {
+		log.Warn("no watchdog for this mount: if this daemon dies with one of its threads held in the kernel, the mount and the processes using it wait until its FUSE connection is aborted by hand", "err", wdErr)
+	}
 	reportReady(nil)
 
 	done := make(chan struct{})
@@ -258,6 +266,7 @@ func serve(c *cli.Context, mp string) error {
 	case <-done:
 		// Unmounted from outside (umount): what is still pending in
 		// memory lands before the session ends.
+		wd.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := srv.Close(ctx); err != nil {
@@ -269,7 +278,16 @@ func serve(c *cli.Context, mp string) error {
 	case s := <-stop.first:
 		log.Info("signal: unmounting", "signal", s.String(), "mountpoint", mp)
 	}
-	return shutdown(srv, done, mp, c.Duration("shutdown-grace"), log)
+	err = shutdown(srv, done, mp, c.Duration("shutdown-grace"), log)
+	select {
+	case <-done:
+		wd.Stop()
+	default:
+		// Exiting with the mount detached and still in use: its processes
+		// get ENOTCONN once this process is gone; the watchdog sees to it
+		// should a thread of ours be held in the kernel meanwhile.
+	}
+	return err
 }
 
 // mountOptions are the flags a mount runs with that matter to an operator,

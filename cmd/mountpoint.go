@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -46,8 +47,12 @@ func checkMountpoint(mp string, nonempty bool) error {
 
 // mounted is one line of the mount table: the filesystem's type and
 // source, the mount's own options (ro, nosuid, relatime...) and its
-// superblock's (for FUSE: rw or ro, user_id, allow_other...).
-type mounted struct{ fstype, source, mountOpts, superOpts string }
+// superblock's (for FUSE: rw or ro, user_id, allow_other...), and its
+// device's minor number (for FUSE, the connection's number in fusectl).
+type mounted struct {
+	fstype, source, mountOpts, superOpts string
+	minor                                int
+}
 
 func (m mounted) String() string { return m.fstype + " from " + m.source }
 
@@ -70,11 +75,16 @@ func mountEntry(mp string) (mounted, bool, error) {
 		if len(fields) < 5 || unescapeMountinfo(fields[4]) != mp {
 			continue
 		}
-		found, m = true, mounted{}
+		found, m = true, mounted{minor: -1}
+		if _, minor, ok := strings.Cut(fields[2], ":"); ok {
+			if n, err := strconv.Atoi(minor); err == nil {
+				m.minor = n
+			}
+		}
 		for i, x := range fields {
 			if x == "-" && i+3 < len(fields) {
-				m = mounted{fstype: fields[i+1], source: unescapeMountinfo(fields[i+2]),
-					mountOpts: fields[5], superOpts: fields[i+3]}
+				m.fstype, m.source = fields[i+1], unescapeMountinfo(fields[i+2])
+				m.mountOpts, m.superOpts = fields[5], fields[i+3]
 				break
 			}
 		}

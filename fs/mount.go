@@ -54,6 +54,9 @@ func Mount(mountpoint string, core *vfs.Mount, reg prometheus.Registerer, about 
 	if err != nil {
 		return nil, fmt.Errorf("mounting %s: %w", mountpoint, err)
 	}
+	if !closeFUSEOnExec(fuseFile(srv)) {
+		f.log.Warn("the FUSE descriptor could not be marked close-on-exec: the mount's watchdog holds it too, and a clean death of this daemon leaves its mount up until the watchdog aborts it")
+	}
 	x, why := newEntryExpirer(srv)
 	if x == nil {
 		f.log.Warn("names other mounts change are dropped from the kernel, not expired: a working directory in one fails getcwd (ENOENT) after a recall", "why", why)

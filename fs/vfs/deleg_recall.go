@@ -167,8 +167,10 @@ func (ds *delegs) recall(ctx context.Context, d *locking.Delegation) {
 	// from the entries it has (they were given for --entry-timeout, an
 	// hour by default under delegations).
 	notified := make(chan struct{})
+	stopCrash := locking.CrashPointAfter("recall-invalidations-held", time.Second)
 	go func() {
 		defer close(notified)
+		defer stopCrash()
 		for _, n := range names {
 			// Expired, not dropped: the kernel asks again before it
 			// uses the name, and a directory in it that is a working
