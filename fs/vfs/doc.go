@@ -26,9 +26,10 @@
 //
 // What the kernel keeps of an answer is the adapter's to set, and the
 // core's to decide: each answer says whether it may be kept (LookupAnswer,
-// Getattr's kept, TellEntry, TellAttrs), and what the kernel must forget
-// when another mount's change makes it wrong reaches the kernel through
-// the KernelNodes the adapter hands in.
+// Getattr's kept, TellEntry, TellAttrs; TellMoved for what a rename moved,
+// which the kernel keeps as long as it was told at the source), and what
+// the kernel must forget when another mount's change makes it wrong
+// reaches the kernel through the KernelNodes the adapter hands in.
 //
 // What the mount keeps of a fact, and which copy wins. A read consults
 // them in this order, and the first that has the fact answers:
