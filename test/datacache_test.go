@@ -19,6 +19,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/mounttest"
 	"golang.org/x/sys/unix"
 )
@@ -203,6 +204,61 @@ func TestDataCacheRereadsAndChanges(t *testing.T) {
 	if _, err := held.ReadAt(got, 0); err != nil || !bytes.Equal(got, want) {
 		t.Errorf("the descriptor open throughout reads other bytes than the last change's (%v)", err)
 	}
+}
+
+// TestDataCacheReopenDuringRelease: FUSE sends a file's RELEASE after
+// close(2) has returned, and the daemon may take a while over it (here it
+// gives back a flock, whose request the proxy holds). An open the kernel
+// sends meanwhile, a reread right after a close, must find the file
+// closed, as the process does, and take the chunks its close kept. Served
+// before the release, it was an open that is not the first, which keeps
+// none of them (nor the kernel's pages): the whole file was read again.
+// (The kernel's pages are not kept here whatever the order: the flock's
+// grant read the file anew, see fs/vfs/rebase.go.)
+func TestDataCacheReopenDuringRelease(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	r := f.Mount(t, "--es-url", fp.URL)
+	chunkReads := dataReads(fp)
+	want := mounttest.RandomBytes(65, 2<<20+5000)
+	if err := os.WriteFile(r.Path("f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ino := mounttest.Ino(t, r.Path("f"))
+	dropPages(t, r.Path("f"))
+	fh, err := os.Open(r.Path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(fh.Fd()), unix.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+	c0 := chunkReads.Load()
+	if got, err := io.ReadAll(fh); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the first read: %d bytes (%v), not the file", len(got), err)
+	}
+	if chunkReads.Load() == c0 {
+		t.Fatal("the first read read no chunk: the count is broken, the test proves nothing")
+	}
+	release := fp.Add(&mounttest.Fault{Delay: time.Second, Match: func(_, _ string, body []byte) bool {
+		return bytes.Contains(body, []byte(`"_id":"`+store.FileLockID(ino)+`"`))
+	}})
+	if err := fh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-release.Arrived():
+	case <-time.After(time.Minute):
+		t.Fatal("the release gave back no flock within a minute")
+	}
+	c0 = chunkReads.Load()
+	if got, err := os.ReadFile(r.Path("f")); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the reread: %d bytes (%v), not the file", len(got), err)
+	}
+	if c := chunkReads.Load() - c0; c != 0 {
+		t.Errorf("a reread opened while the last close's release was under way: %d chunk reads, want 0 (the chunks the close kept)", c)
+	}
+	release.WaitFired(t)
 }
 
 // TestDataCacheBudget: --data-cache-size bounds what a mount keeps: with

@@ -95,7 +95,11 @@
 // the kernel was given since it last dropped them is among those checked
 // (a chunk dropped to keep the budget, or not checkable, marks them
 // stale: kernelStale), and nothing was learnt from elsewhere meanwhile.
-// An open that is not the first keeps the kernel's pages never.
+// An open that is not the first keeps the kernel's pages never; an open
+// the kernel sends while the RELEASE of the file's last close is under
+// way (FUSE sends it after close(2) returns) waits for it, in the adapter
+// (fs/releaseorder.go), so that a reread right after a close is a first
+// open.
 //
 // Two opens of a file may read it concurrently and be answered in either
 // order: the open file takes a read only if it is no older than what it
