@@ -221,8 +221,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	// their inodes, if directories, are the first guesses at the
 	// directories whose own change locks the rename needs (see rename).
 	var guess vfs.RenameDirs
-	if c := n.GetChild(name); c != nil && c.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
-		guess.Moved = c.StableAttr().Ino
+	moved := n.GetChild(name)
+	if moved != nil && moved.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
+		guess.Moved = moved.StableAttr().Ino
 	}
 	victim := np.GetChild(newName)
 	if victim != nil && victim.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
@@ -231,6 +232,10 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	err := n.f.core.RenameAt(ctx, n, name, np, newName, guess, flags&renameNoReplace != 0)
 	if err == nil && guess.Replaced != 0 && guess.Replaced != guess.Moved {
 		markRemoved(victim) // a directory this replaced: removed
+	}
+	if err == nil {
+		movedDir := moved != nil && moved.Mode()&syscall.S_IFMT == syscall.S_IFDIR
+		defer n.f.core.TellMoved(n.Ino(), np.Ino(), newName, n.f.kernelNode(np.EmbeddedInode()), n.f.kernelNode(moved), movedDir)()
 	}
 	return n.f.toErrno("rename", err)
 }

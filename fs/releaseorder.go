@@ -1,6 +1,6 @@
 package fs
 
-// Lock requests after the RELEASEs the kernel sent before them.
+// Lock requests and opens after the RELEASEs the kernel sent before them.
 //
 // A flock or an OFD lock belongs to its open file description and goes at
 // its last close, which the kernel tells the filesystem with a RELEASE. On
@@ -23,6 +23,15 @@ package fs
 // the lock document lands, milliseconds after the close. A process's
 // POSIX record locks need none of this: they go with the FLUSH of any
 // close, which the closing process waits for (Handle.Flush).
+//
+// An OPEN of a node waits, the same way, until those releases have ended:
+// the file is closed for the process that reopens it (cat f; cat f), and
+// must be for the mount too. Served before the release, the open would
+// join the open file still there, as an open that is not the first, which
+// keeps neither the kernel's pages nor the kept chunks (fs/vfs/doc.go):
+// every byte of the reread was read again. The wait is what the release
+// takes: giving its locks back and flushing what its close left, each
+// bounded by the request timeout (vfs.Handle.Release).
 
 import (
 	"context"
@@ -42,16 +51,17 @@ type releaseOrder struct {
 }
 
 // pendingRelease is one release under way; done is closed once the locks
-// of its open file are given back.
+// of its open file are given back, ended once the release has ended.
 type pendingRelease struct {
-	done chan struct{}
-	once sync.Once
+	done  chan struct{}
+	once  sync.Once
+	ended chan struct{}
 }
 
 func (p *pendingRelease) finish() { p.once.Do(func() { close(p.done) }) }
 
 func (r *releaseOrder) begin(node uint64, c <-chan struct{}) *pendingRelease {
-	p := &pendingRelease{done: make(chan struct{})}
+	p := &pendingRelease{done: make(chan struct{}), ended: make(chan struct{})}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byNode == nil {
@@ -69,6 +79,7 @@ func (r *releaseOrder) begin(node uint64, c <-chan struct{}) *pendingRelease {
 
 func (r *releaseOrder) end(node uint64, c <-chan struct{}, p *pendingRelease) {
 	p.finish()
+	close(p.ended)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.byNode[node], p)
@@ -97,8 +108,9 @@ func (r *releaseOrder) locksGone(ctx context.Context) {
 }
 
 // wait waits until the releases of node under way now have given their
-// locks back; false if the request c was interrupted meanwhile.
-func (r *releaseOrder) wait(node uint64, c <-chan struct{}) bool {
+// locks back, or, if ended, have ended; false if the request c was
+// interrupted meanwhile.
+func (r *releaseOrder) wait(node uint64, c <-chan struct{}, ended bool) bool {
 	r.mu.Lock()
 	var before []*pendingRelease
 	for p := range r.byNode[node] {
@@ -106,8 +118,12 @@ func (r *releaseOrder) wait(node uint64, c <-chan struct{}) bool {
 	}
 	r.mu.Unlock()
 	for _, p := range before {
+		until := p.done
+		if ended {
+			until = p.ended
+		}
 		select {
-		case <-p.done:
+		case <-until:
 		case <-c:
 			return false
 		}
@@ -115,8 +131,8 @@ func (r *releaseOrder) wait(node uint64, c <-chan struct{}) bool {
 	return true
 }
 
-// orderedFS is the node filesystem with lock requests ordered after the
-// releases before them.
+// orderedFS is the node filesystem with lock requests and opens ordered
+// after the releases before them.
 type orderedFS struct {
 	fuse.RawFileSystem
 	r *releaseOrder
@@ -134,22 +150,29 @@ func (o orderedFS) ReleaseDir(in *fuse.ReleaseIn) {
 	o.RawFileSystem.ReleaseDir(in)
 }
 
+func (o orderedFS) Open(c <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	if !o.r.wait(in.NodeId, c, true) {
+		return fuse.EINTR
+	}
+	return o.RawFileSystem.Open(c, in, out)
+}
+
 func (o orderedFS) GetLk(c <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {
-	if !o.r.wait(in.NodeId, c) {
+	if !o.r.wait(in.NodeId, c, false) {
 		return fuse.EINTR
 	}
 	return o.RawFileSystem.GetLk(c, in, out)
 }
 
 func (o orderedFS) SetLk(c <-chan struct{}, in *fuse.LkIn) fuse.Status {
-	if !o.r.wait(in.NodeId, c) {
+	if !o.r.wait(in.NodeId, c, false) {
 		return fuse.EINTR
 	}
 	return o.RawFileSystem.SetLk(c, in)
 }
 
 func (o orderedFS) SetLkw(c <-chan struct{}, in *fuse.LkIn) fuse.Status {
-	if !o.r.wait(in.NodeId, c) {
+	if !o.r.wait(in.NodeId, c, false) {
 		return fuse.EINTR
 	}
 	return o.RawFileSystem.SetLkw(c, in)

@@ -212,6 +212,69 @@ func TestAttrRecallFollowsTheFile(t *testing.T) {
 	mounttest.FsckClean(t, f)
 }
 
+// TestAttrRecallAfterOwnRename: mount B keeps a file's attributes under
+// its delegation on the file's directory (it looked the file up there and
+// holds it open), and moves the file into another directory it holds;
+// mount A then changes the file's mode and owner. A's change recalls the
+// directories the stored inode names, the new one now, not the one B's
+// kernel was told the attributes under: B's kernel must not keep them
+// past the move. What the kernel's permission check, ls -l or fstat with
+// no ctime asked (statx of mode and owner: the rename marked only the
+// ctime stale) was answered from before A's change for the rest of B's
+// lease. Moved within its directory (whose delegation the change
+// recalls) the file is the control.
+func TestAttrRecallAfterOwnRename(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t)
+	b := f.Mount(t)
+	for i, tc := range []struct{ name, dst string }{
+		{"within the directory", "src/moved"},
+		{"into another directory", "dst/moved"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			top := filepath.Join("case", strconv.Itoa(i))
+			for _, d := range []string{"src", "dst"} {
+				if err := os.MkdirAll(a.Path(top, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(a.Path(top, "src", "f"), []byte("f\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range []string{"src", "dst"} {
+				ino := mounttest.Ino(t, b.Path(top, d))
+				mounttest.WaitFor(t, "B's read delegation on "+d, 30*time.Second, func() bool {
+					names(t, b.Path(top, d))
+					return readHeldBy(t, f, b, ino)
+				})
+			}
+			// Looked up and opened under src's delegation: B's kernel keeps
+			// the attributes, and holds the file through the descriptor.
+			fd, err := unix.Open(b.Path(top, "src", "f"), unix.O_RDONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			if err := os.Rename(b.Path(top, "src", "f"), b.Path(top, tc.dst)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(a.Path(top, tc.dst), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(a.Path(top, tc.dst), 4321, 4321); err != nil {
+				t.Fatal(err)
+			}
+			var st unix.Statx_t
+			if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MODE|unix.STATX_UID|unix.STATX_GID, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode&0o7777 != 0o600 || st.Uid != 4321 || st.Gid != 4321 {
+				t.Errorf("B's statx of mode and owner through its descriptor right after A's chmod and chown: %o %d:%d, want 600 4321:4321", st.Mode&0o7777, st.Uid, st.Gid)
+			}
+		})
+	}
+}
+
 // TestAttrRecallOfInodesWithoutDirectories: an inode as an older esfs
 // wrote it records no directory for its links. No mount then keeps its
 // attributes under a delegation (a change recalls nobody, and another

@@ -17,7 +17,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -285,18 +287,51 @@ func TestFindingChunksBeyondSizeExposedByGrowth(t *testing.T) {
 }
 
 // TestFindingRenamedEntryStaleInKernel (campaign seed 753176012, class
-// errno; open, not reproduced here): mount B renamed f to h; mount A then
-// renamed h over a file d B had made, and B's append to h, 46 ms after
-// A's rename returned, answered 0 where Linux answers ENOENT: B reached
-// the file through a name it should no longer have (B's kernel keeping
-// its entry for h, moved there by its own rename, which no recall
-// invalidated, is one suspect; a lost answer of B's lock request just
-// before is another). This is the same sequence without faults, which
-// passes: B's view follows A's rename at once.
+// errno; fixed): mount B renamed f to h; mount A then renamed h over a
+// file d B had made, and B's append to h, 46 ms after A's rename
+// returned, answered 0 where Linux answers ENOENT. A rename moves the
+// kernel's entry of the source to the new name with the time it was told
+// to keep the source for: B had made f under its delegation on f's
+// directory, and its kernel kept f's entry for B's lease. Where h was, B
+// held no delegation when it renamed (its grant, asked for at B's first
+// lookup there, had not landed yet: on a loaded machine, half the runs of
+// this test), so its kernel had been told nothing there that a recall
+// would expire, and A's rename recalled nothing of B's that reached the
+// moved entry: B's kernel kept serving h without asking. Now the new name
+// is told under the new directory's delegation if one covers it, and
+// otherwise the kernel is made to ask about it again
+// (vfs.Mount.TellMoved). Here B's grant of the new directory is held at
+// B's fault proxy until B's rename has returned, as the load held it.
 func TestFindingRenamedEntryStaleInKernel(t *testing.T) {
 	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
 	a := f.Mount(t)
-	b := f.Mount(t)
+	b := f.Mount(t, "--es-url", fp.URL)
+	bSess := mounttest.Session(t, f, b).ID
+	// hold: B's requests for a read delegation on the directory whose
+	// lock document is id are held until release is closed.
+	var hold struct {
+		sync.Mutex
+		id      string
+		release chan struct{}
+		held    int
+	}
+	bGrant := regexp.MustCompile(`"s":"` + regexp.QuoteMeta(bSess) + `","o":"[^"]*","m":"R"`)
+	fp.Intercept(func(w http.ResponseWriter, r *http.Request, body []byte) bool {
+		hold.Lock()
+		id, release := hold.id, hold.release
+		if id == "" || !grants(body, id, bGrant) {
+			hold.Unlock()
+			return false
+		}
+		hold.held++
+		hold.Unlock()
+		select {
+		case <-release:
+		case <-time.After(time.Minute):
+		}
+		return false
+	})
 	for i, tc := range []struct {
 		name, dir string
 		unseen    bool // B never looked at the target's name before the rename
@@ -307,10 +342,16 @@ func TestFindingRenamedEntryStaleInKernel(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src, dst := fmt.Sprintf("f%d", i), filepath.Join(tc.dir, fmt.Sprintf("h%d", i))
+			release := make(chan struct{})
+			let := sync.OnceFunc(func() { close(release) })
+			defer let()
 			if tc.dir != "" {
 				if err := os.MkdirAll(a.Path(tc.dir), 0o755); err != nil {
 					t.Fatal(err)
 				}
+				hold.Lock()
+				hold.id, hold.release, hold.held = store.DelegLockID(mounttest.Ino(t, a.Path(tc.dir))), release, 0
+				hold.Unlock()
 			}
 			// B reads the root first: its delegation on it has B's
 			// kernel keep what it learns there (f's entry) for long.
@@ -335,6 +376,13 @@ func TestFindingRenamedEntryStaleInKernel(t *testing.T) {
 			if err := os.Rename(b.Path(src), b.Path(dst)); err != nil {
 				t.Fatal(err)
 			}
+			hold.Lock()
+			if tc.dir != "" {
+				t.Logf("B's grants of %s held until its rename returned: %d", tc.dir, hold.held)
+			}
+			hold.id = ""
+			hold.Unlock()
+			let()
 			if _, err := os.Stat(b.Path(dst)); err != nil {
 				t.Fatal(err)
 			}
@@ -356,6 +404,19 @@ func TestFindingRenamedEntryStaleInKernel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// grants reports whether a bulk body writes lock document id with a
+// holder that holder matches (a bulk's documents follow their actions,
+// one a line).
+func grants(body []byte, id string, holder *regexp.Regexp) bool {
+	lines := bytes.Split(body, []byte("\n"))
+	for i := 0; i+1 < len(lines); i++ {
+		if bytes.Contains(lines[i], []byte(`"_id":"`+id+`"`)) && holder.Match(lines[i+1]) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestFindingLinkCountAnswerLost (campaign seed 712164965, class

@@ -26,9 +26,10 @@
 //
 // What the kernel keeps of an answer is the adapter's to set, and the
 // core's to decide: each answer says whether it may be kept (LookupAnswer,
-// Getattr's kept, TellEntry, TellAttrs), and what the kernel must forget
-// when another mount's change makes it wrong reaches the kernel through
-// the KernelNodes the adapter hands in.
+// Getattr's kept, TellEntry, TellAttrs; TellMoved for what a rename moved,
+// which the kernel keeps as long as it was told at the source), and what
+// the kernel must forget when another mount's change makes it wrong
+// reaches the kernel through the KernelNodes the adapter hands in.
 //
 // What the mount keeps of a fact, and which copy wins. A read consults
 // them in this order, and the first that has the fact answers:
@@ -94,7 +95,11 @@
 // the kernel was given since it last dropped them is among those checked
 // (a chunk dropped to keep the budget, or not checkable, marks them
 // stale: kernelStale), and nothing was learnt from elsewhere meanwhile.
-// An open that is not the first keeps the kernel's pages never.
+// An open that is not the first keeps the kernel's pages never; an open
+// the kernel sends while the RELEASE of the file's last close is under
+// way (FUSE sends it after close(2) returns) waits for it, in the adapter
+// (fs/releaseorder.go), so that a reread right after a close is a first
+// open.
 //
 // Two opens of a file may read it concurrently and be answered in either
 // order: the open file takes a read only if it is no older than what it

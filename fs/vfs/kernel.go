@@ -58,6 +58,55 @@ func (f *Mount) TellEntry(dir uint64, name string, kn KernelNode) (kept bool, do
 	return true, st.done
 }
 
+// TellMoved is told what the kernel holds, once the reply to a rename
+// of this mount's is made, of what it moved from directory from to name
+// in directory to (kn: to's node): the kernel moves its entry of the
+// source there, and keeps it, and the moved inode's attributes (moved:
+// its node), as long as it was told to keep them at the source, under the
+// source directory's delegation perhaps. That delegation no longer covers
+// them: a change made in to recalls to's, and a change of a file's
+// attributes the directories its stored inode names, to now. So the
+// entry is told under to's delegation if one covers it (as TellEntry
+// tells it: done is to be called once the reply is made), and where none
+// does the kernel is made to ask about name again; a file's attributes
+// moved across directories are withdrawn (a directory's own are its own
+// delegation's, wherever it is), before the reply. A name's notification
+// waits in the kernel for the directory's lock, which the rename holds
+// until it has moved the entry: it is sent in the background and goes in
+// as the rename releases the lock (the entry is true until another mount
+// changes the name, which takes that mount a round trip at least).
+func (f *Mount) TellMoved(from, to uint64, name string, kn, moved KernelNode, movedDir bool) (done func()) {
+	if f.delegs == nil || kn == nil || f.closed.Load() {
+		return noDone // the kernel keeps answers for the configured timeouts
+	}
+	if from != to && !movedDir && moved != nil {
+		f.forgetKernelAttrs(moved)
+	}
+	if kept, done := f.TellEntry(to, name, kn); kept {
+		return done
+	}
+	go func() { _ = kn.ExpireEntry(name) }() // ENOENT: the kernel had dropped it
+	return noDone
+}
+
+// forgetKernelAttrs makes the kernel forget the attributes of nodes, as a
+// recall does: never waiting for it long (the kernel takes no lock of
+// ours for these).
+func (f *Mount) forgetKernelAttrs(nodes ...KernelNode) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, n := range nodes {
+			_ = n.NotifyContent(-1, 0) // ENOENT: the kernel had forgotten the inode
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		f.log.Warn("the kernel did not take attribute invalidations within 1s", "files", len(nodes))
+	}
+}
+
 // TellAttrs is told that kn, the kernel's node of inode ino (entry name
 // of directory dir), is being given its attributes: kept says whether the
 // kernel may keep them, which it may if a delegation holds them (a
