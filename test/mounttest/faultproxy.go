@@ -72,13 +72,22 @@ type Fault struct {
 	// Until, if set, disarms the fault at that time if it has not acted
 	// by then (it never fires).
 	Until time.Time
+	// Late forwards the request at once and holds its answer this long:
+	// the sender learns, late, what the cluster held when the request
+	// landed (Delay holds the request itself, so its answer is as late
+	// as the request).
+	Late time.Duration
 
-	seen  int
-	fired chan struct{}
+	seen    int
+	arrived chan struct{}
+	fired   chan struct{}
 	// Status is the cluster's answer to the forwarded request (0 when it
 	// was dropped or could not be forwarded); valid once Fired is closed.
 	Status int
 }
+
+// Arrived is closed once the fault's request has reached the proxy.
+func (f *Fault) Arrived() <-chan struct{} { return f.arrived }
 
 // Fired is closed once the fault has acted (after the late forward, if
 // any, got its answer).
@@ -126,7 +135,7 @@ func NewFaultProxy(t testing.TB, esURL string) *FaultProxy {
 
 // Add arms a fault; it acts once.
 func (p *FaultProxy) Add(f *Fault) *Fault {
-	f.fired = make(chan struct{})
+	f.fired, f.arrived = make(chan struct{}), make(chan struct{})
 	if f.Nth <= 0 {
 		f.Nth = 1
 	}
@@ -196,6 +205,7 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Unlock()
 	defer p.inflight.Done()
 	defer close(f.fired)
+	close(f.arrived)
 	time.Sleep(f.Delay)
 	if f.Refuse != 0 {
 		f.Status = f.Refuse
@@ -211,6 +221,15 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A fresh context: the sender may have given up long ago, and the
 		// point is that its request still lands.
 		res, err := p.forward(context.Background(), r, body)
+		if err == nil && f.Late > 0 {
+			// Read the whole answer now: it is the cluster's state when
+			// the request landed, whatever happens meanwhile.
+			var held bytes.Buffer
+			_, err = io.Copy(&held, res.Body)
+			res.Body.Close()
+			res.Body = io.NopCloser(&held)
+			time.Sleep(f.Late)
+		}
 		if err == nil {
 			f.Status = res.StatusCode
 			if !f.Reset {
