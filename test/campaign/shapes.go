@@ -238,11 +238,37 @@ func (r *Runner) isStopped() bool {
 // read through #2 must still return it, whole (the checker's exact read:
 // #2 began after the change), and #1 nothing older than the file before
 // the change (a stale descriptor: it began before).
+//
+// The change must return within the late answer's hold: another mount
+// mostly makes it as the close of a descriptor it wrote through before
+// #1 began (a flush: one chunk write and one inode write); B, and
+// another mount sometimes, by a write, an append or a truncate by path
+// (B cannot have the file open: #1 would then read the inode alone,
+// which the fault does not pick).
 func (r *Runner) shapeLateOpen(sh *shapeRun) {
 	b, rnd := sh.owner, sh.rnd
 	writer := b
 	if len(sh.others) > 0 && rnd.Intn(4) > 0 {
 		writer = sh.others[0]
+	}
+	size := r.fileSize(sh)
+	change := &Op{Kind: "write", Path: sh.path, Off: 0, Len: size + 1 + rnd.Int63n(4096)} // rewritten, longer
+	switch rnd.Intn(4) {
+	case 0:
+		change = &Op{Kind: "append", Path: sh.path, Len: 1 + rnd.Int63n(4096)}
+	case 1:
+		change = &Op{Kind: "truncate", Path: sh.path, Len: rnd.Int63n(size + 1)} // shorter
+	}
+	if writer != b && rnd.Intn(3) > 0 {
+		opW := r.step(sh, writer, &Op{Kind: "open", Path: sh.path})
+		if !ok(opW) {
+			return
+		}
+		n := min(size+1+rnd.Int63n(4096), 1<<20) // chunk 0, rewritten, longer if it fits
+		if !ok(r.step(sh, writer, &Op{Kind: "pwrite", FD: opW.NewFD, Len: n})) {
+			return
+		}
+		change = &Op{Kind: "close", FD: opW.NewFD}
 	}
 	st := r.step(sh, b, &Op{Kind: "stat", Path: sh.path})
 	if !ok(st) || st.Resp.Stat == nil {
@@ -250,8 +276,9 @@ func (r *Runner) shapeLateOpen(sh *shapeRun) {
 	}
 	var arrived <-chan struct{}
 	if b.proxy != nil {
+		// Held as long as the request timeout lets the open go on.
 		a := newArmed("late", 1, openRead(st.Resp.Stat.Ino))
-		a.f.Late, a.f.Until = r.lateFor(rnd), time.Now().Add(10*time.Second)
+		a.f.Late, a.f.Until = r.cfg.Timeout*4/5, time.Now().Add(10*time.Second)
 		if !r.arm(b, a, fmt.Sprintf("read of inode %d for an open (%s)", st.Resp.Stat.Ino, sh.path)) {
 			return
 		}
@@ -264,14 +291,6 @@ func (r *Runner) shapeLateOpen(sh *shapeRun) {
 	case op1 = <-first:
 		first = nil
 	case <-time.After(r.cfg.Timeout):
-	}
-	size := r.fileSize(sh)
-	change := &Op{Kind: "write", Path: sh.path, Off: 0, Len: size + 1 + rnd.Int63n(4096)} // rewritten, longer
-	switch rnd.Intn(4) {
-	case 0:
-		change = &Op{Kind: "append", Path: sh.path, Len: 1 + rnd.Int63n(4096)}
-	case 1:
-		change = &Op{Kind: "truncate", Path: sh.path, Len: rnd.Int63n(size + 1)} // shorter
 	}
 	r.step(sh, writer, change)
 	op2 := r.step(sh, b, &Op{Kind: "open", Path: sh.path, ReadOnly: rnd.Intn(2) == 0})
