@@ -110,7 +110,7 @@ var Classes = []string{
 	// alone; the run goes on after them when they are.
 	"truncate-partial",   // a truncate that failed with EIO left the bytes past its size cut and the size unchanged
 	"dir-nlink",          // a directory's link count off, all else right (seeds 30904437, 956352814)
-	"lock-dup-close",     // a record lock still reported held by another mount after its owner closed a dup of the descriptor it took it through (shapeDupLock)
+	"lock-after-close",   // a lock seen held after the close that ended it returned, no fault on its holder's requests: a record lock after a close of a dup, a flock after its open file's last close (shapeDupLock)
 	"unlinked-elsewhere", // ENOENT, or bytes or attributes not the model's, through a descriptor of a file another mount unlinked (seeds 224009209, 146534115, 988806382)
 }
 

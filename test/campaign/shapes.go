@@ -24,15 +24,20 @@ package campaign
 //     and then two mounts' opens must agree), and closes, often with its
 //     inode write after the chunks refused (a close that fails after its
 //     chunks landed); then every mount reads the file (issue 42, item 1).
-//   - dup-lock: B takes a record lock through a descriptor, dups it and
-//     closes one of the two; the lock must be gone for other mounts at
-//     once (POSIX: any close of the file by the process ends its record
-//     locks), unless a fault acted on B's requests meanwhile.
+//   - dup-lock: B takes a record lock and a flock through a descriptor,
+//     dups it and closes one of the two: the record lock must be gone for
+//     other mounts at once (POSIX: any close of the file by the process
+//     ends its record locks); then it closes the other, and a flock
+//     through a new open of the file must be granted at once (the first
+//     went with its open file's last close); unless a fault acted on B's
+//     requests meanwhile.
 
 import (
 	"fmt"
 	"math/rand"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 var shapes = []struct {
@@ -425,30 +430,41 @@ func (r *Runner) agree(sh *shapeRun, b, c *slot) {
 	}
 }
 
-// shapeDupLock: B (the owner) takes a record lock through a descriptor
-// of the file, dups it, and closes the dup or the first (the open file
-// description stays open either way): the process's record locks on the
+// shapeDupLock: B (the owner) takes a record lock and a flock through a
+// descriptor of the file, dups it, and closes the dup or the first (the
+// open file description stays open): the process's record locks on the
 // file are gone with that close (POSIX), so another mount's F_GETLK says
-// the range is free, at once if no fault acted on B's requests since the
-// lock was asked for, else within releaseWindow. It is a finding of its
-// own class, lock-dup-close.
+// the range is free; then B closes the other (the description's last
+// close: its flock goes) and takes a flock through a new open of the
+// file, which must be granted: the release of the first is a RELEASE the
+// kernel sends as the close returns, before this lock's request (xfstests
+// generic/478). Both at once if no fault acted on B's requests since the
+// locks were asked for (else answerLock's window judges them); a lock
+// still seen is a finding of its own class, lock-after-close.
 func (r *Runner) shapeDupLock(sh *shapeRun) {
 	b, c, rnd := sh.owner, sh.others[0], sh.rnd
 	op1 := r.step(sh, b, &Op{Kind: "open", Path: sh.path})
 	if !ok(op1) {
 		return
 	}
+	r.mu.Lock()
+	ownerX := r.ownerFlock(r.fds[op1.NewFD]) // the description's flock
+	r.mu.Unlock()
 	s := rnd.Intn(nSegs)
 	segs := [2]int{s, s + rnd.Intn(nSegs-s)}
 	acted := r.faultsActed(b)
 	if !ok(r.step(sh, b, &Op{Kind: "fcntl", FD: op1.NewFD, Lock: "ex", Seg: segs})) {
 		return
 	}
+	flocked := ok(r.step(sh, b, &Op{Kind: "flock", FD: op1.NewFD, Lock: "ex"}))
 	dup := r.step(sh, b, &Op{Kind: "dup", FD: op1.NewFD})
 	if !ok(dup) {
 		return
 	}
-	closing := []int{op1.NewFD, dup.NewFD}[rnd.Intn(2)]
+	closing, other := op1.NewFD, dup.NewFD
+	if rnd.Intn(2) == 0 {
+		closing, other = other, closing
+	}
 	if !ok(r.step(sh, b, &Op{Kind: "close", FD: closing})) {
 		return
 	}
@@ -457,48 +473,78 @@ func (r *Runner) shapeDupLock(sh *shapeRun) {
 	if !ok(opC) {
 		return
 	}
-	r.mu.Lock()
-	fdC := r.fds[opC.NewFD]
-	// Judged strictly only if nothing else may conflict: no other
-	// owner's lock, held or released a moment ago.
-	strict := fdC != nil
-	if strict {
-		owner := r.ownerPosix(b)
-		held, maybe := r.locks.conflicts(sh.ino, r.ownerPosix(c), true, segs, true, time.Now())
-		for _, h := range append(held, maybe...) {
-			if h.owner != owner {
-				strict = false
-			}
-		}
-	}
-	r.mu.Unlock()
-	for {
+	ownerB := r.ownerPosix(b)
+	for strict := r.onlyHeldBy(sh.ino, r.ownerPosix(c), true, segs, ownerB); ; {
 		g := r.step(sh, c, &Op{Kind: "getlk", FD: opC.NewFD, Lock: "ex", Seg: segs})
 		if !ok(g) || g.Resp.Value == "un" || !strict {
+			break
+		}
+		if r.stillHeld(b, acted, closed, "%s: F_GETLK reports the range held %s after m%d's worker closed fd%d, one of two descriptors of the open file it took its record lock through (fd%d and its dup; %s)",
+			g, b.idx, closing, op1.NewFD) {
 			return
 		}
-		wait := 2 * time.Second
-		if r.faultsActed(b) != acted {
-			// A release retried in the background: answerLock's window
-			// (less a second: past it answerLock reports lock-outlived).
-			wait = r.releaseWindow() - time.Second
-		}
-		if time.Since(closed) > wait {
-			faults := "no fault acted on its requests since it asked for the lock"
-			if wait > 2*time.Second {
-				faults = "faults acted on its requests"
-			}
-			r.mu.Lock()
-			r.finding("lock-dup-close", "%s: F_GETLK reports the range held %s after m%d's worker closed fd%d, one of two descriptors of the open file it took its lock through (fd%d and its dup; %s)",
-				g, time.Since(closed).Round(time.Millisecond), b.idx, closing, op1.NewFD, faults)
-			r.mu.Unlock()
+	}
+	if !flocked || !ok(r.step(sh, b, &Op{Kind: "close", FD: other})) {
+		return
+	}
+	closed = time.Now()
+	op3 := r.step(sh, b, &Op{Kind: "open", Path: sh.path})
+	if !ok(op3) {
+		return
+	}
+	r.mu.Lock()
+	fd3 := r.fds[op3.NewFD]
+	strict := fd3 != nil && r.onlyHeldBy(sh.ino, r.ownerFlock(fd3), false, [2]int{-1, -1}, ownerX)
+	r.mu.Unlock()
+	for {
+		f := r.step(sh, b, &Op{Kind: "flock", FD: op3.NewFD, Lock: "ex"})
+		if f == nil || f.Errno != int(unix.EAGAIN) || !strict {
 			return
 		}
+		if r.stillHeld(b, acted, closed, "%s: EAGAIN %s after m%d's worker closed fd%d, the last descriptor of the open file that held the flock (fd%d's; %s)",
+			f, b.idx, other, op1.NewFD) {
+			return
+		}
+	}
+}
+
+// onlyHeldBy: the only locks of the file's that conflict with owner
+// taking an exclusive lock (of segs, or a flock), held or released a
+// moment ago, are holder's, so that a lock still seen is holder's (r.mu
+// held).
+func (r *Runner) onlyHeldBy(ino int, owner string, posix bool, segs [2]int, holder string) bool {
+	held, maybe := r.locks.conflicts(ino, owner, posix, segs, true, time.Now())
+	for _, h := range append(held, maybe...) {
+		if h.owner != holder {
+			return false
+		}
+	}
+	return true
+}
+
+// stillHeld, for a lock slot b released by a close at closed and still
+// seen held since: past two seconds (or answerLock's window less a
+// second, if a fault acted on b's requests since acted was counted: the
+// release may be retried in the background) it reports a finding of
+// class lock-after-close (format's last %s says which) and returns true;
+// before that it waits a moment and returns false, to look again (r.mu
+// not held).
+func (r *Runner) stillHeld(b *slot, acted int, closed time.Time, format string, op *Op, args ...any) bool {
+	wait, faults := 2*time.Second, "no fault acted on its requests since it asked for the lock"
+	if r.faultsActed(b) != acted {
+		wait, faults = r.releaseWindow()-time.Second, "faults acted on its requests"
+	}
+	if time.Since(closed) <= wait {
 		if r.isStopped() {
-			return
+			return true
 		}
 		time.Sleep(500 * time.Millisecond)
+		return false
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.finding("lock-after-close", format, append(append([]any{op, time.Since(closed).Round(time.Millisecond)}, args...), faults)...)
+	return true
 }
 
 // faultsActed counts the faults that picked a request of slot sl or acted
