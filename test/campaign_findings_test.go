@@ -1374,18 +1374,18 @@ func TestFindingFailedChangeKeptInKernel(t *testing.T) {
 	})
 }
 
-// TestFindingHoleFilledElsewhere (campaign seed 1, class data; open:
-// issue 42, item 1): mount B wrote past a hole beyond the file's stored
+// TestFindingHoleFilledElsewhere (campaign seed 1, class data; fixed,
+// issue 42's item 1): mount B wrote past a hole beyond the file's stored
 // end and read the hole (zeros) before its write landed, then closed;
 // mount A, which held the file open after an fsync, wrote into the hole,
 // and its close failed at the inode write after its chunk had landed
-// (503). Another mount reads A's bytes there; B, at every reopen, reads
+// (503). Another mount read A's bytes there; B, at every reopen, read
 // zeros: the hole's chunk was read as past the stored end, which neither
-// records a version nor marks the kernel's pages stale, and the inode's
-// version did not change, so B's open lets its kernel keep the zero
-// pages.
+// recorded a version nor marked the kernel's pages stale, and the inode's
+// version did not change, so B's open let its kernel keep the zero
+// pages. Now such a chunk is kept as read absent, and the next open
+// checks its version with the other kept chunks'.
 func TestFindingHoleFilledElsewhere(t *testing.T) {
-	openFinding(t)
 	const mib = 1 << 20
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, f.URL)
@@ -1458,15 +1458,16 @@ func TestFindingHoleFilledElsewhere(t *testing.T) {
 }
 
 // TestFindingLateOpenRollsBack (campaign seeds 130822589 and, as cores,
-// 11, class data; open: issue 42, item 2): on mount B, open #1 of a file
-// had its read of the inode and first chunk answered seconds late;
+// 11, class data; fixed, issue 42's item 2): on mount B, open #1 of a
+// file had its read of the inode and first chunk answered seconds late;
 // meanwhile mount A rewrote the file longer and closed, and B's open #2,
 // begun after that close, read the new bytes. When #1 returned, a read
-// through #2 returned the old bytes: an open that is not the file's first
-// on the mount overwrites the open file's attributes and first chunk with
-// what it read, older than what the open file holds.
+// through #2 returned the old bytes: an open that was not the file's
+// first on the mount overwrote the open file's attributes and first chunk
+// with what it read, older than what the open file held. Now an open
+// file takes an open's read only if it is no older, by the inode's
+// version, than what it holds.
 func TestFindingLateOpenRollsBack(t *testing.T) {
-	openFinding(t)
 	f := mounttest.NewFS(t)
 	fp := mounttest.NewFaultProxy(t, f.URL)
 	b := f.Mount(t, "--es-url", fp.URL)
