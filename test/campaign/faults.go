@@ -495,8 +495,15 @@ func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 	}
 	var diffs []string
 	for k := n; k >= 0; k-- {
-		for _, combo := range combos {
-			st := r.replay(sl, k)
+		// The call its death cut short, the last, may also have landed in
+		// part, as a failed write-back does (cutShort).
+		outcomes := [][]*Op{nil}
+		if k == n && n > 0 {
+			outcomes = append(outcomes, sl.atRisk[n-1].alts...)
+		}
+		for i := 0; i < len(outcomes)*len(combos); i++ {
+			alt, combo := outcomes[i/len(combos)], combos[i%len(combos)]
+			st := r.replayAlt(sl, k, alt)
 			var flushes []*Op
 			for i, fd := range withPending {
 				if j := combo[i]; j > 0 && st.Inodes[fd.Ino] != nil {
@@ -513,14 +520,23 @@ func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 				continue
 			}
 			r.logf("  m%d: %d of its %d calls since its last fsync survived, and of its descriptors' unflushed writes %v", sl.idx, k, n, combo)
+			if alt != nil {
+				r.logf("  m%d: its last call, cut short, landed in part: %v", sl.idx, alt)
+			}
 			lost := map[*histEntry]bool{}
 			for _, h := range sl.atRisk[k:] {
 				lost[h] = true
 			}
-			// Keep the history as it now is: what was lost never happened.
+			// Keep the history as it now is: what was lost never happened,
+			// and a call that landed in part is what landed of it.
 			kept := r.hist[:0:0]
 			for _, h := range r.hist {
-				if !lost[h] {
+				switch {
+				case alt != nil && h == sl.atRisk[n-1]:
+					for _, o := range alt {
+						kept = append(kept, &histEntry{op: o, mount: sl.idx})
+					}
+				case !lost[h]:
 					kept = append(kept, h)
 				}
 			}
@@ -552,14 +568,23 @@ func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 
 // replay is the model with only the first k of sl's calls since its last
 // fsync (everything else as it happened).
-func (r *Runner) replay(sl *slot, k int) *State {
+func (r *Runner) replay(sl *slot, k int) *State { return r.replayAlt(sl, k, nil) }
+
+// replayAlt is replay with all of sl's calls since its last fsync (k is
+// their number), the last of them landed as alt says, if not nil.
+func (r *Runner) replayAlt(sl *slot, k int, alt []*Op) *State {
 	st := sl.snap.Copy()
 	skip := map[*histEntry]bool{}
 	for _, h := range sl.atRisk[k:] {
 		skip[h] = true
 	}
 	for _, h := range r.hist[sl.snapIdx:] {
-		if !skip[h] {
+		switch {
+		case alt != nil && h == sl.atRisk[len(sl.atRisk)-1]:
+			for _, o := range alt {
+				st.Apply(o)
+			}
+		case !skip[h]:
 			st.Apply(h.op)
 		}
 	}

@@ -165,6 +165,9 @@ type histEntry struct {
 	op    *Op
 	mount int
 	risky bool // in its mount's atRisk
+	// alts are the other outcomes of a call its mount's death cut short
+	// (cutShort): what a failed write-back of it may leave.
+	alts [][]*Op
 }
 
 // FD is a descriptor a worker keeps open.
@@ -705,7 +708,9 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 			if op.opens() {
 				r.releasePosix(sl, op.Ino)
 			}
+			alts := r.cutShort(op)
 			r.apply(sl, op, true)
+			r.hist[len(r.hist)-1].alts = alts
 		}
 		return false
 	case err == errTimeout:
@@ -805,6 +810,38 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 	}
 	r.errnoFinding(sl, op, want)
 	return false
+}
+
+// cutShort lists what else than all or nothing a write by path (create,
+// write, append) that its mount's death cut short may leave, as the
+// candidates of such a write that failed (answer): the file made empty,
+// or zeros where its bytes were to go, or only the size it grew to, the
+// bytes it covers zeros (its size written, and then its chunk taken back
+// as past the stored end, or never sent) (r.mu held; op applies, with
+// op.Ino set).
+func (r *Runner) cutShort(op *Op) [][]*Op {
+	switch op.Kind {
+	case "create":
+		empty := *op
+		empty.Len = 0
+		alts := [][]*Op{{&empty}}
+		if op.Len > 0 {
+			alts = append(alts, []*Op{&empty, {N: op.N, Mount: op.Mount, Kind: "zero", Ino: op.NewID, Len: op.Len}})
+		}
+		return alts
+	case "write", "append":
+		size := int64(len(r.st.Inodes[op.Ino].Data))
+		off := op.Off
+		if op.Kind == "append" {
+			off = size
+		}
+		alts := [][]*Op{{{N: op.N, Mount: op.Mount, Kind: "zero", Ino: op.Ino, Off: off, Len: op.Len}}}
+		if off+op.Len > size {
+			alts = append(alts, []*Op{{N: op.N, Mount: op.Mount, Kind: "zero", Ino: op.Ino, Off: size, Len: off + op.Len - size}})
+		}
+		return alts
+	}
+	return nil
 }
 
 // flushBehind: op ran the flush of everything its mount buffered for
