@@ -356,7 +356,14 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 		r.mu.Lock()
 		obsSlot := r.observer(sl)
 		if op.NotSeenFrom > 0 && obsSlot != nil && obsSlot.idx == op.NotSeenFrom-1 {
-			if other := r.observer(obsSlot, sl); other != nil {
+			// A third mount, or else the call's own (a death may be
+			// waiting for the third, paused).
+			other := r.observer(obsSlot, sl)
+			if other == nil && !sl.dead && !sl.paused {
+				sl.observing++
+				other = sl
+			}
+			if other != nil {
 				r.doneObservingLocked(obsSlot)
 				obsSlot = other
 			}
