@@ -3,6 +3,7 @@
 #
 #   test/campaign.sh --duration D [--seed S] [--per-seed P] [--mounts N]
 #                    [--no-faults] [--exclude CLASS]... [--debug] [--cores]
+#                    [--big-writes]
 #
 # Without --seed it runs fresh seeds one after the other, each for P
 # (default 5m, less at the end) until D is used; a run that finds something
@@ -14,7 +15,9 @@
 # --debug has the mounts log every FUSE request; a finding keeps the
 # mounts' logs next to its history either way. --cores runs the mounts as
 # cores in the test process (test/campaign/core.go): request faults only,
-# more operations a minute. At the
+# more operations a minute. --big-writes lets the hole shape write past a
+# kernel mount's 32 MiB dirty limit (seconds each; cores always do, past
+# their 2 MiB). At the
 # end it prints the totals: operations by kind, faults by kind (freezes
 # and kills among them), findings by class, and each finding's seed.
 #
@@ -22,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration="" seed="" per_seed=5m mounts=3 faults=1 exclude="" debug=0 cores=0
+duration="" seed="" per_seed=5m mounts=3 faults=1 exclude="" debug=0 cores=0 big=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--duration) duration=$2; shift 2 ;;
@@ -32,8 +35,9 @@ while [ $# -gt 0 ]; do
 	--no-faults) faults=0; shift ;;
 	--debug) debug=1; shift ;;
 	--cores) cores=1; shift ;;
+	--big-writes) big=1; shift ;;
 	--exclude) exclude="${exclude:+$exclude,}$2"; shift 2 ;;
-	-h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "campaign.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -73,11 +77,11 @@ while :; do
 		s=$(( ($(od -An -N4 -tu4 /dev/urandom) % 1000000000) + 1000 ))
 		d=$(( left < chunk ? left : chunk ))
 	fi
-	echo "campaign.sh: seed $s for ${d}s (replay: test/campaign.sh --seed $s --duration ${d}s --mounts $mounts$([ $faults = 1 ] || echo ' --no-faults')$([ $cores = 0 ] || echo ' --cores'))"
+	echo "campaign.sh: seed $s for ${d}s (replay: test/campaign.sh --seed $s --duration ${d}s --mounts $mounts$([ $faults = 1 ] || echo ' --no-faults')$([ $cores = 0 ] || echo ' --cores')$([ $big = 0 ] || echo ' --big-writes'))"
 	log=$work/seed-$s.log
 	status=0
 	(cd test && ESFS_CAMPAIGN_SEED=$s ESFS_CAMPAIGN_DURATION=${d}s ESFS_CAMPAIGN_MOUNTS=$mounts \
-		ESFS_CAMPAIGN_FAULTS=$faults ESFS_CAMPAIGN_EXCLUDE=$exclude ESFS_CAMPAIGN_DEBUG=$debug ESFS_CAMPAIGN_CORES=$cores \
+		ESFS_CAMPAIGN_FAULTS=$faults ESFS_CAMPAIGN_EXCLUDE=$exclude ESFS_CAMPAIGN_DEBUG=$debug ESFS_CAMPAIGN_CORES=$cores ESFS_CAMPAIGN_BIG_WRITES=$big \
 		"$bin" -test.run '^TestCampaign$' -test.v -test.count=1 -test.timeout 0 >"$log" 2>&1) || status=$?
 	runs=$((runs + 1))
 	grep -h 'CAMPAIGN-TOTALS' "$log" | sed 's/.*CAMPAIGN-TOTALS //' >>"$work/totals" || true

@@ -1434,3 +1434,177 @@ func TestFindingFailedChangeKeptInKernel(t *testing.T) {
 		return errors.Is(err, os.ErrNotExist)
 	})
 }
+
+// TestFindingHoleFilledElsewhere (campaign seed 1, class data; fixed,
+// issue 42's item 1): mount B wrote past a hole beyond the file's stored
+// end and read the hole (zeros) before its write landed, then closed;
+// mount A, which held the file open after an fsync, wrote into the hole,
+// and its close failed at the inode write after its chunk had landed
+// (503). Another mount read A's bytes there; B, at every reopen, read
+// zeros: the hole's chunk was read as past the stored end, which neither
+// recorded a version nor marked the kernel's pages stale, and the inode's
+// version did not change, so B's open let its kernel keep the zero
+// pages. Now such a chunk is kept as read absent, and the next open
+// checks its version with the other kept chunks'.
+func TestFindingHoleFilledElsewhere(t *testing.T) {
+	const mib = 1 << 20
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL)
+	b := f.Mount(t)
+	if err := os.WriteFile(b.Path("f"), mounttest.RandomBytes(1, 2653), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A holds the file open after an fsync: its writes have a data
+	// generation, and the next ones write no inode before their chunks.
+	held, err := os.OpenFile(a.Path("f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := held.WriteAt(mounttest.RandomBytes(2, 787), 2020); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	// B's write at 2 MiB, buffered while it reads the hole at 1-2 MiB.
+	fh, err := os.OpenFile(b.Path("f"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fh.WriteAt(mounttest.RandomBytes(3, 1298), 2*mib+60079); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(fh); err != nil || !bytes.Equal(got[mib:2*mib], make([]byte, mib)) {
+		t.Fatalf("B's read of the hole: %v, or not zeros", err)
+	}
+	if err := fh.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(a.Path("f"), &st); err != nil {
+		t.Fatal(err)
+	}
+	// A's inode write after its chunk (the campaign's
+	// inodeWriteAfterChunks), refused.
+	var chunkSent atomic.Bool
+	refused := fp.Add(&mounttest.Fault{Refuse: 503, Match: func(m, p string, body []byte) bool {
+		if strings.HasSuffix(p, "/_bulk") && bytes.Contains(body, []byte(fmt.Sprintf(`"_id":"%d.1"`, st.Ino))) {
+			chunkSent.Store(true)
+			return false
+		}
+		return chunkSent.Load() && m == http.MethodPut && strings.HasSuffix(p, fmt.Sprintf("-inodes%s/_doc/%d", store.WriteAliasSuffix, st.Ino))
+	}})
+	fill := mounttest.RandomBytes(4, 2*mib-1476998)
+	if _, err := held.WriteAt(fill, 1476998); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Close(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("A's close, its inode write refused: %v, want EIO", err)
+	}
+	refused.WaitFired(t)
+	fresh := f.Mount(t)
+	want := mounttest.MustReadFile(t, fresh.Path("f"))
+	if !bytes.Equal(want[1476998:2*mib], fill) {
+		t.Fatal("a fresh mount does not read A's bytes in the hole: its chunk did not land, the test proves nothing")
+	}
+	for reopen := 1; reopen <= 2; reopen++ {
+		got := mounttest.MustReadFile(t, b.Path("f"))
+		if !bytes.Equal(got, want) {
+			zeros := bytes.Equal(got[1476998:2*mib], make([]byte, len(fill)))
+			t.Errorf("reopen %d on B: %d bytes, a fresh mount %d; A's bytes in the hole read as zeros: %v", reopen, len(got), len(want), zeros)
+		}
+	}
+}
+
+// TestFindingLateOpenRollsBack (campaign seeds 130822589 and, as cores,
+// 11, class data; fixed, issue 42's item 2): on mount B, open #1 of a
+// file had its read of the inode and first chunk answered seconds late;
+// meanwhile mount A rewrote the file longer and closed, and B's open #2,
+// begun after that close, read the new bytes. When #1 returned, a read
+// through #2 returned the old bytes: an open that was not the file's
+// first on the mount overwrote the open file's attributes and first chunk
+// with what it read, older than what the open file held. Now an open
+// file takes an open's read only if it is no older, by the inode's
+// version, than what it holds.
+func TestFindingLateOpenRollsBack(t *testing.T) {
+	f := mounttest.NewFS(t)
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	b := f.Mount(t, "--es-url", fp.URL)
+	a := f.Mount(t)
+	old, fresh := mounttest.RandomBytes(5, 1612), mounttest.RandomBytes(6, 3180)
+	if err := os.WriteFile(a.Path("d"), old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(b.Path("d"), &st); err != nil {
+		t.Fatal(err)
+	}
+	// The campaign's openRead: the inode with the file's first chunk, an
+	// open's, not a lookup's.
+	inode, chunk := []byte(fmt.Sprintf(`{"_id":"%d","_index":"`, st.Ino)), []byte(fmt.Sprintf(`"_id":"%d.`, st.Ino))
+	late := fp.Add(&mounttest.Fault{Late: 3 * time.Second, Match: func(m, p string, body []byte) bool {
+		return m == http.MethodPost && strings.HasSuffix(p, "/_mget") && bytes.Contains(body, inode) && bytes.Contains(body, chunk)
+	}})
+	type opened struct {
+		fh  *os.File
+		err error
+	}
+	first := make(chan opened, 1)
+	go func() {
+		fh, err := os.Open(b.Path("d"))
+		first <- opened{fh, err}
+	}()
+	select {
+	case <-late.Arrived():
+	case <-time.After(time.Minute):
+		t.Fatal("open #1's read never came")
+	}
+	// The campaign's write: at 0, longer than the file, closed.
+	w, err := os.OpenFile(a.Path("d"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(fresh, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := os.Open(b.Path("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	readAll := func(fh *os.File) []byte {
+		t.Helper()
+		got, err := io.ReadAll(io.NewSectionReader(fh, 0, 1<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := readAll(second); !bytes.Equal(got, fresh) {
+		t.Fatalf("open #2, after A's close returned, reads %d bytes, want A's %d", len(got), len(fresh))
+	}
+	o := <-first
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	defer o.fh.Close()
+	select {
+	case <-late.Fired():
+	default:
+		t.Fatal("open #1 returned before its late answer: the test proves nothing")
+	}
+	if got := readAll(second); !bytes.Equal(got, fresh) {
+		what := "other bytes"
+		if bytes.Equal(got, old) {
+			what = "the old bytes"
+		} else if bytes.Equal(got, fresh[:min(len(got), len(fresh))]) {
+			what = "A's bytes, cut"
+		}
+		t.Errorf("after open #1 returned, #2 reads %d bytes (%s), want A's %d it read before", len(got), what, len(fresh))
+	}
+}

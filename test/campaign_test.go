@@ -7,8 +7,10 @@ package test
 // ESFS_CAMPAIGN_EXCLUDE (comma-separated) names finding classes of known
 // open bugs, ESFS_CAMPAIGN_DEBUG=1 has the mounts log every FUSE request,
 // ESFS_CAMPAIGN_CORES=1 runs the mounts as cores in the test process
-// (TestCampaignCores does, on seeds of its own); test/campaign.sh runs it
-// on fresh seeds for as long as asked.
+// (TestCampaignCores does, on seeds of its own), ESFS_CAMPAIGN_BIG_WRITES=1
+// lets kernel mounts write past their 32 MiB dirty limit (seconds a
+// write: not in the suite); test/campaign.sh runs it on fresh seeds for
+// as long as asked.
 
 import (
 	"fmt"
@@ -93,7 +95,8 @@ func runCampaign(t *testing.T, seeds []int64, total time.Duration, cores bool) {
 		}
 	}
 	cfg := campaign.Config{Duration: d, Faults: os.Getenv("ESFS_CAMPAIGN_FAULTS") != "0", Exclude: exclude,
-		Mounts: envInt(t, "ESFS_CAMPAIGN_MOUNTS", 3), Debug: os.Getenv("ESFS_CAMPAIGN_DEBUG") == "1", Cores: cores}
+		Mounts: envInt(t, "ESFS_CAMPAIGN_MOUNTS", 3), Debug: os.Getenv("ESFS_CAMPAIGN_DEBUG") == "1", Cores: cores,
+		BigWrites: os.Getenv("ESFS_CAMPAIGN_BIG_WRITES") == "1"}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			cfg := cfg

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -94,17 +95,27 @@ func (r *Runner) check(sl *slot, op *Op) {
 		diff = r.diffStat(r.st, in, resp.Stat, false, 0, "")
 	case "read":
 		if !r.dataSkip(in) && (resp.Size != int64(len(in.Data)) || resp.Sum != wire.Sum(in.Data)) {
-			class, diff = "data", fmt.Sprintf("read %d bytes (digest %s), want %d (digest %s)", resp.Size, resp.Sum, len(in.Data), wire.Sum(in.Data))
+			class, diff = "data", fmt.Sprintf("read %d bytes (digest %s), want %d (digest %s)%s", resp.Size, resp.Sum, len(in.Data), wire.Sum(in.Data),
+				r.olderVersion(in.ID, in.Data, resp.Size, resp.Sum))
 		}
 	case "pread":
 		fd := r.fds[op.FD]
-		if !in.DataUnknown && !in.Unsure && !r.pendingElsewhere(fd) && !fd.stale {
+		switch {
+		case in.DataUnknown || in.Unsure || r.pendingElsewhere(fd):
+		case fd.stale && len(fd.Pending) == 0:
+			if d := r.checkStaleRead(fd, resp.Size, resp.Sum); d != "" {
+				class, diff = "data", d
+			}
+		case !fd.stale:
 			want := in.Data
 			for _, w := range fd.Pending {
 				want = writeAt(want, w.Off, wire.Pattern(w.Seq, w.Off, w.Len))
 			}
 			if resp.Size != int64(len(want)) || resp.Sum != wire.Sum(want) {
-				class, diff = "data", fmt.Sprintf("read %d bytes (digest %s), want %d (digest %s)", resp.Size, resp.Sum, len(want), wire.Sum(want))
+				class, diff = "data", fmt.Sprintf("read %d bytes (digest %s), want %d (digest %s)%s", resp.Size, resp.Sum, len(want), wire.Sum(want),
+					r.olderVersion(fd.Ino, want, resp.Size, resp.Sum))
+			} else {
+				fd.seen = len(r.dataHist[fd.Ino]) - 1
 			}
 		}
 	case "readdir":
@@ -279,36 +290,40 @@ func unknownEntry(tree []wire.Entry) string {
 	return ""
 }
 
-// observer picks a live slot to look from, another than not if it can
-// (r.mu held); done gives it back.
-func (r *Runner) observer(not *slot) *slot {
-	sl := r.pickObserver(not)
+// observer picks a live slot to look from, another than not (and than
+// also) if it can (r.mu held); doneObserving gives it back.
+func (r *Runner) observer(not *slot, also ...*slot) *slot {
+	sl := r.pickObserver(not, also...)
 	if sl != nil {
 		sl.observing++
 	}
 	return sl
 }
 
-// doneObserving gives back a slot observer picked.
+// doneObserving gives back a slot observer picked (r.mu not held).
 func (r *Runner) doneObserving(sl *slot) {
-	if sl == nil {
-		return
-	}
 	r.mu.Lock()
-	sl.observing--
-	r.cond.Broadcast()
+	r.doneObservingLocked(sl)
 	r.mu.Unlock()
 }
 
-func (r *Runner) pickObserver(not *slot) *slot {
+func (r *Runner) doneObservingLocked(sl *slot) {
+	if sl == nil {
+		return
+	}
+	sl.observing--
+	r.cond.Broadcast()
+}
+
+func (r *Runner) pickObserver(not *slot, also ...*slot) *slot {
 	var live []*slot
 	for _, sl := range r.slots {
-		if sl != not && !sl.dead && !sl.paused {
+		if sl != not && !slices.Contains(also, sl) && !sl.dead && !sl.paused {
 			live = append(live, sl)
 		}
 	}
 	if len(live) == 0 {
-		if not.dead {
+		if not.dead || len(also) > 0 {
 			return nil
 		}
 		return not
@@ -340,6 +355,19 @@ func (r *Runner) settleLater(sl *slot, op *Op, fp *Footprint, cands [][]*Op) {
 		}
 		r.mu.Lock()
 		obsSlot := r.observer(sl)
+		if op.NotSeenFrom > 0 && obsSlot != nil && obsSlot.idx == op.NotSeenFrom-1 {
+			// A third mount, or else the call's own (a death may be
+			// waiting for the third, paused).
+			other := r.observer(obsSlot, sl)
+			if other == nil && !sl.dead && !sl.paused {
+				sl.observing++
+				other = sl
+			}
+			if other != nil {
+				r.doneObservingLocked(obsSlot)
+				obsSlot = other
+			}
+		}
 		r.mu.Unlock()
 		paths := outermost(fp.Paths)
 		var obs [][]wire.Entry
@@ -545,6 +573,7 @@ func (r *Runner) partialTruncate(op *Op, obs [][]wire.Entry, paths []string) boo
 		r.st = st
 		r.hist = append(r.hist, &histEntry{op: &Op{N: op.N, Mount: op.Mount, Kind: "zero", Ino: op.Ino,
 			Off: op.Len, Len: int64(len(in.Data)) - op.Len}, mount: op.Mount})
+		r.noteData(op.Ino, op.Mount)
 	}
 	return true
 }

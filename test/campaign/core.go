@@ -75,6 +75,12 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// coreDirtyLimit is a core's vfs.Options.DirtyLimit: an open file's
+// buffered writes past it are sent before its close. Lower than a
+// mount's 32 MiB, so that the campaign's writes past it (bigWrite) cost
+// a few chunks, not 33.
+const coreDirtyLimit = 2 << 20
+
 // startCore mounts filesystem f as a core reaching the cluster at url (a
 // fault proxy), with the options of an esfs mount's defaults but lease
 // and timeout.
@@ -101,7 +107,7 @@ func startCore(t testing.TB, f *mounttest.FS, url string, lease, timeout time.Du
 		t.Fatal(err)
 	}
 	c.m = vfs.New(st, c.co, c.ch, vfs.Options{LockTimeout: 30 * time.Second, Logger: log,
-		Delegations: true, WriteDelegations: true, CacheTTL: time.Second})
+		Delegations: true, WriteDelegations: true, CacheTTL: time.Second, DirtyLimit: coreDirtyLimit})
 	t.Cleanup(c.close)
 	return c
 }
@@ -134,12 +140,14 @@ type coreWorker struct {
 	closed sync.Once
 }
 
-// coreFD is a descriptor kept open: a file's or a directory's.
+// coreFD is an open file description kept open, a file's or a
+// directory's, and refs the descriptors that name it (a dup adds one).
 type coreFD struct {
 	n     pathNode
 	h     *vfs.Handle
 	l     *vfs.Listing
 	owner uint64 // the open file description, as the kernel names it to locks
+	refs  int    // guarded by coreWorker.mu
 }
 
 // owners are the lock owners of the descriptor's open file description.
@@ -599,6 +607,8 @@ func (w *coreWorker) open(ctx context.Context, r *wire.Resp, q *wire.Req) *wire.
 		return failCall(r, "open", unix.ENOTDIR)
 	case q.Mode != 0:
 		fd.l, err = w.m.OpenDir(ctx, n, nil)
+	case q.ReadOnly:
+		fd.h, err = w.m.Open(ctx, n.ino, unix.O_RDONLY)
 	default:
 		fd.h, err = w.m.Open(ctx, n.ino, unix.O_RDWR)
 	}
@@ -607,7 +617,7 @@ func (w *coreWorker) open(ctx context.Context, r *wire.Resp, q *wire.Req) *wire.
 	}
 	w.mu.Lock()
 	w.next++
-	fd.owner = 2<<32 | uint64(w.next)
+	fd.owner, fd.refs = 2<<32|uint64(w.next), 1
 	w.fds[w.next] = fd
 	r.FD = w.next
 	w.mu.Unlock()
@@ -847,13 +857,30 @@ func (w *coreWorker) throughFD(ctx context.Context, r *wire.Resp, q *wire.Req) *
 			return failCall(r, "pread", err)
 		}
 		return digest(r, b, q.Full)
+	case "dup":
+		w.mu.Lock()
+		w.next++
+		fd.refs++
+		w.fds[w.next] = fd
+		r.FD = w.next
+		w.mu.Unlock()
+		return r
 	case "close":
 		w.mu.Lock()
 		delete(w.fds, q.FD)
+		fd.refs--
+		last := fd.refs == 0
 		w.mu.Unlock()
-		if fd.l != nil {
+		switch {
+		case fd.l != nil && last:
 			fd.l.Close()
 			return r
+		case fd.l != nil:
+			return r
+		case !last:
+			// Not the description's last descriptor: FLUSH alone, with
+			// the process's record locks going.
+			return errCall(r, "close", fd.h.Flush(ctx, w.posixOwner(), true))
 		}
 		return errCall(r, "close", w.closeFile(ctx, fd.h))
 	case "flock":

@@ -25,28 +25,128 @@ type armed struct {
 	picked atomic.Bool
 }
 
-// requestFaults are the faults of single requests, by name.
-var requestFaults = []string{"lost-answer", "refused-429", "refused-503", "held", "reset"}
+// requestFaults are the faults of single requests, by name: "held" holds
+// a request past the request timeout before it lands, "late" lands it at
+// once and holds its answer for less than the timeout, so that the call
+// goes on, late, with what the cluster held when it landed.
+var requestFaults = []string{"lost-answer", "refused-429", "refused-503", "held", "reset", "late"}
 
-// requestClasses: which requests a fault aims at.
+// requestClasses: which requests a fault aims at. Those with fresh
+// instead of match follow the requests as they pass (fresh makes one
+// fault's matcher).
 var requestClasses = []struct {
 	name  string
 	match func(method, path string, body []byte) bool
+	fresh func() func(method, path string, body []byte) bool
 }{
-	{"any", func(string, string, []byte) bool { return true }},
-	{"bulk", func(m, p string, _ []byte) bool { return strings.HasSuffix(p, "/_bulk") }},
+	{"any", func(string, string, []byte) bool { return true }, nil},
+	{"bulk", func(m, p string, _ []byte) bool { return strings.HasSuffix(p, "/_bulk") }, nil},
 	{"locks", func(m, p string, b []byte) bool {
 		return strings.Contains(p, "-locks") || bytes.Contains(b, []byte(`-locks-W"`))
-	}},
+	}, nil},
 	{"data", func(m, p string, b []byte) bool {
 		return strings.Contains(p, "-data") || bytes.Contains(b, []byte(`-data-W"`))
-	}},
+	}, nil},
 	{"inodes", func(m, p string, b []byte) bool {
 		return strings.Contains(p, "-inodes") || bytes.Contains(b, []byte(`-inodes-W"`))
-	}},
+	}, nil},
 	{"reads", func(m, p string, _ []byte) bool {
 		return m == http.MethodGet || strings.HasSuffix(p, "/_mget") || strings.HasSuffix(p, "/_search")
-	}},
+	}, nil},
+	// The inode writes that follow a chunk write: a flush whose chunks
+	// landed and whose size or times did not (a close that fails after
+	// its chunks landed).
+	{"inode-after-data", nil, inodeWriteAfterData},
+}
+
+// inodeWriteAfterData matches the inode writes that follow a bulk of data
+// chunks (an inode's, or ino's if not 0, and only after a chunk of ino).
+func inodeWriteAfterData() func(method, path string, body []byte) bool {
+	return inodeWriteAfterChunks(0, false)
+}
+
+// inodeWriteAfterChunks is inodeWriteAfterData for inode ino's writes
+// after its chunks' (sent: they were, before it is armed).
+func inodeWriteAfterChunks(ino uint64, sent bool) func(method, path string, body []byte) bool {
+	chunk, doc := []byte(`-data-W"`), ""
+	if ino != 0 {
+		chunk, doc = []byte(fmt.Sprintf(`"_id":"%d.`, ino)), fmt.Sprintf("/%d", ino)
+	}
+	return func(m, p string, b []byte) bool {
+		if strings.HasSuffix(p, "/_bulk") && bytes.Contains(b, chunk) {
+			sent = true
+			return false
+		}
+		return sent && m != http.MethodGet && strings.Contains(p, "-inodes") && (doc == "" || strings.HasSuffix(p, doc)) &&
+			!strings.HasSuffix(p, "/_mget") && !strings.HasSuffix(p, "/_search")
+	}
+}
+
+// openRead matches the read of inode ino that an open for reading makes
+// on a mount that does not have the file open: the inode with the file's
+// first chunk, or with the versions of the chunks the mount keeps (one
+// _mget of both); not a lookup's read of it (the inode alone).
+func openRead(ino uint64) func(method, path string, body []byte) bool {
+	inode, chunks := []byte(fmt.Sprintf(`{"_id":"%d","_index":"`, ino)), []byte(fmt.Sprintf(`"_id":"%d.`, ino))
+	return func(m, p string, b []byte) bool {
+		return m == http.MethodPost && strings.HasSuffix(p, "/_mget") && bytes.Contains(b, inode) && bytes.Contains(b, chunks)
+	}
+}
+
+// newArmed is a fault of kind on the nth request match accepts; it
+// records when it picks that request.
+func newArmed(kind string, nth int, match func(method, path string, body []byte) bool) *armed {
+	a := &armed{kind: kind}
+	seen := 0
+	a.f = &mounttest.Fault{Nth: nth, Match: func(m, p string, b []byte) bool {
+		if !match(m, p, b) {
+			return false
+		}
+		// The proxy counts the same matches, under its lock.
+		if seen++; seen == nth {
+			a.picked.Store(true)
+		}
+		return true
+	}}
+	return a
+}
+
+// arm adds fault a to slot sl's proxy, and counts it among the run's
+// faults once it acts; false if the run has stopped.
+func (r *Runner) arm(sl *slot, a *armed, what string) bool {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return false
+	}
+	sl.faults = append(sl.faults, a)
+	if len(sl.faults) > 64 {
+		sl.faults = sl.faults[len(sl.faults)-64:]
+	}
+	r.logf("FAULT %s on m%d's %s", a.kind, sl.idx, what)
+	r.mu.Unlock()
+	f := a.f
+	sl.proxy.Add(f)
+	r.watchers.Add(1)
+	go func() {
+		defer r.watchers.Done()
+		select {
+		case <-r.over:
+		case <-f.Fired():
+			r.mu.Lock()
+			r.res.Faults[a.kind]++
+			r.logf("FAULT %s on m%d acted (the cluster answered %d)", a.kind, sl.idx, f.Status)
+			r.mu.Unlock()
+		case <-time.After(time.Until(f.Until) + f.Delay + f.Late + 5*time.Second):
+		}
+	}()
+	return true
+}
+
+// lateFor is how long a "late" fault holds an answer: long enough for
+// other calls to go through meanwhile, short of the request timeout.
+func (r *Runner) lateFor(rnd *rand.Rand) time.Duration {
+	return r.cfg.Timeout/2 + time.Duration(rnd.Int63n(int64(r.cfg.Timeout/4)))
 }
 
 // isSession: a heartbeat or another write of a session document. Those
@@ -84,22 +184,17 @@ func (r *Runner) injectFaults() {
 		kind := requestFaults[rnd.Intn(len(requestFaults))]
 		class := requestClasses[rnd.Intn(len(requestClasses))]
 		match := class.match
-		if kind == "held" {
-			match = func(m, p string, b []byte) bool { return !isSession(m, p, b) && class.match(m, p, b) }
+		if class.fresh != nil {
+			match = class.fresh()
 		}
-		a := &armed{kind: kind}
-		nth, seen := 1+rnd.Intn(4), 0
-		f := &mounttest.Fault{Nth: nth, Until: time.Now().Add(10 * time.Second), Match: func(m, p string, b []byte) bool {
-			if !match(m, p, b) {
-				return false
-			}
-			// The proxy counts the same matches, under its lock.
-			if seen++; seen == nth {
-				a.picked.Store(true)
-			}
-			return true
-		}}
-		a.f = f
+		if kind == "held" || kind == "late" {
+			inClass := match
+			match = func(m, p string, b []byte) bool { return !isSession(m, p, b) && inClass(m, p, b) }
+		}
+		nth := 1 + rnd.Intn(4)
+		a := newArmed(kind, nth, match)
+		f := a.f
+		f.Until = time.Now().Add(10 * time.Second)
 		switch kind {
 		case "lost-answer":
 			f.Reset = true
@@ -111,32 +206,12 @@ func (r *Runner) injectFaults() {
 			f.Delay = r.cfg.Timeout + time.Duration(500+rnd.Intn(2500))*time.Millisecond
 		case "reset":
 			f.Drop, f.Reset = true, true
+		case "late":
+			f.Late = r.lateFor(rnd)
 		}
-		r.mu.Lock()
-		if r.stopped {
-			r.mu.Unlock()
+		if !r.arm(sl, a, fmt.Sprintf("%s requests (the %d-th)", class.name, nth)) {
 			return
 		}
-		sl.faults = append(sl.faults, a)
-		if len(sl.faults) > 64 {
-			sl.faults = sl.faults[len(sl.faults)-64:]
-		}
-		r.logf("FAULT %s on m%d's %s requests (the %d-th)", kind, sl.idx, class.name, f.Nth)
-		r.mu.Unlock()
-		sl.proxy.Add(f)
-		r.watchers.Add(1)
-		go func() {
-			defer r.watchers.Done()
-			select {
-			case <-r.over:
-			case <-f.Fired():
-				r.mu.Lock()
-				r.res.Faults[kind]++
-				r.logf("FAULT %s on m%d acted (the cluster answered %d)", kind, sl.idx, f.Status)
-				r.mu.Unlock()
-			case <-time.After(time.Until(f.Until) + f.Delay + 5*time.Second):
-			}
-		}()
 	}
 }
 
@@ -420,8 +495,15 @@ func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 	}
 	var diffs []string
 	for k := n; k >= 0; k-- {
-		for _, combo := range combos {
-			st := r.replay(sl, k)
+		// The call its death cut short, the last, may also have landed in
+		// part, as a failed write-back does (cutShort).
+		outcomes := [][]*Op{nil}
+		if k == n && n > 0 {
+			outcomes = append(outcomes, sl.atRisk[n-1].alts...)
+		}
+		for i := 0; i < len(outcomes)*len(combos); i++ {
+			alt, combo := outcomes[i/len(combos)], combos[i%len(combos)]
+			st := r.replayAlt(sl, k, alt)
 			var flushes []*Op
 			for i, fd := range withPending {
 				if j := combo[i]; j > 0 && st.Inodes[fd.Ino] != nil {
@@ -438,14 +520,23 @@ func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 				continue
 			}
 			r.logf("  m%d: %d of its %d calls since its last fsync survived, and of its descriptors' unflushed writes %v", sl.idx, k, n, combo)
+			if alt != nil {
+				r.logf("  m%d: its last call, cut short, landed in part: %v", sl.idx, alt)
+			}
 			lost := map[*histEntry]bool{}
 			for _, h := range sl.atRisk[k:] {
 				lost[h] = true
 			}
-			// Keep the history as it now is: what was lost never happened.
+			// Keep the history as it now is: what was lost never happened,
+			// and a call that landed in part is what landed of it.
 			kept := r.hist[:0:0]
 			for _, h := range r.hist {
-				if !lost[h] {
+				switch {
+				case alt != nil && h == sl.atRisk[n-1]:
+					for _, o := range alt {
+						kept = append(kept, &histEntry{op: o, mount: sl.idx})
+					}
+				case !lost[h]:
 					kept = append(kept, h)
 				}
 			}
@@ -454,6 +545,7 @@ func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 			}
 			r.hist = kept
 			r.st = st
+			r.noteAllData(sl.idx)
 			for i, fd := range withPending {
 				fd.mustEIO = combo[i] < len(pending[fd])
 			}
@@ -476,14 +568,23 @@ func (r *Runner) survivors(sl *slot, obs [][]wire.Entry, paths []string) {
 
 // replay is the model with only the first k of sl's calls since its last
 // fsync (everything else as it happened).
-func (r *Runner) replay(sl *slot, k int) *State {
+func (r *Runner) replay(sl *slot, k int) *State { return r.replayAlt(sl, k, nil) }
+
+// replayAlt is replay with all of sl's calls since its last fsync (k is
+// their number), the last of them landed as alt says, if not nil.
+func (r *Runner) replayAlt(sl *slot, k int, alt []*Op) *State {
 	st := sl.snap.Copy()
 	skip := map[*histEntry]bool{}
 	for _, h := range sl.atRisk[k:] {
 		skip[h] = true
 	}
 	for _, h := range r.hist[sl.snapIdx:] {
-		if !skip[h] {
+		switch {
+		case alt != nil && h == sl.atRisk[len(sl.atRisk)-1]:
+			for _, o := range alt {
+				st.Apply(o)
+			}
+		case !skip[h]:
 			st.Apply(h.op)
 		}
 	}
@@ -491,16 +592,30 @@ func (r *Runner) replay(sl *slot, k int) *State {
 }
 
 // closeAfterDeath closes a descriptor a frozen mount's worker kept open
-// across its death: one whose writes were lost must be told.
+// across its death: one whose writes were lost must be told, once for
+// its open file description (the first of its descriptors closed).
 func (r *Runner) closeAfterDeath(sl *slot, fd *FD) {
+	r.mu.Lock()
+	must := false
+	for _, g := range r.fds {
+		must = must || g.OFD == fd.OFD && g.mustEIO
+	}
+	r.mu.Unlock()
 	resp, err := sl.w.do(&wire.Req{Op: "close", FD: fd.wfd}, opLimit)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.fds, fd.ID)
+	if err == nil && resp.Errno != 0 {
+		for _, g := range r.fds {
+			if g.OFD == fd.OFD {
+				g.mustEIO = false
+			}
+		}
+	}
 	switch {
 	case err != nil:
 		r.finding("hang", "close of fd%d after m%d's death: %v", fd.ID, sl.idx, err)
-	case resp.Errno == 0 && fd.mustEIO:
+	case resp.Errno == 0 && must:
 		r.finding("lost-unreported", "fd%d (ino%d) on m%d: close returned 0 after its mount's death lost its writes or its file", fd.ID, fd.Ino, sl.idx)
 	default:
 		r.logf("  close of fd%d after m%d's death: %s", fd.ID, sl.idx, errname(resp.Errno))

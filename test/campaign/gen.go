@@ -24,8 +24,9 @@ var weights = []struct {
 	{"chmod", 3}, {"utimes", 2}, {"setxattr", 3}, {"removexattr", 2},
 	{"fsync", 3}, {"fsyncdir", 2},
 	{"open", 5}, {"pwrite", 6}, {"ftruncate", 2}, {"fdfsync", 2}, {"fchmod", 1}, {"fsetxattr", 1},
-	{"fstat", 2}, {"pread", 2}, {"close", 3}, {"flock", 4}, {"fcntl", 4}, {"getlk", 2},
+	{"fstat", 2}, {"pread", 2}, {"close", 3}, {"flock", 4}, {"fcntl", 4}, {"getlk", 2}, {"dup", 1},
 	{"stat", 10}, {"read", 8}, {"readdir", 6},
+	{"shape", 4}, // several calls on one file, from two or three mounts at once (shapes.go)
 }
 
 var totalWeight = func() int {
@@ -180,10 +181,18 @@ func (r *Runner) generate(sl *slot) *Op {
 		if op.throughFD() && len(myFDs) == 0 {
 			continue
 		}
-		if op.Kind == "open" && len(myFDs) >= maxFDs {
+		if (op.Kind == "open" || op.Kind == "dup") && len(myFDs) >= maxFDs {
 			op.Kind = "close"
 		}
+		if op.Kind == "shape" {
+			if op.Shape = r.pickShape(sl); op.Shape == "" {
+				continue
+			}
+		}
 		break
+	}
+	if op.Kind == "shape" {
+		return op
 	}
 	if op.throughFD() {
 		fd := myFDs[rnd.Intn(len(myFDs))]
@@ -197,6 +206,15 @@ func (r *Runner) generate(sl *slot) *Op {
 				op.Kind = "close"
 			}
 		}
+		if fd.ReadOnly {
+			// What a descriptor open for reading may do instead.
+			switch op.Kind {
+			case "pwrite":
+				op.Kind = "pread"
+			case "ftruncate":
+				op.Kind = "fstat"
+			}
+		}
 		in := r.st.Inodes[fd.Ino]
 		switch op.Kind {
 		case "pwrite":
@@ -205,10 +223,7 @@ func (r *Runner) generate(sl *slot) *Op {
 				break
 			}
 			op.Len = length(rnd)
-			op.Off = offset(rnd, int64(len(in.Data)))
-			if op.Off+op.Len > 1<<20 {
-				op.Off = rnd.Int63n(1<<20 - op.Len) // one chunk: it lands whole or not at all
-			}
+			op.Off = oneChunk(offset(rnd, int64(len(in.Data))), op.Len)
 		case "ftruncate":
 			if r.pending(fd.Ino) {
 				op.Kind = "fdfsync"
@@ -229,6 +244,8 @@ func (r *Runner) generate(sl *slot) *Op {
 			op.Lock = []string{"sh", "ex", "un"}[rnd.Intn(3)]
 			if op.Kind == "getlk" {
 				op.Lock = []string{"sh", "ex"}[rnd.Intn(2)]
+			} else if fd.ReadOnly && op.Lock == "ex" {
+				op.Lock = "sh" // a write lock needs a descriptor open for writing (EBADF)
 			}
 			a := rnd.Intn(nSegs)
 			op.Seg = [2]int{a, a + rnd.Intn(nSegs-a)}
@@ -320,6 +337,17 @@ func (r *Runner) generate(sl *slot) *Op {
 		op.Path = v.existing(rnd, v.dirs)
 	}
 	return op
+}
+
+// oneChunk moves a write of n bytes at off back into the 1 MiB chunk off
+// falls in, if it would cross its end: a descriptor's write lands whole
+// or not at all, as the checker of its failed flush assumes.
+func oneChunk(off, n int64) int64 {
+	const chunk = 1 << 20
+	if end := (off/chunk + 1) * chunk; off+n > end {
+		return end - n
+	}
+	return off
 }
 
 func truncSize(rnd *rand.Rand, size int64) int64 {

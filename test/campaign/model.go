@@ -441,7 +441,7 @@ func (s *State) Apply(op *Op) int {
 		in.Data = append([]byte(nil), op.Data...)
 		in.MtimeKnown = false
 		return 0
-	case "fdfsync", "fstat", "pread", "close", "flock", "fcntl", "getlk":
+	case "fdfsync", "fstat", "pread", "close", "flock", "fcntl", "getlk", "dup":
 		return 0
 	}
 	panic("model: unknown operation " + op.Kind)

@@ -25,11 +25,20 @@ type Op struct {
 	Value string
 	Lock  string
 	Seg   [2]int // the fcntl lock's segments, first and last
+	// ReadOnly: an open for reading only (O_RDONLY).
+	ReadOnly bool
+	// Shape is the shape a "shape" operation runs (shapes.go).
+	Shape string
+	// NotSeenFrom is 1 + a mount whose look must not settle the
+	// operation's unknown outcome if another's can: a shape checks that
+	// mount's view after it.
+	NotSeenFrom int
 
 	// Filled by the model when it is applied.
 	Ino    int // the inode it acted on
 	NewID  int // the inode it made
 	Victim int // the inode a rename replaced
+	NewFD  int // the descriptor an open or a dup made
 	// Writes are the descriptor's pending writes a flush (a close or an
 	// fsync through it) lands.
 	Writes []pwrite
@@ -58,7 +67,7 @@ func (op *Op) isCheck() bool {
 // throughFD: the operation names a descriptor, not a path.
 func (op *Op) throughFD() bool {
 	switch op.Kind {
-	case "pwrite", "ftruncate", "fdfsync", "fchmod", "fsetxattr", "fstat", "pread", "close", "flock", "fcntl", "getlk":
+	case "pwrite", "ftruncate", "fdfsync", "fchmod", "fsetxattr", "fstat", "pread", "close", "flock", "fcntl", "getlk", "dup":
 		return true
 	}
 	return false
@@ -107,6 +116,11 @@ func (op *Op) String() string {
 		if op.Mode != 0 {
 			b.WriteString(" (directory)")
 		}
+		if op.ReadOnly {
+			b.WriteString(" (read-only)")
+		}
+	case "shape":
+		fmt.Fprintf(&b, " %s", op.Shape)
 	}
 	return b.String()
 }
@@ -120,7 +134,7 @@ const nSegs = len(segBounds)
 // req is the worker's request for op.
 func (op *Op) req(fd int) *wire.Req {
 	q := &wire.Req{ID: op.N, Op: op.Kind, Path: op.Path, Path2: op.Path2, FD: fd, Off: op.Off, Len: op.Len,
-		Seq: op.Seq, Mode: op.Mode, Name: op.Name, Value: op.Value, Lock: op.Lock}
+		Seq: op.Seq, Mode: op.Mode, Name: op.Name, Value: op.Value, Lock: op.Lock, ReadOnly: op.ReadOnly}
 	if op.Kind == "fcntl" || op.Kind == "getlk" {
 		q.Off = segBounds[op.Seg[0]]
 		q.Len = 0

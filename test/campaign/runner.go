@@ -62,6 +62,10 @@ type Config struct {
 	// processes: more operations a minute, request faults only (a freeze
 	// or a kill needs a process).
 	Cores bool
+	// BigWrites lets the hole shape write past a kernel mount's dirty
+	// limit (33 MiB, seconds a write and a read: for long campaigns);
+	// cores and local roots always may, past their lower limit.
+	BigWrites bool
 }
 
 // Finding is one check that failed.
@@ -106,6 +110,7 @@ var Classes = []string{
 	// alone; the run goes on after them when they are.
 	"truncate-partial",   // a truncate that failed with EIO left the bytes past its size cut and the size unchanged
 	"dir-nlink",          // a directory's link count off, all else right (seeds 30904437, 956352814)
+	"lock-after-close",   // a lock seen held after the close that ended it returned, no fault on its holder's requests: a record lock after a close of a dup, a flock after its open file's last close (shapeDupLock)
 	"unlinked-elsewhere", // ENOENT, or bytes or attributes not the model's, through a descriptor of a file another mount unlinked (seeds 224009209, 146534115, 988806382)
 }
 
@@ -141,7 +146,7 @@ type slot struct {
 	// flight; resolving: unknown outcomes not settled yet.
 	paused, busy bool
 	resolving    int
-	observing    int   // looks through its worker in flight (settling another's outcome)
+	observing    int   // looks through its worker in flight (settling another's outcome), or a shape's steps (shapes.go)
 	cur          int64 // the operation in flight, while busy
 	// killing: it is being killed with an operation in flight, whose
 	// answer (the worker gone) is an outcome its death decides.
@@ -160,6 +165,9 @@ type histEntry struct {
 	op    *Op
 	mount int
 	risky bool // in its mount's atRisk
+	// alts are the other outcomes of a call its mount's death cut short
+	// (cutShort): what a failed write-back of it may leave.
+	alts [][]*Op
 }
 
 // FD is a descriptor a worker keeps open.
@@ -167,14 +175,22 @@ type FD struct {
 	ID, Mount int
 	Ino       int
 	Dir, Fifo bool
-	wfd       int // the worker's number for it
-	gen       int
+	ReadOnly  bool
+	// OFD is the open file description it names: its own ID, or that of
+	// the descriptor it is a dup of (flocks are the description's).
+	OFD int
+	wfd int // the worker's number for it
+	gen int
 	// Pending are its writes not flushed yet: only a close or fsync
 	// through it lands them.
 	Pending []pwrite
 	// stale: another mount changed the file's bytes since it was
-	// opened: close-to-open, its reads need not see that.
-	stale bool
+	// opened, or some mount while it was being opened: close-to-open,
+	// its reads need not see that, but nothing older than floor (the
+	// file's version, in dataHist, when its open began) nor than seen
+	// (the newest version it has read).
+	stale       bool
+	floor, seen int
 	// mayEIO: the next fsync or close may report an error of a write that
 	// failed before (errseq). mustEIO: its mount died with its writes, or
 	// its file was lost: its close must fail.
@@ -202,9 +218,13 @@ type Runner struct {
 	waiting map[int64]*Footprint
 	ticket  int64
 	hist    []*histEntry
-	locks   lockTable
-	stopped bool
-	res     *Result
+	// dataHist is each file's bytes as they were, version after version
+	// (dataVer), for the reads that may see an older one (stale
+	// descriptors): never one older than they saw before.
+	dataHist map[int][]dataVer
+	locks    lockTable
+	stopped  bool
+	res      *Result
 
 	logMu   sync.Mutex // protects histLog and tail: logf is called with r.mu held or not
 	histLog *os.File
@@ -231,7 +251,7 @@ func Run(t testing.TB, cfg Config) *Result {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 5 * time.Second
 	}
-	r := &Runner{t: t, cfg: cfg, st: NewState(), fds: map[int]*FD{}, nextIno: 1000,
+	r := &Runner{t: t, cfg: cfg, st: NewState(), fds: map[int]*FD{}, nextIno: 1000, dataHist: map[int][]dataVer{},
 		inflight: map[int64]*Footprint{}, waiting: map[int64]*Footprint{}, locks: lockTable{byIno: map[int][]*holder{}},
 		res: &Result{Seed: cfg.Seed, Ops: map[string]int{}, Faults: map[string]int{}, ExcludedSeen: map[string]int{}}}
 	r.cond = sync.NewCond(&r.mu)
@@ -540,7 +560,7 @@ func (r *Runner) pendingElsewhere(fd *FD) bool {
 	return false
 }
 
-func (r *Runner) ownerFlock(fd *FD) string { return fmt.Sprintf("m%d/fd%d", fd.Mount, fd.ID) }
+func (r *Runner) ownerFlock(fd *FD) string { return fmt.Sprintf("m%d/fd%d", fd.Mount, fd.OFD) }
 func (r *Runner) ownerPosix(sl *slot) string {
 	return fmt.Sprintf("m%d/w%d", sl.idx, sl.gen)
 }
@@ -564,6 +584,10 @@ func (r *Runner) loop(sl *slot) {
 		}
 		op := r.generate(sl)
 		r.mu.Unlock()
+		if op.Kind == "shape" {
+			r.runShape(sl, op)
+			continue
+		}
 		r.exec(sl, op, false)
 	}
 }
@@ -584,6 +608,22 @@ func (r *Runner) exec(sl *slot, op *Op, force bool) bool {
 		r.mu.Unlock()
 		return false
 	}
+	wfd := r.dispatch(op, fp)
+	sl.busy, sl.cur = true, op.N
+	r.mu.Unlock()
+
+	resp, err := r.call(sl, op, wfd)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sl.busy = false
+	r.answered(sl, op, fp, resp, err)
+	return true
+}
+
+// dispatch numbers op, whose footprint fp is reserved, and puts it in
+// flight; it returns the worker's number of its descriptor (r.mu held).
+func (r *Runner) dispatch(op *Op, fp *Footprint) (wfd int) {
 	r.admit(op)
 	r.n++
 	op.N, op.Seq = r.n, r.n
@@ -592,28 +632,29 @@ func (r *Runner) exec(sl *slot, op *Op, force bool) bool {
 		op.NewID = r.nextIno
 		r.nextIno++
 	}
-	wfd := 0
 	if op.throughFD() {
 		fd := r.fds[op.FD]
 		op.Ino, wfd = fd.Ino, fd.wfd
 	}
 	r.inflight[op.N] = fp
-	sl.busy, sl.cur = true, op.N
-	r.mu.Unlock()
+	return wfd
+}
 
+// call makes op's calls through slot sl's worker (r.mu not held).
+func (r *Runner) call(sl *slot, op *Op, wfd int) (*wire.Resp, error) {
 	op.Start = time.Now()
 	resp, err := sl.w.do(op.req(wfd), opLimit)
 	op.Took = time.Since(op.Start)
+	return resp, err
+}
 
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	sl.busy = false
-	keep := r.answer(sl, op, fp, resp, err)
-	if !keep {
+// answered checks op's answer and takes it out of flight unless its
+// outcome is being settled (r.mu held).
+func (r *Runner) answered(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err error) {
+	if keep := r.answer(sl, op, fp, resp, err); !keep {
 		delete(r.inflight, op.N)
 	}
 	r.cond.Broadcast()
-	return true
 }
 
 // admit turns op into one the model can judge, now that nothing in
@@ -667,7 +708,9 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 			if op.opens() {
 				r.releasePosix(sl, op.Ino)
 			}
+			alts := r.cutShort(op)
 			r.apply(sl, op, true)
+			r.hist[len(r.hist)-1].alts = alts
 		}
 		return false
 	case err == errTimeout:
@@ -713,6 +756,10 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 		} else if op.opens() && op.Failed != "open" {
 			r.releasePosix(sl, op.Ino)
 		}
+		return false
+	case unknownErrno(op.Errno) && r.cfg.Faults && (op.Kind == "open" || op.Kind == "dup"):
+		// No descriptor was made, and nothing else: not settled (a shape
+		// changes the file while such a call may be in flight).
 		return false
 	case unknownErrno(op.Errno) && r.cfg.Faults && !op.isCheck():
 		if op.opens() {
@@ -763,6 +810,38 @@ func (r *Runner) answer(sl *slot, op *Op, fp *Footprint, resp *wire.Resp, err er
 	}
 	r.errnoFinding(sl, op, want)
 	return false
+}
+
+// cutShort lists what else than all or nothing a write by path (create,
+// write, append) that its mount's death cut short may leave, as the
+// candidates of such a write that failed (answer): the file made empty,
+// or zeros where its bytes were to go, or only the size it grew to, the
+// bytes it covers zeros (its size written, and then its chunk taken back
+// as past the stored end, or never sent) (r.mu held; op applies, with
+// op.Ino set).
+func (r *Runner) cutShort(op *Op) [][]*Op {
+	switch op.Kind {
+	case "create":
+		empty := *op
+		empty.Len = 0
+		alts := [][]*Op{{&empty}}
+		if op.Len > 0 {
+			alts = append(alts, []*Op{&empty, {N: op.N, Mount: op.Mount, Kind: "zero", Ino: op.NewID, Len: op.Len}})
+		}
+		return alts
+	case "write", "append":
+		size := int64(len(r.st.Inodes[op.Ino].Data))
+		off := op.Off
+		if op.Kind == "append" {
+			off = size
+		}
+		alts := [][]*Op{{{N: op.N, Mount: op.Mount, Kind: "zero", Ino: op.Ino, Off: off, Len: op.Len}}}
+		if off+op.Len > size {
+			alts = append(alts, []*Op{{N: op.N, Mount: op.Mount, Kind: "zero", Ino: op.Ino, Off: size, Len: off + op.Len - size}})
+		}
+		return alts
+	}
+	return nil
 }
 
 // flushBehind: op ran the flush of everything its mount buffered for
@@ -878,10 +957,26 @@ func (r *Runner) effects(sl *slot, op *Op) {
 	case "open":
 		r.nextFD++
 		in := r.st.Inodes[op.Ino]
-		fd := &FD{ID: r.nextFD, Mount: sl.idx, Ino: op.Ino, Dir: in.Kind == Dir, Fifo: in.Kind == Fifo,
-			wfd: op.Resp.FD, gen: sl.gen}
-		r.fds[fd.ID] = fd
-		r.logf("  fd%d is ino%d on m%d", fd.ID, fd.Ino, sl.idx)
+		fd := &FD{ID: r.nextFD, OFD: r.nextFD, Mount: sl.idx, Ino: op.Ino, Dir: in.Kind == Dir, Fifo: in.Kind == Fifo,
+			ReadOnly: op.ReadOnly, wfd: op.Resp.FD, gen: sl.gen}
+		fd.floor, fd.stale = r.openedAt(op, sl.idx)
+		fd.seen = fd.floor
+		r.fds[fd.ID], op.NewFD = fd, fd.ID
+		how := ""
+		if fd.stale {
+			how = fmt.Sprintf(" (the file changed while it opened: reads of version %d or later)", fd.floor)
+		}
+		r.logf("  fd%d is ino%d on m%d%s", fd.ID, fd.Ino, sl.idx, how)
+		return
+	case "dup":
+		orig := r.fds[op.FD]
+		r.nextFD++
+		fd := *orig
+		// What the description has to report, either may (errseq is the
+		// description's: the first of them to be closed reports it).
+		fd.ID, fd.wfd, fd.Pending, fd.mayEIO, fd.mustEIO = r.nextFD, op.Resp.FD, nil, orig.mayEIO || orig.mustEIO, false
+		r.fds[fd.ID], op.NewFD = &fd, fd.ID
+		r.logf("  fd%d is a dup of fd%d (ino%d on m%d)", fd.ID, orig.ID, fd.Ino, sl.idx)
 		return
 	case "fsync", "fsyncdir":
 		r.releasePosix(sl, op.Ino)
@@ -900,7 +995,7 @@ func (r *Runner) apply(sl *slot, op *Op, risky bool) {
 		panic(fmt.Sprintf("campaign: %s applied with errno %s", op, errname(e)))
 	}
 	switch op.Kind {
-	case "write", "append", "truncate", "ftruncate", "flush", "zero":
+	case "write", "append", "truncate", "ftruncate", "flush", "zero", "bytes":
 		for _, fd := range r.fds {
 			if fd.Ino == op.Ino && fd.Mount != op.Mount {
 				fd.stale = true
@@ -911,6 +1006,11 @@ func (r *Runner) apply(sl *slot, op *Op, risky bool) {
 	r.hist = append(r.hist, h)
 	if risky && sl != nil {
 		sl.atRisk = append(sl.atRisk, h)
+	}
+	switch op.Kind {
+	case "create", "write", "append", "truncate", "ftruncate", "flush", "zero", "bytes":
+		r.noteData(op.Ino, op.Mount)
+		r.noteData(op.NewID, op.Mount)
 	}
 }
 
@@ -987,16 +1087,29 @@ func (r *Runner) answerFD(sl *slot, op *Op, fp *Footprint, want int) bool {
 	return true
 }
 
-// closed: fd is gone, and with it its flock and its worker's fcntl locks
-// on the file.
+// closed: fd is gone, and with it its worker's fcntl locks on the file,
+// and its open file description's flock if it was the description's
+// last descriptor.
 func (r *Runner) closed(sl *slot, fd *FD) {
 	delete(r.fds, fd.ID)
-	owner := r.ownerFlock(fd)
-	until := time.Now().Add(r.releaseWindow())
-	r.locks.release(fd.Ino, func(h *holder) bool { return h.owner == owner }, until)
+	if !r.ofdOpen(fd.OFD) {
+		owner := r.ownerFlock(fd)
+		until := time.Now().Add(r.releaseWindow())
+		r.locks.release(fd.Ino, func(h *holder) bool { return h.owner == owner }, until)
+	}
 	if fd.gen == sl.gen {
 		r.releasePosix(sl, fd.Ino)
 	}
+}
+
+// ofdOpen: a descriptor of open file description ofd is still open.
+func (r *Runner) ofdOpen(ofd int) bool {
+	for _, g := range r.fds {
+		if g.OFD == ofd {
+			return true
+		}
+	}
+	return false
 }
 
 // answerLock checks a flock or fcntl answer against the locks the model
@@ -1071,6 +1184,9 @@ func Replay(cfg Config) string {
 	}
 	if cfg.Cores {
 		s += " --cores"
+	}
+	if cfg.BigWrites {
+		s += " --big-writes"
 	}
 	return s
 }

@@ -31,6 +31,8 @@ type Req struct {
 	Lock string `json:"lock,omitempty"`
 	// Full asks a read for the bytes themselves, not only their digest.
 	Full bool `json:"full,omitempty"`
+	// ReadOnly opens a file for reading only (O_RDONLY; else O_RDWR).
+	ReadOnly bool `json:"rdonly,omitempty"`
 }
 
 // Stat is what lstat (or fstat) and the calls around it tell of a file.

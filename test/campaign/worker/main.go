@@ -161,6 +161,9 @@ func (w *worker) do(q *wire.Req) *wire.Resp {
 			return fail(r, "open", unix.ENXIO)
 		}
 		flags := unix.O_RDWR | openFlags
+		if q.ReadOnly {
+			flags = unix.O_RDONLY | openFlags
+		}
 		if q.Mode != 0 { // a directory, for fsyncdir
 			flags = unix.O_RDONLY | unix.O_DIRECTORY | openFlags
 		}
@@ -247,6 +250,16 @@ func (w *worker) do(q *wire.Req) *wire.Resp {
 			return fail(r, "pread", err)
 		}
 		return digest(r, b, q.Full)
+	case "dup":
+		// Another descriptor of the same open file description: its close
+		// is a close of the file (FLUSH, the process's record locks go),
+		// not the description's last (no RELEASE, its flocks stay).
+		nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return fail(r, "dup", err)
+		}
+		r.FD = w.keep(nfd)
+		return r
 	case "close":
 		w.mu.Lock()
 		delete(w.fds, q.FD)
