@@ -132,3 +132,15 @@ func isCreateConflict(reason string) bool {
 }
 
 func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// CorruptDocument is a document a scan could not decode (ErrCorrupt):
+// its id and version, so that a repair can delete that very document
+// (DeleteCorrupt) when nothing in it can be read.
+type CorruptDocument struct {
+	ID  string
+	Ver Version
+	Err error
+}
+
+func (e *CorruptDocument) Error() string { return e.Err.Error() }
+func (e *CorruptDocument) Unwrap() error { return e.Err }

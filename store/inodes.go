@@ -171,6 +171,19 @@ func DeleteInode(ino uint64, ifVer Version) BulkOp {
 	return newOp("delete", inodesIndex, inodeID(ino), ifVer, nil, fmt.Sprintf("deleting inode %d", ino))
 }
 
+// DeleteCorrupt deletes the undecodable path document (paths true) or
+// inode document c if it is still at the version the scan read.
+func DeleteCorrupt(c *CorruptDocument, paths bool) BulkOp {
+	index, what := inodesIndex, "deleting corrupt inode document "+c.ID
+	if paths {
+		index, what = pathsIndex, "deleting corrupt path document "+c.ID
+	}
+	if !c.Ver.Known() {
+		return refused(fmt.Errorf("%s without a version: %w", what, ErrInvalid))
+	}
+	return newOp("delete", index, c.ID, c.Ver, nil, what)
+}
+
 // TouchInode sets the mtime and ctime of an inode with a partial update,
 // which Elasticsearch applies atomically on the current document without a
 // read on our side: directory timestamps change on every create and unlink
@@ -256,7 +269,7 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 	for _, h := range hits {
 		n, err := decodeInode(h.Source, h.version())
 		if err != nil {
-			bad = append(bad, fmt.Errorf("inode document %s: %w", h.ID, err))
+			bad = append(bad, &CorruptDocument{ID: h.ID, Ver: h.version(), Err: fmt.Errorf("inode document %s: %w", h.ID, err)})
 			continue
 		}
 		page = append(page, n)

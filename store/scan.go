@@ -150,7 +150,7 @@ func (sc *Scanner) Next(ctx context.Context) (page []Dentry, bad []error, err er
 			err = fmt.Errorf("document %s holds path %q, whose id differs: %w", h.ID, d.Path, ErrCorrupt)
 		}
 		if err != nil {
-			bad = append(bad, fmt.Errorf("document %s: %w", h.ID, err))
+			bad = append(bad, &CorruptDocument{ID: h.ID, Ver: Version{SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}, Err: fmt.Errorf("document %s: %w", h.ID, err)})
 			continue
 		}
 		page = append(page, d)

@@ -94,6 +94,13 @@ type checker struct {
 	docs   []store.Dentry         // the same, as read
 	links  map[uint64][]string    // inode -> the paths that name it
 	inodes map[uint64]store.Inode // the inode scan, read again where suspect
+	docAt  map[string]int         // path -> its index in docs
+	// entries and subdirs count the entries, and the directories among
+	// them, of each path in docs.
+	entries, subdirs map[string]uint32
+	// aliased are the paths a repair would give an inode of their own
+	// (see names), in a check.
+	aliased map[string]bool
 }
 
 type pathInfo struct {
@@ -126,6 +133,7 @@ func Repair(ctx context.Context, co *locking.Coordinator, fb Backend, wait bool)
 
 func run(ctx context.Context, c *checker, wait bool) (Report, error) {
 	c.paths, c.links, c.inodes = map[string]pathInfo{}, map[uint64][]string{}, map[uint64]store.Inode{}
+	c.docAt, c.entries, c.subdirs, c.aliased = map[string]int{}, map[string]uint32{}, map[string]uint32{}, map[string]bool{}
 	if err := c.judge.JudgeSessions(ctx, wait); err != nil {
 		return c.rep, err
 	}

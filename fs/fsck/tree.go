@@ -27,7 +27,7 @@ func (c *checker) scanPaths(ctx context.Context) error {
 			return err
 		}
 		for _, b := range bad {
-			c.rep.Problems = append(c.rep.Problems, Problem{Kind: "corrupt path document", Subject: "?", Detail: b.Error()})
+			c.corrupt(ctx, "corrupt path document", b, true)
 		}
 		if page == nil {
 			break
@@ -60,22 +60,99 @@ func (c *checker) scanPaths(ctx context.Context) error {
 		}
 	}
 	sc.Close()
-	for _, d := range c.docs {
+	c.orphans(ctx)
+	for i, d := range c.docs {
 		c.links[d.Ino] = append(c.links[d.Ino], d.Path)
-		if d.Path == "/" {
-			continue
-		}
-		parent, ok := c.paths[d.Parent]
-		if !ok || parent.typ != store.TypeDir {
-			p := Problem{Kind: "orphan path", Subject: d.Path, Detail: "its parent is missing or not a directory"}
-			if c.repair {
-				_, err := c.fb.Write(ctx, store.DeleteDentry(d.Path, d.Ver))
-				p.Repaired = err == nil
+		c.docAt[d.Path] = i
+		if d.Path != "/" {
+			c.entries[d.Parent]++
+			if d.Type == store.TypeDir {
+				c.subdirs[d.Parent]++
 			}
-			c.rep.Problems = append(c.rep.Problems, p)
 		}
 	}
 	return nil
+}
+
+// orphans reports the paths whose parent is missing or no directory, and
+// those below them (whose parents would be next), and removes them when
+// repairing: no path leads to them, so no mount can reach them. They are
+// left out of the snapshot either way, so that what they name is judged
+// as if they were gone (their inodes then are unreachable, removed in
+// the same run).
+func (c *checker) orphans(ctx context.Context) {
+	reachable := map[string]bool{"/": true}
+	var reach func(path string) bool
+	reach = func(path string) bool {
+		if r, ok := reachable[path]; ok {
+			return r
+		}
+		// A path's parent is its directory (the decoder checks it), so
+		// the walk up ends at the root.
+		dir, _ := store.Split(path)
+		parent, ok := c.paths[dir]
+		r := ok && parent.typ == store.TypeDir && reach(dir)
+		reachable[path] = r
+		return r
+	}
+	if _, ok := c.paths["/"]; !ok {
+		// Without the root every path would be an orphan.
+		p := Problem{Kind: "missing root", Subject: "/", Detail: "no path document of the root"}
+		if c.repair {
+			root := store.Dentry{Path: "/", Ino: store.RootIno, Type: store.TypeDir}
+			v, err := c.fb.Write(ctx, store.CreateDentry(root))
+			p.Repaired = err == nil
+			if err != nil {
+				p.Detail += ": " + err.Error()
+			} else {
+				root.Ver = v
+				c.docs = append(c.docs, root)
+				c.paths["/"] = pathInfo{store.TypeDir, store.RootIno}
+			}
+		}
+		c.rep.Problems = append(c.rep.Problems, p)
+		if !c.repair || !p.Repaired {
+			return
+		}
+	}
+	kept := c.docs[:0]
+	for _, d := range c.docs {
+		if d.Path == "/" || reach(d.Path) {
+			kept = append(kept, d)
+			continue
+		}
+		p := Problem{Kind: "orphan path", Subject: d.Path, Detail: "its parent is missing or not a directory"}
+		if parent, ok := c.paths[d.Parent]; ok && parent.typ == store.TypeDir {
+			p.Detail = "below an orphan path"
+		}
+		if c.repair {
+			_, err := c.fb.Write(ctx, store.DeleteDentry(d.Path, d.Ver))
+			p.Repaired = err == nil || errors.Is(err, store.ErrNotFound)
+		}
+		c.rep.Problems = append(c.rep.Problems, p)
+		delete(c.paths, d.Path)
+	}
+	c.docs = kept
+}
+
+// corrupt reports a document a scan could not decode and deletes it when
+// repairing: nothing in it can be read, and every reader stumbles on it.
+// A name that pointed at it is gone with it; an inode a path names is
+// made again (see names).
+func (c *checker) corrupt(ctx context.Context, kind string, b error, paths bool) {
+	p := Problem{Kind: kind, Subject: "?", Detail: b.Error()}
+	var cd *store.CorruptDocument
+	if errors.As(b, &cd) {
+		p.Subject = cd.ID
+		if c.repair {
+			_, err := c.fb.Write(ctx, store.DeleteCorrupt(cd, paths))
+			p.Repaired = err == nil || errors.Is(err, store.ErrNotFound)
+			if !p.Repaired {
+				p.Detail += ": " + err.Error()
+			}
+		}
+	}
+	c.rep.Problems = append(c.rep.Problems, p)
 }
 
 // scanInodes reads every inode document and checks the inodes the paths
@@ -89,7 +166,7 @@ func (c *checker) scanInodes(ctx context.Context) error {
 			return err
 		}
 		for _, b := range bad {
-			c.rep.Problems = append(c.rep.Problems, Problem{Kind: "corrupt inode document", Subject: "?", Detail: b.Error()})
+			c.corrupt(ctx, "corrupt inode document", b, false)
 		}
 		if page == nil {
 			break
@@ -108,32 +185,7 @@ func (c *checker) scanInodes(ctx context.Context) error {
 	}
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
 	for _, ino := range inos {
-		ps := c.links[ino]
-		n, ok := c.inodes[ino]
-		if !ok {
-			for _, p := range ps {
-				pr := Problem{Kind: "missing inode", Subject: p, Detail: fmt.Sprintf("inode %d does not exist", ino)}
-				c.rep.Problems = append(c.rep.Problems, pr)
-			}
-			continue
-		}
-		if n.Type == store.TypeDir && len(ps) > 1 {
-			c.rep.Problems = append(c.rep.Problems, Problem{Kind: "duplicate directory", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("at %q", ps)})
-		} else if n.Type != store.TypeDir && int(n.Nlink) != len(ps) {
-			p := Problem{Kind: "link count", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("nlink %d but %d paths %q", n.Nlink, len(ps), ps)}
-			if c.repair && int(n.Nlink) > len(ps) {
-				fixed := n
-				fixed.Nlink = uint32(len(ps))
-				_, err := c.fb.Write(ctx, store.PutInode(fixed, n.Ver))
-				p.Repaired = err == nil
-			}
-			c.rep.Problems = append(c.rep.Problems, p)
-		}
-		for _, p := range ps {
-			if info := c.paths[p]; info.typ != n.Type {
-				c.rep.Problems = append(c.rep.Problems, Problem{Kind: "type mismatch", Subject: p, Detail: fmt.Sprintf("path says %s, inode %d says %s", info.typ, ino, n.Type)})
-			}
-		}
+		c.names(ctx, ino)
 	}
 	return nil
 }
@@ -149,7 +201,7 @@ func (c *checker) dirLinks(ctx context.Context) error {
 	}
 	for _, d := range c.docs {
 		n, ok := c.inodes[d.Ino]
-		if d.Type != store.TypeDir || !ok || n.Type != store.TypeDir || n.Nlink == vfs.DirLinks(subdirs[d.Path]) {
+		if d.Type != store.TypeDir || !ok || n.Type != store.TypeDir || n.Nlink == vfs.DirLinks(subdirs[d.Path]) || c.aliased[d.Path] {
 			continue
 		}
 		// The snapshots are older than now: a mkdir or rmdir since moved
