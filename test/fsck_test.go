@@ -347,7 +347,8 @@ func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
 // a path document that does not decode, and orphans two deep. esfs fsck
 // reports them (status 4), --repair settles every one in that run, each
 // keeping what it had (the twice-named directories' other names become
-// directories of their own with their entries), and two runs of esfs fsck
+// directories of their own with their entries; the directory without a
+// document is made again; only the path below a file is removed), and two runs of esfs fsck
 // after it find the filesystem clean: before, the twice-named directories
 // were reported and left, and the repairs of the root's link count undid
 // each other from run to run. A mount then lists and reads it all.
@@ -373,6 +374,7 @@ func TestFsckRepairsNamesInOneRun(t *testing.T) {
 	path("/gone/x", 7777777003, "file")
 	path("/nowhere/deep", 7777777004, "dir")
 	path("/nowhere/deep/er", 7777777005, "file")
+	path("/file/under", 7777777006, "file")
 	putRaw(t, f.URL, f.Index, store.DocID("/broken"), map[string]any{"path": "/broken", "parent": "/elsewhere", "name": "broken", "ino": 5, "type": "dir"})
 
 	out, code := fsckRun(t, f, "--no-wait")
@@ -381,7 +383,7 @@ func TestFsckRepairsNamesInOneRun(t *testing.T) {
 		t.Errorf("esfs fsck: exit status %d, want 4", code)
 	}
 	for _, want := range []string{"duplicate directory: /loop: names inode 1", "duplicate directory: /a/b/up:", "duplicate directory: /d2:",
-		"type mismatch: /fakedir:", "missing inode: /gone:", "missing inode: /a/b/up/mine:", "orphan path: /nowhere/deep:", "orphan path: /nowhere/deep/er:", "corrupt path document: " + store.DocID("/broken")} {
+		"type mismatch: /fakedir:", "missing inode: /gone:", "missing inode: /a/b/up/mine:", "missing directory: /nowhere:", "orphan path: /file/under: its parent is not a directory", "corrupt path document: " + store.DocID("/broken")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("esfs fsck does not say %q", want)
 		}
@@ -409,6 +411,7 @@ fakedir
 file
 gone
 loop
+nowhere
 
 a/b/up:
 .
@@ -441,11 +444,11 @@ regular file 2
 directory 2
 directory 2
 directory 2
-directory 8
+directory 9
 directory 3
 `
-	// find: . a a/b a/b/up a/b/up/mine control control/sub control/sub/f d1 d1/one d2 d2/two fakedir file gone gone/x loop
-	if want += "17\n"; got != want {
+	// find: . a a/b a/b/up a/b/up/mine control control/sub control/sub/f d1 d1/one d2 d2/two fakedir file gone gone/x loop nowhere nowhere/deep nowhere/deep/er
+	if want += "20\n"; got != want {
 		t.Errorf("after the repair, the mount shows:\n%s\nwant:\n%s", got, want)
 	}
 	mounttest.DirLinksAgree(t, m.Dir)

@@ -99,6 +99,11 @@ func (c *checker) names(ctx context.Context, ino uint64) {
 	ps = agree
 	sort.Strings(ps)
 	c.links[ino] = ps
+	if len(ps) == 0 {
+		// Named by nothing now: unreachable, in this run.
+		delete(c.links, ino)
+		return
+	}
 	if n.Type == store.TypeDir && len(ps) > 1 {
 		keep := c.keeper(ino, ps)
 		for _, p := range ps {

@@ -115,15 +115,76 @@ func (c *checker) orphans(ctx context.Context) {
 			return
 		}
 	}
+	subdirs := map[string]uint32{}
+	for _, d := range c.docs {
+		if d.Type == store.TypeDir && d.Path != "/" {
+			subdirs[d.Parent]++
+		}
+	}
+	reported := map[string]bool{}
+	var madeDocs []store.Dentry
 	kept := c.docs[:0]
 	for _, d := range c.docs {
 		if d.Path == "/" || reach(d.Path) {
 			kept = append(kept, d)
 			continue
 		}
-		p := Problem{Kind: "orphan path", Subject: d.Path, Detail: "its parent is missing or not a directory"}
-		if parent, ok := c.paths[d.Parent]; ok && parent.typ == store.TypeDir {
-			p.Detail = "below an orphan path"
+		// The directories missing above it, up to the nearest path that
+		// has a document: made again when that is a directory, so that
+		// nothing below them is lost.
+		var missing []string
+		top := d.Parent
+		for {
+			if _, ok := c.paths[top]; ok {
+				break
+			}
+			missing = append(missing, top)
+			top = parentOf(top)
+		}
+		if len(missing) > 0 && c.paths[top].typ == store.TypeDir && (top == "/" || reach(top)) {
+			ok := c.repair
+			for i := len(missing) - 1; i >= 0; i-- {
+				dir := missing[i]
+				if reported[dir] {
+					continue
+				}
+				reported[dir] = true
+				p := Problem{Kind: "missing directory", Subject: dir, Detail: "no document, and paths below it"}
+				if c.repair {
+					nd, err := c.makeDir(ctx, dir, subdirs[dir])
+					if err != nil {
+						p.Detail += ": " + err.Error()
+						ok = false
+					} else {
+						p.Repaired = true
+						p.Detail += fmt.Sprintf(" (made again, inode %d)", nd.Ino)
+						madeDocs = append(madeDocs, nd)
+						c.paths[dir] = pathInfo{store.TypeDir, nd.Ino}
+						subdirs[parentOf(dir)]++
+					}
+				}
+				c.rep.Problems = append(c.rep.Problems, p)
+				if !ok {
+					break
+				}
+			}
+			if ok {
+				for k, r := range reachable {
+					if !r {
+						delete(reachable, k)
+					}
+				}
+				kept = append(kept, d)
+				continue
+			}
+			// Left as it is, out of the snapshot: a check, or a repair
+			// that could not make its directory (the next run tries).
+			delete(c.paths, d.Path)
+			continue
+		}
+		p := Problem{Kind: "orphan path", Subject: d.Path, Detail: "its parent is not a directory"}
+		if len(missing) > 0 {
+			p.Detail = "no directory leads to it"
 		}
 		if c.repair {
 			_, err := c.fb.Write(ctx, store.DeleteDentry(d.Path, d.Ver))
@@ -132,7 +193,34 @@ func (c *checker) orphans(ctx context.Context) {
 		c.rep.Problems = append(c.rep.Problems, p)
 		delete(c.paths, d.Path)
 	}
-	c.docs = kept
+	c.docs = append(kept, madeDocs...)
+}
+
+// makeDir makes directory path again (a new, empty inode with subdirs
+// subdirectories), whose document is missing while paths below it have
+// theirs, under the change lock of its parent.
+func (c *checker) makeDir(ctx context.Context, path string, subdirs uint32) (store.Dentry, error) {
+	parent, _ := store.Split(path)
+	n := c.blank(store.NewIno(), store.TypeDir, path)
+	n.Nlink = vfs.DirLinks(subdirs)
+	txn, err := c.co.Begin(ctx, []locking.Request{locking.Change(c.paths[parent].ino, parent)})
+	if err != nil {
+		return store.Dentry{}, err
+	}
+	defer txn.End(ctx)
+	v, err := c.fb.Write(ctx, store.CreateInode(n))
+	if err != nil {
+		return store.Dentry{}, err
+	}
+	n.Ver = v
+	d := store.Dentry{Path: path, Ino: n.Ino, Type: store.TypeDir}
+	if d.Ver, err = c.fb.Write(ctx, store.CreateDentry(d)); err != nil {
+		_, _ = c.fb.Write(ctx, store.DeleteInode(n.Ino, v))
+		return store.Dentry{}, err
+	}
+	d.Parent, d.Name = store.Split(path)
+	c.inodes[n.Ino] = n
+	return d, nil
 }
 
 // corrupt reports a document a scan could not decode and deletes it when
@@ -384,4 +472,9 @@ func (c *checker) countDirLinks(ctx context.Context, path string, ino uint64) (s
 			}
 		}
 	}
+}
+
+func parentOf(path string) string {
+	dir, _ := store.Split(path)
+	return dir
 }
