@@ -173,7 +173,6 @@ func (h *hostile) learn(ctx context.Context) {
 	}
 }
 
-
 // anyPath is a path below /w: known, or new.
 func (h *hostile) anyPath() string {
 	if h.rng.Intn(3) > 0 {
