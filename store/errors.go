@@ -133,14 +133,47 @@ func isCreateConflict(reason string) bool {
 
 func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
-// CorruptDocument is a document a scan could not decode (ErrCorrupt):
-// its id and version, so that a repair can delete that very document
-// (DeleteCorrupt) when nothing in it can be read.
-type CorruptDocument struct {
-	ID  string
+// DocError is a document that breaks the model (it matches ErrCorrupt):
+// the index that holds it and its id, which the log names (once per
+// document, see fs) so that it can be found, and mended or removed (esfs
+// fsck --repair). Only the paths it touches fail; Err says why.
+type DocError struct {
+	Index string
+	ID    string
+	Err   error
+	// Ver is the version a scan read it at (unknown elsewhere), for a
+	// repair that deletes it (DeleteDamaged).
 	Ver Version
-	Err error
 }
 
-func (e *CorruptDocument) Error() string { return e.Err.Error() }
-func (e *CorruptDocument) Unwrap() error { return e.Err }
+func (e *DocError) Error() string {
+	return fmt.Sprintf("damaged document %s of index %s: %v", e.ID, e.Index, e.Err)
+}
+
+func (e *DocError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// damaged is err, an error of decoding document id of index, as a
+// DocError (err as it is if it already is one, or is not ErrCorrupt).
+func damaged(index, id string, err error) error {
+	var de *DocError
+	if err == nil || !errors.Is(err, ErrCorrupt) || errors.As(err, &de) {
+		return err
+	}
+	return &DocError{Index: index, ID: id, Err: err}
+}
+
+// damagedAt is damaged for a document a scan read at version v.
+func damagedAt(index, id string, v Version, err error) error {
+	err = damaged(index, id, err)
+	if de, ok := err.(*DocError); ok && de.ID == id && !de.Ver.Known() {
+		de.Ver = v
+	}
+	return err
+}
+
+// DamagedPath is the DocError of the path document of path, which is
+// damaged as why says (the mount found it breaks the model: a second
+// name of a directory above it, say).
+func (s *Store) DamagedPath(path string, why error) error {
+	return &DocError{Index: s.idx.name(pathsIndex), ID: DocID(path), Err: why}
+}

@@ -72,8 +72,14 @@ func decodeInode(src []byte, v Version) (Inode, error) {
 	if n.Target, err = decodeText(d.Target); err != nil {
 		return Inode{}, err
 	}
-	if d.Size < 0 || d.Size > MaxFileSize || d.Ino == 0 || d.Mode > 0o7777 || d.Dgen > MaxDataGen {
+	if d.Size < 0 || d.Size > MaxFileSize || !validIno(d.Ino) || d.Mode > 0o7777 || d.Dgen > MaxDataGen {
 		return Inode{}, fmt.Errorf("inode %d has size %d, mode %o: %w", d.Ino, d.Size, d.Mode, ErrCorrupt)
+	}
+	// Every link of a file is a path document, and a directory's count
+	// is its subdirectories': a list longer than any count can be is
+	// damage, which would cost every write of the inode.
+	if len(d.Parents) > MaxLinks || len(d.LinkOps) > MaxLinks || n.Chunks > MaxFileSize {
+		return Inode{}, fmt.Errorf("inode %d has %d parents, %d link operations, %d chunks: %w", d.Ino, len(d.Parents), len(d.LinkOps), n.Chunks, ErrCorrupt)
 	}
 	if len(d.Xattrs) > 0 {
 		n.Xattrs = make(map[string][]byte, len(d.Xattrs))
@@ -96,7 +102,7 @@ func (s *Store) GetInode(ctx context.Context, ino uint64) (Inode, error) {
 		return Inode{}, err
 	}
 	if n.Ino != ino {
-		return Inode{}, fmt.Errorf("%s: document holds inode %d: %w", what, n.Ino, ErrCorrupt)
+		return Inode{}, fmt.Errorf("%s: %w", what, damaged(s.idx.name(inodesIndex), inodeID(ino), fmt.Errorf("document holds inode %d: %w", n.Ino, ErrCorrupt)))
 	}
 	return n, nil
 }
@@ -121,7 +127,7 @@ func (s *Store) GetInodes(ctx context.Context, inos []uint64) ([]InodeResult, er
 	for i, n := range ns {
 		err := errs[i]
 		if err == nil && n.Ino != inos[i] {
-			err = fmt.Errorf("document holds inode %d: %w", n.Ino, ErrCorrupt)
+			err = damaged(s.idx.name(inodesIndex), inodeID(inos[i]), fmt.Errorf("document holds inode %d: %w", n.Ino, ErrCorrupt))
 		}
 		if err != nil {
 			out[i].Err = fmt.Errorf("reading inode %d: %w", inos[i], err)
@@ -171,9 +177,9 @@ func DeleteInode(ino uint64, ifVer Version) BulkOp {
 	return newOp("delete", inodesIndex, inodeID(ino), ifVer, nil, fmt.Sprintf("deleting inode %d", ino))
 }
 
-// DeleteCorrupt deletes the undecodable path document (paths true) or
-// inode document c if it is still at the version the scan read.
-func DeleteCorrupt(c *CorruptDocument, paths bool) BulkOp {
+// DeleteDamaged deletes the damaged path document (paths true) or inode
+// document c if it is still at the version the scan read.
+func DeleteDamaged(c *DocError, paths bool) BulkOp {
 	index, what := inodesIndex, "deleting corrupt inode document "+c.ID
 	if paths {
 		index, what = pathsIndex, "deleting corrupt path document "+c.ID
@@ -269,7 +275,7 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 	for _, h := range hits {
 		n, err := decodeInode(h.Source, h.version())
 		if err != nil {
-			bad = append(bad, &CorruptDocument{ID: h.ID, Ver: h.version(), Err: fmt.Errorf("inode document %s: %w", h.ID, err)})
+			bad = append(bad, damagedAt(sc.s.idx.name(inodesIndex), h.ID, h.version(), err))
 			continue
 		}
 		page = append(page, n)

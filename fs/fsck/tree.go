@@ -229,11 +229,11 @@ func (c *checker) makeDir(ctx context.Context, path string, subdirs uint32) (sto
 // made again (see names).
 func (c *checker) corrupt(ctx context.Context, kind string, b error, paths bool) {
 	p := Problem{Kind: kind, Subject: "?", Detail: b.Error()}
-	var cd *store.CorruptDocument
+	var cd *store.DocError
 	if errors.As(b, &cd) {
 		p.Subject = cd.ID
 		if c.repair {
-			_, err := c.fb.Write(ctx, store.DeleteCorrupt(cd, paths))
+			_, err := c.fb.Write(ctx, store.DeleteDamaged(cd, paths))
 			p.Repaired = err == nil || errors.Is(err, store.ErrNotFound)
 			if !p.Repaired {
 				p.Detail += ": " + err.Error()
