@@ -340,7 +340,9 @@ func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
 }
 
 // TestFsckRepairsNamesInOneRun: damaged path documents, as no esfs
-// writes them: the root's inode named again at /loop, an ancestor's
+// writes them: the root's inode named again at /loop (a document that
+// does not decode: deleted, and /loop, with an entry below it, made
+// again as a directory of its own), an ancestor's
 // below itself (/a/b/up names /a's inode, with an entry of its own), a
 // directory at two names of one depth, a path of a file's inode that says
 // directory, a path whose inode does not exist (with an entry below it),
@@ -366,6 +368,7 @@ func TestFsckRepairsNamesInOneRun(t *testing.T) {
 		putRaw(t, f.URL, f.Index, store.DocID(p), map[string]any{"path": p, "parent": dir, "name": name, "ino": ino, "type": typ})
 	}
 	path("/loop", store.RootIno, "dir")
+	path("/loop/inside", 7777777007, "file")
 	path("/a/b/up", aIno, "dir")
 	path("/a/b/up/mine", 7777777001, "file") // its inode missing too
 	path("/d2", d1Ino, "dir")                // d2's own inode is left unnamed
@@ -382,7 +385,7 @@ func TestFsckRepairsNamesInOneRun(t *testing.T) {
 	if code != 4 {
 		t.Errorf("esfs fsck: exit status %d, want 4", code)
 	}
-	for _, want := range []string{"duplicate directory: /loop: names inode 1", "duplicate directory: /a/b/up:", "duplicate directory: /d2:",
+	for _, want := range []string{"corrupt path document: " + store.DocID("/loop"), "duplicate directory: /a/b/up:", "duplicate directory: /d2:",
 		"type mismatch: /fakedir:", "missing inode: /gone:", "missing inode: /a/b/up/mine:", "missing directory: /nowhere:", "orphan path: /file/under: its parent is not a directory", "corrupt path document: " + store.DocID("/broken")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("esfs fsck does not say %q", want)
@@ -436,6 +439,7 @@ x
 loop:
 .
 ..
+inside
 one
 two
 ctl
@@ -447,8 +451,8 @@ directory 2
 directory 9
 directory 3
 `
-	// find: . a a/b a/b/up a/b/up/mine control control/sub control/sub/f d1 d1/one d2 d2/two fakedir file gone gone/x loop nowhere nowhere/deep nowhere/deep/er
-	if want += "20\n"; got != want {
+	// find: . a a/b a/b/up a/b/up/mine control control/sub control/sub/f d1 d1/one d2 d2/two fakedir file gone gone/x loop loop/inside nowhere nowhere/deep nowhere/deep/er
+	if want += "21\n"; got != want {
 		t.Errorf("after the repair, the mount shows:\n%s\nwant:\n%s", got, want)
 	}
 	mounttest.DirLinksAgree(t, m.Dir)
