@@ -177,12 +177,18 @@ func DeleteInode(ino uint64, ifVer Version) BulkOp {
 	return newOp("delete", inodesIndex, inodeID(ino), ifVer, nil, fmt.Sprintf("deleting inode %d", ino))
 }
 
-// DeleteDamaged deletes the damaged path document (paths true) or inode
-// document c if it is still at the version the scan read.
-func DeleteDamaged(c *DocError, paths bool) BulkOp {
-	index, what := inodesIndex, "deleting corrupt inode document "+c.ID
-	if paths {
-		index, what = pathsIndex, "deleting corrupt path document "+c.ID
+// DeleteDamaged deletes the damaged document c (of a path, an inode or
+// the locks index) if it is still at the version the scan read.
+func (s *Store) DeleteDamaged(c *DocError) BulkOp {
+	var index indexRole
+	for _, r := range []indexRole{pathsIndex, inodesIndex, locksIndex} {
+		if s.idx.name(r) == c.Index {
+			index = r
+		}
+	}
+	what := fmt.Sprintf("deleting damaged document %s of index %s", c.ID, c.Index)
+	if index == 0 {
+		return refused(fmt.Errorf("%s: not one fsck repairs: %w", what, ErrInvalid))
 	}
 	if !c.Ver.Known() {
 		return refused(fmt.Errorf("%s without a version: %w", what, ErrInvalid))

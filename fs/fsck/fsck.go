@@ -24,6 +24,8 @@ type Backend interface {
 	ChunkSize() int64
 	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
 	ScanChunks() *store.ChunkScanner
+	DamagedLockDocs(ctx context.Context) ([]*store.DocError, error)
+	DeleteDamaged(c *store.DocError) store.BulkOp
 }
 
 var _ Backend = (*store.Store)(nil)
@@ -138,7 +140,7 @@ func run(ctx context.Context, c *checker, wait bool) (Report, error) {
 		return c.rep, err
 	}
 	// Operations first: recovery changes paths and locks.
-	for _, step := range []func(context.Context) error{c.ops, c.locks, c.scanPaths, c.scanInodes, c.dirLinks, c.parents, c.unreachable, c.data} {
+	for _, step := range []func(context.Context) error{c.ops, c.locks, c.damagedLockDocs, c.scanPaths, c.scanInodes, c.dirLinks, c.parents, c.unreachable, c.data} {
 		if err := step(ctx); err != nil {
 			return c.rep, err
 		}
@@ -251,6 +253,20 @@ func (c *checker) locks(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// damagedLockDocs reports the documents of the locks index no reader can
+// decode (lock documents, operation records), which every reader skips,
+// and deletes them when repairing.
+func (c *checker) damagedLockDocs(ctx context.Context) error {
+	bad, err := c.fb.DamagedLockDocs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range bad {
+		c.corrupt(ctx, "damaged lock or operation document", b)
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func (c *checker) scanPaths(ctx context.Context) error {
 			return err
 		}
 		for _, b := range bad {
-			c.corrupt(ctx, "corrupt path document", b, true)
+			c.corrupt(ctx, "corrupt path document", b)
 		}
 		if page == nil {
 			break
@@ -227,13 +227,13 @@ func (c *checker) makeDir(ctx context.Context, path string, subdirs uint32) (sto
 // repairing: nothing in it can be read, and every reader stumbles on it.
 // A name that pointed at it is gone with it; an inode a path names is
 // made again (see names).
-func (c *checker) corrupt(ctx context.Context, kind string, b error, paths bool) {
+func (c *checker) corrupt(ctx context.Context, kind string, b error) {
 	p := Problem{Kind: kind, Subject: "?", Detail: b.Error()}
 	var cd *store.DocError
 	if errors.As(b, &cd) {
 		p.Subject = cd.ID
 		if c.repair {
-			_, err := c.fb.Write(ctx, store.DeleteDamaged(cd, paths))
+			_, err := c.fb.Write(ctx, c.fb.DeleteDamaged(cd))
 			p.Repaired = err == nil || errors.Is(err, store.ErrNotFound)
 			if !p.Repaired {
 				p.Detail += ": " + err.Error()
@@ -254,7 +254,7 @@ func (c *checker) scanInodes(ctx context.Context) error {
 			return err
 		}
 		for _, b := range bad {
-			c.corrupt(ctx, "corrupt inode document", b, false)
+			c.corrupt(ctx, "corrupt inode document", b)
 		}
 		if page == nil {
 			break
