@@ -177,3 +177,19 @@ func damagedAt(index, id string, v Version, err error) error {
 func (s *Store) DamagedPath(path string, why error) error {
 	return &DocError{Index: s.idx.name(pathsIndex), ID: DocID(path), Err: why}
 }
+
+// NoteDamaged reports whether err is a damaged document's (a DocError),
+// and logs it the first time this process meets that document, op saying
+// what met it: what it touches fails (or skips it) as long as it stays,
+// and a line per request, or per sweep, would flood the log.
+func (s *Store) NoteDamaged(op string, err error) bool {
+	var de *DocError
+	if !errors.As(err, &de) {
+		return false
+	}
+	if _, seen := s.damaged.LoadOrStore(de.Index+"/"+de.ID, true); !seen {
+		s.log.Error("damaged document: what it touches fails or skips it until it is mended (esfs fsck --repair) or removed",
+			"op", op, "index", de.Index, "id", de.ID, "err", err)
+	}
+	return true
+}

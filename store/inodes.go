@@ -94,6 +94,19 @@ func decodeInode(src []byte, v Version) (Inode, error) {
 	return n, nil
 }
 
+// inodeOf decodes inode ino from its document g, as a DocError if it is
+// damaged or holds another inode.
+func inodeOf(g getResult, ino uint64) (Inode, error) {
+	n, err := decodeInode(g.Source, g.version())
+	if err == nil && n.Ino != ino {
+		err = fmt.Errorf("document holds inode %d: %w", n.Ino, ErrCorrupt)
+	}
+	if err != nil {
+		return Inode{}, damaged(g.Index, g.ID, err)
+	}
+	return n, nil
+}
+
 // GetInode reads the attributes of ino, in real time.
 func (s *Store) GetInode(ctx context.Context, ino uint64) (Inode, error) {
 	what := fmt.Sprintf("reading inode %d", ino)

@@ -209,7 +209,7 @@ func (s *Store) SearchLocks(ctx context.Context) ([]LockDoc, error) {
 	for _, h := range hits {
 		var j lockJSON
 		if err := json.Unmarshal(h.Source, &j); err != nil {
-			s.log.Error("skipping a corrupt lock document", "id", h.ID, "err", err)
+			s.NoteDamaged("listing locks", damaged(s.idx.name(locksIndex), h.ID, fmt.Errorf("lock document: %w: %v", ErrCorrupt, err)))
 			continue
 		}
 		p, _ := decodeText(j.Path)

@@ -185,6 +185,123 @@ func TestHostileDirAlias(t *testing.T) {
 	}
 }
 
+// TestHostileDamagedDocuments: damaged documents of each kind a mount
+// reads — path documents of the wrong types or inconsistent, inode
+// documents with numbers out of range or link lists past any count,
+// chunks with bad base64, longer than a chunk or naming another chunk,
+// lock, operation, delegation and session documents of the wrong shape —
+// answer EIO for the paths they touch (each logged once with its id), or
+// are skipped; the mount neither crashes nor hangs nor grows, and the
+// rest of the tree keeps working on two mounts.
+func TestHostileDamagedDocuments(t *testing.T) {
+	mounttest.QuickExit(t)
+	f := mounttest.NewFS(t)
+	m0 := f.Mount(t)
+	runBounded(t, m0.Dir, "sh", "-c", `mkdir -p good dir && echo fine > good/file &&
+		for n in size nlink mode parents ino chunk64 chunklong chunkother; do echo data-$n > $n; done &&
+		echo locked > locked && mkdir deleg && echo in > deleg/file`)
+	inos := map[string]uint64{}
+	for _, name := range []string{"size", "nlink", "mode", "parents", "ino", "chunk64", "chunklong", "chunkother", "deleg"} {
+		fi, err := os.Stat(m0.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inos[name] = fi.Sys().(*syscall.Stat_t).Ino
+	}
+	m0.Unmount(t)
+
+	paths, inodes, data, locks, sessions := f.Index, f.Index+"-inodes", f.Index+"-data", f.Index+"-locks", f.Index+"-sessions"
+	eio := map[string]string{} // name below the mount: the id of the damaged document it reads
+	put := func(index, id string, doc any, name string) {
+		body, _ := json.Marshal(doc)
+		req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/%s/_doc/%s?refresh=true", f.URL, index, id), bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		switch {
+		case res.StatusCode == 400 && strings.Contains(string(answer), "parsing"):
+			// The index's mapping refuses it: no mount can meet it.
+			t.Logf("%s/%s refused by the mapping: %s", index, id, answer)
+		case res.StatusCode/100 != 2:
+			t.Fatalf("raw put %s/%s: %s: %s", index, id, res.Status, answer)
+		case name != "":
+			eio[name] = id
+		}
+	}
+	// Path documents.
+	put(paths, store.DocID("/types"), map[string]any{"path": "/types", "parent": "/", "name": "types", "ino": "123", "type": 7}, "types")
+	put(paths, store.DocID("/missing"), map[string]any{"path": "/missing"}, "missing")
+	put(paths, store.DocID("/negative"), map[string]any{"path": "/negative", "parent": "/", "name": "negative", "ino": -5, "type": "file"}, "negative")
+	put(paths, store.DocID("/huge"), map[string]any{"path": "/huge", "parent": "/", "name": "huge", "ino": uint64(1<<64 - 1), "type": "file"}, "huge")
+	put(paths, store.DocID("/elsewhere"), map[string]any{"path": "/dir/x", "parent": "/dir", "name": "x", "ino": inos["size"], "type": "file"}, "elsewhere")
+	// Inode documents.
+	inode := func(name string, change map[string]any) {
+		doc := map[string]any{"ino": inos[name], "type": "file", "mode": 0o644, "size": 10, "nlink": 1, "chunks": 1}
+		for k, v := range change {
+			doc[k] = v
+		}
+		put(inodes, strconv.FormatUint(inos[name], 10), doc, name)
+	}
+	inode("size", map[string]any{"size": -1})
+	inode("nlink", map[string]any{"nlink": 1 << 40})
+	inode("mode", map[string]any{"mode": "rw-r--r--"})
+	parents := make([]uint64, 100000)
+	for i := range parents {
+		parents[i] = 1
+	}
+	inode("parents", map[string]any{"parents": parents})
+	inode("ino", map[string]any{"ino": inos["size"]})
+	// Chunk documents.
+	chunk := func(name string, doc map[string]any) {
+		put(data, fmt.Sprintf("%d.0", inos[name]), doc, name)
+	}
+	chunk("chunk64", map[string]any{"ino": inos["chunk64"], "chunk": 0, "data": "!!not base64!!"})
+	chunk("chunklong", map[string]any{"ino": inos["chunklong"], "chunk": 0, "text": strings.Repeat("x", 3<<20)})
+	chunk("chunkother", map[string]any{"ino": inos["chunkother"], "chunk": -7, "data": "AAAA"})
+	// Lock, operation, delegation and session documents: skipped or EIO
+	// for what they touch, the mount lives on.
+	put(locks, store.LockID("/locked"), map[string]any{"kind": "lock", "path": "/locked", "holders": "everyone", "waiters": 12}, "")
+	put(locks, "Ogarbage", map[string]any{"kind": "op", "op": "garbage", "state": "banana", "epoch": "soon", "body": []int{1, 2}}, "")
+	put(locks, "Ohalf", map[string]any{"kind": "op", "op": "half", "state": "committed", "owner": "nobody", "body": map[string]any{"src": "/good/file", "dst": "/good/file", "src_type": "file"}}, "")
+	// A directory's delegation document says who may write it in memory:
+	// damaged, what is in the directory is not known.
+	put(locks, store.DelegLockID(inos["deleg"]), map[string]any{"kind": "lock", "path": 3, "holders": []any{map[string]any{"s": 5, "m": []int{1}}}}, "deleg/file")
+	put(sessions, "garbage", map[string]any{"session": "garbage", "counter": "x", "lease": -1}, "")
+	put(sessions, "neverending", map[string]any{"session": "neverending", "counter": 1, "lease": uint64(1<<63 - 1), "started": -1}, "")
+
+	check := func(m *mounttest.Mount, mw *mounttest.MemWatch) {
+		t.Helper()
+		for name := range eio {
+			wantEIO(t, runBounded(t, m.Dir, "cat", name), "cat "+name)
+		}
+		runBounded(t, m.Dir, "ls", "-la", ".")
+		// A damaged lock document fails what takes that lock alone.
+		wantEIO(t, runBounded(t, m.Dir, "mv", "locked", "locked2"), "mv locked")
+		wantOK(t, runBounded(t, m.Dir, "cat", "good/file"), "cat", "fine")
+		wantOK(t, runBounded(t, m.Dir, "sh", "-c", "echo new > good/new && mv good/new dir/new && cat dir/new && ls good dir"), "write", "new", "file")
+		checkMemory(t, mw, m)
+	}
+	m := f.Mount(t)
+	mw := m.WatchMemory(t, hostileMemory)
+	check(m, mw)
+	m2 := f.Mount(t, "--delegations")
+	check(m2, m2.WatchMemory(t, hostileMemory))
+	check(m, mw)
+	mounttest.Alive(t, m)
+	mounttest.Alive(t, m2)
+	for _, mm := range []*mounttest.Mount{m, m2} {
+		for name, id := range eio {
+			if !strings.Contains(mm.Log(), id) {
+				t.Errorf("the log of the mount at %s does not name the document %s (%s)", mm.Dir, id, name)
+			}
+		}
+	}
+}
+
 // The fuzz of hostile documents: what no esfs writes (damage, a buggy or malicious
 // client with write access to the indices) must cost an error on what it
 // touches, never a mount, and esfs fsck --repair must settle it.

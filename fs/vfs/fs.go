@@ -2,10 +2,8 @@ package vfs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -85,9 +83,6 @@ type Mount struct {
 	errs errSeq
 	// changing: this mount's entry changes under way, by directory.
 	changing entryChanges
-	// damaged: the documents found damaged (store.DocError), by index
-	// and id, each logged once (NoteDamaged).
-	damaged sync.Map
 
 	// writes counts path-index writes of this mount and refreshed the value
 	// of writes when the last refresh started: a listing refreshes first
@@ -278,17 +273,5 @@ func (f *Mount) Usage(ctx context.Context) (store.Usage, error) {
 }
 
 // NoteDamaged reports whether err is a damaged document's
-// (store.DocError), and logs it the first time this mount meets that
-// document, op saying what met it: every path through it fails with EIO
-// as long as it stays, and a line per request would flood the log.
-func (f *Mount) NoteDamaged(op string, err error) bool {
-	var de *store.DocError
-	if !errors.As(err, &de) {
-		return false
-	}
-	if _, seen := f.damaged.LoadOrStore(de.Index+"/"+de.ID, true); !seen {
-		f.log.Error("damaged document: the paths it touches fail with EIO until it is mended (esfs fsck --repair) or removed",
-			"op", op, "index", de.Index, "id", de.ID, "err", err)
-	}
-	return true
-}
+// (store.DocError), which it logs once (store.Store.NoteDamaged).
+func (f *Mount) NoteDamaged(op string, err error) bool { return f.st.NoteDamaged(op, err) }
