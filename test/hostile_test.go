@@ -362,7 +362,12 @@ func TestHostileDocuments(t *testing.T) {
 	checkControl := func(when string) {
 		t.Helper()
 		for _, m := range mounts {
-			mounttest.Alive(t, m)
+			if m.Exited() {
+				t.Fatalf("%s: the mount at %s died:\n%s", when, m.Dir, m.Log())
+			}
+			if err := hostileCall(func() error { _, err := os.ReadDir(m.Dir); return err }); err != nil {
+				t.Fatalf("%s: the mount at %s no longer answers: %v", when, m.Dir, err)
+			}
 			for rel, want := range control {
 				var got []byte
 				err := hostileCall(func() (err error) { got, err = os.ReadFile(m.Path(rel)); return err })
