@@ -361,12 +361,14 @@ func TestFsckRepairsNamesInOneRun(t *testing.T) {
 	aIno := mounttest.Ino(t, m.Path("a"))
 	d1Ino := mounttest.Ino(t, m.Path("d1"))
 	fileIno := mounttest.Ino(t, m.Path("file"))
+	oneIno := mounttest.Ino(t, m.Path("d1", "one"))
 	m.Unmount(t)
 
 	path := func(p string, ino uint64, typ string) {
 		dir, name := store.Split(p)
 		putRaw(t, f.URL, f.Index, store.DocID(p), map[string]any{"path": p, "parent": dir, "name": name, "ino": ino, "type": typ})
 	}
+	mounttest.ESRequest(t, f.URL, "DELETE", fmt.Sprintf("/%s-inodes/_doc/%d?refresh=true", f.Index, oneIno), "")
 	path("/loop", store.RootIno, "dir")
 	path("/loop/inside", 7777777007, "file")
 	path("/a/b/up", aIno, "dir")
@@ -386,7 +388,7 @@ func TestFsckRepairsNamesInOneRun(t *testing.T) {
 		t.Errorf("esfs fsck: exit status %d, want 4", code)
 	}
 	for _, want := range []string{"corrupt path document: " + store.DocID("/loop"), "duplicate directory: /a/b/up:", "duplicate directory: /d2:",
-		"type mismatch: /fakedir:", "missing inode: /gone:", "missing inode: /a/b/up/mine:", "missing directory: /nowhere:", "orphan path: /file/under: its parent is not a directory", "corrupt path document: " + store.DocID("/broken")} {
+		"type mismatch: /fakedir:", "missing inode: /gone:", "missing inode: /a/b/up/mine:", "missing inode: /d1/one:", "missing directory: /nowhere:", "orphan path: /file/under: its parent is not a directory", "corrupt path document: " + store.DocID("/broken")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("esfs fsck does not say %q", want)
 		}
@@ -454,6 +456,10 @@ directory 3
 	// find: . a a/b a/b/up a/b/up/mine control control/sub control/sub/f d1 d1/one d2 d2/two fakedir file gone gone/x loop loop/inside nowhere nowhere/deep nowhere/deep/er
 	if want += "21\n"; got != want {
 		t.Errorf("after the repair, the mount shows:\n%s\nwant:\n%s", got, want)
+	}
+	// The file made again keeps its data and takes writes.
+	if got := mounttest.Sh(t, m.Dir, `echo more >> d1/one && cat d1/one`); got != "one\nmore\n" {
+		t.Errorf("writes to the file made again: %q", got)
 	}
 	mounttest.DirLinksAgree(t, m.Dir)
 	mounttest.Alive(t, m)

@@ -25,6 +25,8 @@ type Backend interface {
 	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
 	ScanChunks() *store.ChunkScanner
 	DamagedLockDocs(ctx context.Context) ([]*store.DocError, error)
+	StoredChunks(ctx context.Context, ino uint64, from int64, limit int) ([]int64, error)
+	ReadChunks(ctx context.Context, ino uint64, first, last int64) (map[int64][]byte, map[int64]int64, error)
 	DeleteDamaged(c *store.DocError) store.BulkOp
 }
 

@@ -50,6 +50,8 @@ func (c *checker) names(ctx context.Context, ino uint64) {
 			p.Repaired = err == nil
 			if err != nil {
 				p.Detail += ": " + err.Error()
+			} else if made.Size > 0 {
+				p.Detail += fmt.Sprintf(" (made again: a %s of %d bytes, as its data chunks hold)", made.Type, made.Size)
 			} else {
 				p.Detail += fmt.Sprintf(" (made again: an empty %s)", made.Type)
 			}
@@ -178,6 +180,11 @@ func (c *checker) remake(ctx context.Context, ino uint64, ps []string) (store.In
 		n.Nlink = uint32(len(ps))
 		n.Parents = nil // set by parents
 	}
+	if typ == store.TypeFile {
+		if err := c.sizeFromChunks(ctx, &n); err != nil {
+			return store.Inode{}, err
+		}
+	}
 	v, err := c.fb.Write(ctx, store.CreateInode(n))
 	if err != nil {
 		return store.Inode{}, err
@@ -185,6 +192,45 @@ func (c *checker) remake(ctx context.Context, ino uint64, ps []string) (store.In
 	n.Ver = v
 	c.inodes[ino] = n
 	return n, nil
+}
+
+// sizeFromChunks gives file n, made again, the data its chunks hold:
+// its size ends with its last chunk, and its data generation is past
+// theirs (a writer's chunks must outrank those stored, see
+// store.DataVersion).
+func (c *checker) sizeFromChunks(ctx context.Context, n *store.Inode) error {
+	if err := c.fb.Refresh(ctx, store.SearchedData); err != nil {
+		return err
+	}
+	var nums []int64
+	for from := int64(0); ; {
+		page, err := c.fb.StoredChunks(ctx, n.Ino, from, 10000)
+		if err != nil {
+			return err
+		}
+		nums = append(nums, page...)
+		if len(page) < 10000 {
+			break
+		}
+		from = page[len(page)-1] + 1
+	}
+	if len(nums) == 0 {
+		return nil
+	}
+	last := nums[len(nums)-1]
+	data, vers, err := c.fb.ReadChunks(ctx, n.Ino, last, last)
+	if err != nil {
+		return err
+	}
+	n.Size = last*c.fb.ChunkSize() + int64(len(data[last]))
+	n.Chunks = int64(len(nums))
+	// The generations of the other chunks are not read: past the last
+	// one's by a margin, and past any a request counter can reach.
+	n.Dgen = uint64(vers[last])>>store.DataCounterBits + 1<<16
+	if n.Dgen > store.MaxDataGen {
+		n.Dgen = store.MaxDataGen
+	}
+	return nil
 }
 
 // blank is an empty inode of type typ for path p.

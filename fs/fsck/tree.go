@@ -122,6 +122,7 @@ func (c *checker) orphans(ctx context.Context) {
 		}
 	}
 	reported := map[string]bool{}
+	pending := map[string]bool{} // left out, below a directory not made
 	var madeDocs []store.Dentry
 	kept := c.docs[:0]
 	for _, d := range c.docs {
@@ -141,8 +142,8 @@ func (c *checker) orphans(ctx context.Context) {
 			missing = append(missing, top)
 			top = parentOf(top)
 		}
-		if len(missing) > 0 && c.paths[top].typ == store.TypeDir && (top == "/" || reach(top)) {
-			ok := c.repair
+		if (len(missing) > 0 || pending[top]) && c.paths[top].typ == store.TypeDir && (top == "/" || reach(top) || pending[top]) {
+			ok := c.repair && !pending[top]
 			for i := len(missing) - 1; i >= 0; i-- {
 				dir := missing[i]
 				if reported[dir] {
@@ -179,7 +180,7 @@ func (c *checker) orphans(ctx context.Context) {
 			}
 			// Left as it is, out of the snapshot: a check, or a repair
 			// that could not make its directory (the next run tries).
-			delete(c.paths, d.Path)
+			pending[d.Path] = true
 			continue
 		}
 		p := Problem{Kind: "orphan path", Subject: d.Path, Detail: "its parent is not a directory"}
@@ -192,6 +193,9 @@ func (c *checker) orphans(ctx context.Context) {
 		}
 		c.rep.Problems = append(c.rep.Problems, p)
 		delete(c.paths, d.Path)
+	}
+	for p := range pending {
+		delete(c.paths, p)
 	}
 	c.docs = append(kept, madeDocs...)
 }
