@@ -105,6 +105,9 @@ type checker struct {
 	// aliased are the paths a repair would give an inode of their own
 	// (see names), in a check.
 	aliased map[string]bool
+	// orphaned are the paths no directory leads to, left out of the
+	// snapshot (see orphans).
+	orphaned map[string]bool
 }
 
 type pathInfo struct {
@@ -137,7 +140,7 @@ func Repair(ctx context.Context, co *locking.Coordinator, fb Backend, wait bool)
 
 func run(ctx context.Context, c *checker, wait bool) (Report, error) {
 	c.paths, c.links, c.inodes = map[string]pathInfo{}, map[uint64][]string{}, map[uint64]store.Inode{}
-	c.docAt, c.entries, c.subdirs, c.aliased = map[string]int{}, map[string]uint32{}, map[string]uint32{}, map[string]bool{}
+	c.docAt, c.entries, c.subdirs, c.aliased, c.orphaned = map[string]int{}, map[string]uint32{}, map[string]uint32{}, map[string]bool{}, map[string]bool{}
 	if err := c.judge.JudgeSessions(ctx, wait); err != nil {
 		return c.rep, err
 	}

@@ -46,7 +46,21 @@ func (c *checker) scanPaths(ctx context.Context) error {
 				} else {
 					p := Problem{Kind: "stray intent", Subject: d.Path, Detail: fmt.Sprintf("%s of operation %s (%s)", d.Intent.Role, d.Intent.Op, rec.State)}
 					if c.repair {
-						p.Repaired = c.co.Journal.ResolveStray(ctx, d) == nil
+						err := c.co.Journal.ResolveStray(ctx, d)
+						p.Repaired = err == nil
+						if err != nil {
+							p.Detail += ": " + err.Error()
+						} else {
+							// Settled: what is there now, at its
+							// version, is what later steps judge.
+							now, err := c.fb.GetDentry(ctx, d.Path)
+							switch {
+							case errors.Is(err, store.ErrNotFound):
+								ok = false
+							case err == nil && now.Intent.Op == "":
+								vis = now
+							}
+						}
 					}
 					c.rep.Problems = append(c.rep.Problems, p)
 				}
@@ -190,11 +204,16 @@ func (c *checker) orphans(ctx context.Context) {
 		if c.repair {
 			_, err := c.fb.Write(ctx, store.DeleteDentry(d.Path, d.Ver))
 			p.Repaired = err == nil || errors.Is(err, store.ErrNotFound)
+			if !p.Repaired {
+				p.Detail += ": " + err.Error()
+			}
 		}
 		c.rep.Problems = append(c.rep.Problems, p)
+		c.orphaned[d.Path] = true
 		delete(c.paths, d.Path)
 	}
 	for p := range pending {
+		c.orphaned[p] = true
 		delete(c.paths, p)
 	}
 	c.docs = append(kept, madeDocs...)
@@ -419,6 +438,9 @@ func (c *checker) lookAgain(ctx context.Context) error {
 				break
 			}
 			for _, vis := range page {
+				if c.orphaned[vis.Path] {
+					continue // no directory leads to it (see orphans)
+				}
 				named[vis.Ino] = append(named[vis.Ino], vis.Path)
 				c.paths[vis.Path] = pathInfo{vis.Type, vis.Ino}
 			}
