@@ -46,20 +46,24 @@ func (c *checker) scanPaths(ctx context.Context) error {
 				} else {
 					p := Problem{Kind: "stray intent", Subject: d.Path, Detail: fmt.Sprintf("%s of operation %s (%s)", d.Intent.Role, d.Intent.Op, rec.State)}
 					if c.repair {
-						err := c.co.Journal.ResolveStray(ctx, d)
-						p.Repaired = err == nil
-						if err != nil {
-							p.Detail += ": " + err.Error()
-						} else {
-							// Settled: what is there now, at its
-							// version, is what later steps judge.
-							now, err := c.fb.GetDentry(ctx, d.Path)
-							switch {
-							case errors.Is(err, store.ErrNotFound):
-								ok = false
-							case err == nil && now.Intent.Op == "":
+						rerr := c.co.Journal.ResolveStray(ctx, d)
+						// Settled, here or by a mount's sweeper meanwhile
+						// (then this one's write failed): what is there
+						// now, at its version, is what later steps judge.
+						now, err := c.fb.GetDentry(ctx, d.Path)
+						switch {
+						case errors.Is(err, store.ErrNotFound):
+							ok, p.Repaired = false, true
+						case err == nil && now.Intent.Op != d.Intent.Op:
+							p.Repaired = true
+							if now.Intent.Op == "" {
 								vis = now
 							}
+						default:
+							p.Repaired = rerr == nil
+						}
+						if !p.Repaired && rerr != nil {
+							p.Detail += ": " + rerr.Error()
 						}
 					}
 					c.rep.Problems = append(c.rep.Problems, p)
