@@ -420,6 +420,12 @@ func TestHostileDocuments(t *testing.T) {
 	}
 }
 
+// hostileRoundLimit bounds the calls of one round on one mount: each
+// answers within hostileCallLimit, but calls that each wait their whole
+// lock timeout (a lock held by an operation that never ends) are a
+// finding too, and would make the test run for an hour.
+const hostileRoundLimit = 3 * time.Minute
+
 // hostileCall runs fn, failing if it does not return within
 // hostileCallLimit (it is then left running: the mount hangs).
 func hostileCall(fn func() error) error {
@@ -443,6 +449,7 @@ type hostile struct {
 	paths            []string          // below /w, known or written
 	inos             map[string]uint64 // what the tree held at the start
 	written, refused int
+	roundStart       time.Time // of the calls of the round on a mount
 }
 
 // learn reads the inodes of the tree below /w.
@@ -649,6 +656,7 @@ func (h *hostile) put(index, id string, doc any) {
 // exercise runs lookups, stats, listings, reads and renames over the
 // paths below /w on m, each bounded; errors are answers, hangs are not.
 func (h *hostile) exercise(m *mounttest.Mount, round int) {
+	h.roundStart = time.Now()
 	for i := 0; i < 12; i++ {
 		p := m.Path(strings.TrimPrefix(h.anyPath(), "/"))
 		h.bounded(m, "stat "+p, func() error { _, err := os.Lstat(p); return err })
@@ -709,5 +717,8 @@ func (h *hostile) bounded(m *mounttest.Mount, what string, call func() error) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		h.t.Logf("%s: %v after %v", what, err, d.Round(time.Millisecond))
+	}
+	if !h.roundStart.IsZero() && time.Since(h.roundStart) > hostileRoundLimit {
+		h.t.Fatalf("%s on %s: the round's calls took more than %v (%v)", what, m.Dir, hostileRoundLimit, err)
 	}
 }
