@@ -195,9 +195,9 @@ func TestHostileDamagedDocuments(t *testing.T) {
 	m0 := f.Mount(t)
 	runBounded(t, m0.Dir, "sh", "-c", `mkdir -p good dir && echo fine > good/file &&
 		for n in size nlink mode parents ino chunk64 chunklong chunkother; do echo data-$n > $n; done &&
-		echo locked > locked && mkdir deleg && echo in > deleg/file`)
+		echo locked > locked && echo flocked > flocked && mkdir deleg && echo in > deleg/file`)
 	inos := map[string]uint64{}
-	for _, name := range []string{"size", "nlink", "mode", "parents", "ino", "chunk64", "chunklong", "chunkother", "deleg"} {
+	for _, name := range []string{"size", "nlink", "mode", "parents", "ino", "chunk64", "chunklong", "chunkother", "deleg", "flocked"} {
 		fi, err := os.Stat(m0.Path(name))
 		if err != nil {
 			t.Fatal(err)
@@ -266,6 +266,8 @@ func TestHostileDamagedDocuments(t *testing.T) {
 	// A directory's delegation document says who may write it in memory:
 	// damaged, what is in the directory is not known.
 	put(locks, store.DelegLockID(inos["deleg"]), map[string]any{"kind": "lock", "path": 3, "holders": []any{map[string]any{"s": 5, "m": []int{1}}}}, "deleg/file")
+	put(locks, store.FileLockID(inos["flocked"]), map[string]any{"kind": "lock", "path": "/flocked", "holders": []any{map[string]any{"s": "x", "m": "x", "a": -5, "z": -9}}, "waiters": "none"}, "")
+	put(sessions, "numbered", map[string]any{"session": 5, "counter": 1, "lease": 1000}, "")
 	put(sessions, "garbage", map[string]any{"session": "garbage", "counter": "x", "lease": -1}, "")
 	put(sessions, "neverending", map[string]any{"session": "neverending", "counter": 1, "lease": uint64(1<<63 - 1), "started": -1}, "")
 
@@ -277,6 +279,8 @@ func TestHostileDamagedDocuments(t *testing.T) {
 		runBounded(t, m.Dir, "ls", "-la", ".")
 		// A damaged lock document fails what takes that lock alone.
 		wantEIO(t, runBounded(t, m.Dir, "mv", "locked", "locked2"), "mv locked")
+		wantEIO(t, runBounded(t, m.Dir, "flock", "-n", "flocked", "true"), "flock flocked")
+		wantOK(t, runBounded(t, m.Dir, "cat", "flocked"), "cat flocked", "flocked")
 		wantOK(t, runBounded(t, m.Dir, "cat", "good/file"), "cat", "fine")
 		wantOK(t, runBounded(t, m.Dir, "sh", "-c", "echo new > good/new && mv good/new dir/new && cat dir/new && ls good dir"), "write", "new", "file")
 		checkMemory(t, mw, m)
@@ -289,6 +293,8 @@ func TestHostileDamagedDocuments(t *testing.T) {
 	check(m, mw)
 	mounttest.Alive(t, m)
 	mounttest.Alive(t, m2)
+	eio["mv locked"] = store.LockID("/locked")
+	eio["flock flocked"] = store.FileLockID(inos["flocked"])
 	for _, mm := range []*mounttest.Mount{m, m2} {
 		for name, id := range eio {
 			if !strings.Contains(mm.Log(), id) {
