@@ -262,6 +262,10 @@ func TestHostileDamagedDocuments(t *testing.T) {
 	// for what they touch, the mount lives on.
 	put(locks, store.LockID("/locked"), map[string]any{"kind": "lock", "path": "/locked", "holders": "everyone", "waiters": 12}, "")
 	put(locks, "Ogarbage", map[string]any{"kind": "op", "op": "garbage", "state": "banana", "epoch": "soon", "body": []int{1, 2}}, "")
+	// An operation of a dead mount whose only path document is damaged:
+	// its recovery fails, and is tried again at each sweep, not in a loop.
+	put(paths, store.DocID("/stuck"), map[string]any{"path": "/stuck", "parent": "/", "name": "stuck", "ino": inos["size"], "type": "file", "op": "stuck", "role": "ovr"}, "stuck")
+	put(locks, "Ostuck", map[string]any{"kind": "op", "op": "stuck", "state": "committed", "owner": "nobody", "epoch": 1, "body": map[string]any{"src": "/stuck", "dst": "/stuck2", "src_type": "file"}}, "")
 	put(locks, "Ohalf", map[string]any{"kind": "op", "op": "half", "state": "committed", "owner": "nobody", "body": map[string]any{"src": "/good/file", "dst": "/good/file", "src_type": "file"}}, "")
 	// A directory's delegation document says who may write it in memory:
 	// damaged, what is in the directory is not known.
@@ -293,6 +297,18 @@ func TestHostileDamagedDocuments(t *testing.T) {
 	check(m, mw)
 	mounttest.Alive(t, m)
 	mounttest.Alive(t, m2)
+	for _, mm := range []*mounttest.Mount{m, m2} {
+		n := 0
+		for _, l := range strings.Split(mm.Log(), "\n") {
+			if strings.Contains(l, "stuck") {
+				n++
+			}
+		}
+		t.Logf("the mount at %s logged %d lines of the stuck operation", mm.Dir, n)
+		if n > 100 {
+			t.Errorf("the mount at %s logged %d lines of the stuck operation: its recovery spins", mm.Dir, n)
+		}
+	}
 	eio["mv locked"] = store.LockID("/locked")
 	eio["flock flocked"] = store.FileLockID(inos["flocked"])
 	for _, mm := range []*mounttest.Mount{m, m2} {
