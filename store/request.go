@@ -197,8 +197,11 @@ func notSent(err error) bool {
 // readBody reads an answer whole, into one buffer of the size it announces
 // (io.ReadAll grows its buffer from 512 bytes by copying: a chunk read's
 // megabytes were copied a dozen times).
-func readBody(res *http.Response) ([]byte, error) {
-	if n := res.ContentLength; n > MaxAnswer {
+func readBody(res *http.Response) ([]byte, error) { return readBodyUpTo(res, MaxAnswer) }
+
+// readBodyUpTo is readBody with a bound of limit bytes.
+func readBodyUpTo(res *http.Response, limit int64) ([]byte, error) {
+	if n := res.ContentLength; n > limit {
 		return nil, errTooBig(n)
 	} else if n >= 0 {
 		data := make([]byte, n)
@@ -207,8 +210,8 @@ func readBody(res *http.Response) ([]byte, error) {
 		}
 		return data, nil
 	}
-	data, err := io.ReadAll(io.LimitReader(res.Body, MaxAnswer+1))
-	if err == nil && len(data) > MaxAnswer {
+	data, err := io.ReadAll(io.LimitReader(res.Body, limit+1))
+	if err == nil && int64(len(data)) > limit {
 		return nil, errTooBig(-1)
 	}
 	return data, err

@@ -199,9 +199,9 @@ func TestHostileDamagedDocuments(t *testing.T) {
 	m0 := f.Mount(t)
 	runBounded(t, m0.Dir, "sh", "-c", `mkdir -p good dir && echo fine > good/file &&
 		for n in size nlink mode parents ino chunk64 chunklong chunkother; do echo data-$n > $n; done &&
-		echo locked > locked && mkdir deleg && echo in > deleg/file`)
+		echo locked > locked && echo flocked > flocked && mkdir deleg && echo in > deleg/file`)
 	inos := map[string]uint64{}
-	for _, name := range []string{"size", "nlink", "mode", "parents", "ino", "chunk64", "chunklong", "chunkother", "deleg"} {
+	for _, name := range []string{"size", "nlink", "mode", "parents", "ino", "chunk64", "chunklong", "chunkother", "deleg", "flocked"} {
 		fi, err := os.Stat(m0.Path(name))
 		if err != nil {
 			t.Fatal(err)
@@ -266,10 +266,16 @@ func TestHostileDamagedDocuments(t *testing.T) {
 	// for what they touch, the mount lives on.
 	put(locks, store.LockID("/locked"), map[string]any{"kind": "lock", "path": "/locked", "holders": "everyone", "waiters": 12}, "")
 	put(locks, "Ogarbage", map[string]any{"kind": "op", "op": "garbage", "state": "banana", "epoch": "soon", "body": []int{1, 2}}, "")
+	// An operation of a dead mount whose only path document is damaged:
+	// its recovery fails, and is tried again at each sweep, not in a loop.
+	put(paths, store.DocID("/stuck"), map[string]any{"path": "/stuck", "parent": "/", "name": "stuck", "ino": inos["size"], "type": "file", "op": "stuck", "role": "ovr"}, "stuck")
+	put(locks, "Ostuck", map[string]any{"kind": "op", "op": "stuck", "state": "committed", "owner": "nobody", "epoch": 1, "body": map[string]any{"src": "/stuck", "dst": "/stuck2", "src_type": "file"}}, "")
 	put(locks, "Ohalf", map[string]any{"kind": "op", "op": "half", "state": "committed", "owner": "nobody", "body": map[string]any{"src": "/good/file", "dst": "/good/file", "src_type": "file"}}, "")
 	// A directory's delegation document says who may write it in memory:
 	// damaged, what is in the directory is not known.
 	put(locks, store.DelegLockID(inos["deleg"]), map[string]any{"kind": "lock", "path": 3, "holders": []any{map[string]any{"s": 5, "m": []int{1}}}}, "deleg/file")
+	put(locks, store.FileLockID(inos["flocked"]), map[string]any{"kind": "lock", "path": "/flocked", "holders": []any{map[string]any{"s": "x", "m": "x", "a": -5, "z": -9}}, "waiters": "none"}, "")
+	put(sessions, "numbered", map[string]any{"session": 5, "counter": 1, "lease": 1000}, "")
 	put(sessions, "garbage", map[string]any{"session": "garbage", "counter": "x", "lease": -1}, "")
 	put(sessions, "neverending", map[string]any{"session": "neverending", "counter": 1, "lease": uint64(1<<63 - 1), "started": -1}, "")
 
@@ -281,6 +287,8 @@ func TestHostileDamagedDocuments(t *testing.T) {
 		runBounded(t, m.Dir, "ls", "-la", ".")
 		// A damaged lock document fails what takes that lock alone.
 		wantEIO(t, runBounded(t, m.Dir, "mv", "locked", "locked2"), "mv locked")
+		wantEIO(t, runBounded(t, m.Dir, "flock", "-n", "flocked", "true"), "flock flocked")
+		wantOK(t, runBounded(t, m.Dir, "cat", "flocked"), "cat flocked", "flocked")
 		wantOK(t, runBounded(t, m.Dir, "cat", "good/file"), "cat", "fine")
 		wantOK(t, runBounded(t, m.Dir, "sh", "-c", "echo new > good/new && mv good/new dir/new && cat dir/new && ls good dir"), "write", "new", "file")
 		checkMemory(t, mw, m)
@@ -293,6 +301,20 @@ func TestHostileDamagedDocuments(t *testing.T) {
 	check(m, mw)
 	mounttest.Alive(t, m)
 	mounttest.Alive(t, m2)
+	for _, mm := range []*mounttest.Mount{m, m2} {
+		n := 0
+		for _, l := range strings.Split(mm.Log(), "\n") {
+			if strings.Contains(l, "stuck") {
+				n++
+			}
+		}
+		t.Logf("the mount at %s logged %d lines of the stuck operation", mm.Dir, n)
+		if n > 100 {
+			t.Errorf("the mount at %s logged %d lines of the stuck operation: its recovery spins", mm.Dir, n)
+		}
+	}
+	eio["mv locked"] = store.LockID("/locked")
+	eio["flock flocked"] = store.FileLockID(inos["flocked"])
 	for _, mm := range []*mounttest.Mount{m, m2} {
 		for name, id := range eio {
 			if !strings.Contains(mm.Log(), id) {
