@@ -133,7 +133,11 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		uncached(out) // see node.Lookup
 	}
 	// newChild needs no deadline: it only registers the kernel's node.
-	child := d.n.newChild(ctx, sn, out)
+	child, err := d.n.newChild(ctx, sn, out)
+	if err != nil {
+		f.toErrno("readdirplus", err)
+		return nil, syscall.EAGAIN // the name alone, as below: its lookup fails
+	}
 	d.n.tellAttrs(child, name, sn.Ino, sn.Type, out)
 	f.boundKept(out)
 	if out.EntryTimeout() == notKept || out.AttrTimeout() == notKept {

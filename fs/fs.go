@@ -77,6 +77,9 @@ func caller(ctx context.Context) (uint32, uint32) {
 // the errors an operator must hear of are logged. Unknown errors are
 // logged and become EIO.
 func (f *FS) toErrno(op string, err error) syscall.Errno {
+	if f.core.NoteDamaged(op, err) {
+		return syscall.EIO
+	}
 	e, level, what := classify(err)
 	if what != "" {
 		f.log.Log(context.Background(), level, what, "op", op, "err", err)

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"syscall"
 
@@ -65,15 +66,26 @@ func (n *node) InDir() (string, uint64, bool) {
 	return name, parent.StableAttr().Ino, true
 }
 
-// path returns the node's path in the store, from go-fuse's tree below the
-// mount's root (Options.Root). ok is false when the node is no longer in
-// the tree (unlinked or forgotten).
+// maxDepth bounds every walk up go-fuse's tree: a path of MaxPath bytes
+// has at most MaxPath/2 components. A longer walk can only go round a
+// cycle, which newChild never makes, but a walk must end whatever the tree.
+const maxDepth = store.MaxPath/2 + 1
+
+// StorePath returns the node's path in the store, from go-fuse's tree
+// below the mount's root (Options.Root). ok is false when the node is no
+// longer in the tree (unlinked or forgotten), or its path is longer than
+// any path can be.
 func (n *node) StorePath() (string, bool) {
 	var names []string
+	size := 0
 	var p *gofs.Inode = n.EmbeddedInode()
 	for !p.IsRoot() {
 		name, parent := p.Parent()
 		if parent == nil {
+			return "", false
+		}
+		size += len(name) + 1
+		if len(names) >= maxDepth || size > store.MaxPath {
 			return "", false
 		}
 		names = append(names, name)
@@ -93,8 +105,61 @@ func (n *node) StorePath() (string, bool) {
 	return path, true
 }
 
-// newChild makes (or finds) the kernel node of a store node.
-func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) *gofs.Inode {
+// checkChild refuses to give the kernel a node for entry sn of this
+// directory that would put a node above itself: an inode number FUSE
+// keeps (0, and go-fuse's ^0, which it panics on), the mount's root's, or
+// for a directory the inode of this directory or of one above it. A
+// directory has one name; a second one above itself, which only a damaged
+// path document holds, would make go-fuse's tree a cycle that every walk
+// up it follows forever. The kernel's tree may be behind another
+// mount's renames, though: vfs tells which (DirAlias).
+func (n *node) checkChild(ctx context.Context, sn store.Node) error {
+	ino := sn.Ino
+	if ino == 0 || ino == ^uint64(0) || ino == store.RootIno || ino == n.f.opts.RootIno {
+		if ino != 0 && ino != ^uint64(0) {
+			return n.aliasError(ctx, sn, n.f.opts.Root, true)
+		}
+		return n.aliasError(ctx, sn, "", false)
+	}
+	if sn.Type != store.TypeDir {
+		return nil
+	}
+	p := n.EmbeddedInode()
+	for depth := 0; p != nil && depth <= maxDepth; depth++ {
+		if p.StableAttr().Ino == ino {
+			above, ok := p.Operations().(*node).StorePath()
+			return n.aliasError(ctx, sn, above, ok)
+		}
+		if p.IsRoot() {
+			return nil
+		}
+		_, p = p.Parent()
+	}
+	return nil
+}
+
+// aliasError is the error of entry sn here naming a directory at path
+// above (if known) or an inode FUSE keeps.
+func (n *node) aliasError(ctx context.Context, sn store.Node, above string, known bool) error {
+	dir, ok := n.StorePath()
+	if !ok {
+		return syscall.ENOENT
+	}
+	path := store.Join(dir, sn.Name)
+	if !known {
+		return n.f.core.DamagedEntry(path, fmt.Errorf("names inode %d, which no entry can: %w", sn.Ino, store.ErrCorrupt))
+	}
+	ctx, cancel := n.f.ctxOf(ctx)
+	defer cancel()
+	return n.f.core.DirAlias(ctx, path, sn.Ino, above)
+}
+
+// newChild makes (or finds) the kernel node of a store node, unless
+// checkChild refuses it.
+func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) (*gofs.Inode, error) {
+	if err := n.checkChild(ctx, sn); err != nil {
+		return nil, err
+	}
 	child := n.NewInode(ctx, &node{f: n.f}, gofs.StableAttr{Mode: TypeBits(sn.Type), Ino: sn.Ino})
 	if cn, ok := child.Operations().(*node); ok {
 		cn.remember(sn.Attr)
@@ -109,7 +174,7 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 			}
 		}
 	}
-	return child
+	return child, nil
 }
 
 // replyCreated settles what the kernel may keep of the reply to a create
@@ -141,7 +206,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if err != nil {
 		return nil, n.f.toErrno("lookup", err)
 	}
-	child := n.newChild(ctx, ans.Node, out)
+	child, err := n.newChild(ctx, ans.Node, out)
+	if err != nil {
+		uncached(out)
+		return nil, n.f.toErrno("lookup", err)
+	}
 	if ans.UnderDelegation {
 		n.tellAttrs(child, name, ans.Node.Ino, ans.Node.Type, out)
 	}

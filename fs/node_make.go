@@ -27,7 +27,10 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if err != nil {
 		return nil, n.f.toErrno("mkdir", err)
 	}
-	child := n.newChild(ctx, sn, out)
+	child, err := n.newChild(ctx, sn, out)
+	if err != nil {
+		return nil, n.f.toErrno("mkdir", err)
+	}
 	defer n.replyCreated(name, sn, child, out)()
 	return child, 0
 }
@@ -41,7 +44,10 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if err != nil {
 		return nil, n.f.toErrno("symlink", err)
 	}
-	child := n.newChild(ctx, sn, out)
+	child, err := n.newChild(ctx, sn, out)
+	if err != nil {
+		return nil, n.f.toErrno("symlink", err)
+	}
 	defer n.replyCreated(name, sn, child, out)()
 	return child, 0
 }
@@ -67,7 +73,10 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 	if err != nil {
 		return nil, n.f.toErrno("mknod", err)
 	}
-	child := n.newChild(ctx, sn, out)
+	child, err := n.newChild(ctx, sn, out)
+	if err != nil {
+		return nil, n.f.toErrno("mknod", err)
+	}
 	defer n.replyCreated(name, sn, child, out)()
 	return child, 0
 }
@@ -87,7 +96,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.f.toErrno("create", err)
 	}
-	child := n.newChild(ctx, sn, out)
+	child, err := n.newChild(ctx, sn, out)
+	if err != nil {
+		return nil, nil, 0, n.f.toErrno("create", err)
+	}
 	defer n.replyCreated(name, sn, child, out)()
 	return child, &handle{h: h, f: n.f}, 0, 0
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/esfs/esfs/locking/lockorder"
@@ -71,6 +72,9 @@ type Coordinator struct {
 	// sweeper and operations that meet the lost one start one between
 	// them.
 	renewing lockorder.Mutex
+	// damagedOps: the operations whose recovery a damaged document
+	// fails, with that document, each logged once (warnRecovery).
+	damagedOps sync.Map
 
 	shares  *shares
 	tending chan struct{} // closed when the shares' tending has returned
@@ -278,7 +282,7 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 			// resume: nobody else takes over a live owner's record.
 			if !strings.HasPrefix(rec.ID, me+"-") && rec.State != store.OpPrepared {
 				if err := c.Journal.Resume(ctx, rec); err != nil {
-					c.log.Warn("resuming the recovery of an operation", "op", rec.ID, "err", err)
+					c.warnRecovery("resuming the recovery of an operation", rec.ID, err)
 				}
 			}
 			continue
@@ -288,7 +292,7 @@ func (c *Coordinator) Sweep(ctx context.Context, doneSeen map[string]time.Durati
 			continue
 		}
 		if err := c.Journal.Recover(ctx, rec); err != nil {
-			c.log.Warn("recovering an operation of a dead mount", "op", rec.ID, "err", err)
+			c.warnRecovery("recovering an operation of a dead mount", rec.ID, err)
 		}
 	}
 	for id := range doneSeen {
@@ -471,3 +475,16 @@ type nudgedKey struct{}
 
 // nudgedNow reports whether every runs fn for a nudge.
 func nudgedNow(ctx context.Context) bool { return ctx.Value(nudgedKey{}) != nil }
+
+// warnRecovery logs the failure of the recovery of operation op. One that
+// a damaged document causes fails the same way at every sweep until the
+// document is mended (esfs fsck --repair) or removed: it is logged once.
+func (c *Coordinator) warnRecovery(msg, op string, err error) {
+	var de *store.DocError
+	if errors.As(err, &de) {
+		if _, seen := c.damagedOps.LoadOrStore(op+" "+de.Index+"/"+de.ID, true); seen {
+			return
+		}
+	}
+	c.log.Warn(msg, "op", op, "err", err)
+}

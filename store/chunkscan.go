@@ -58,6 +58,15 @@ type ChunkRef struct {
 	// before esfs recorded it).
 	Sess string
 	Ver  Version
+	// ID is the document's id, which a damaged document may hold apart
+	// from "<Ino>.<Chunk>" (readers find chunks by that id).
+	ID string
+}
+
+// Consistent reports whether the chunk is at the id its inode and number
+// make, with a number a file can have: readers find no other.
+func (r ChunkRef) Consistent() bool {
+	return r.Chunk >= 0 && (r.ID == "" || r.ID == chunkID(r.Ino, r.Chunk))
 }
 
 // ChunkScanner pages through every chunk of the data index in (inode,
@@ -90,6 +99,7 @@ func (sc *ChunkScanner) Next(ctx context.Context) ([]ChunkRef, error) {
 	var out struct {
 		Hits struct {
 			Hits []struct {
+				ID          string              `json:"_id"`
 				SeqNo       int64               `json:"_seq_no"`
 				PrimaryTerm int64               `json:"_primary_term"`
 				Sort        []json.Number       `json:"sort"`
@@ -114,7 +124,7 @@ func (sc *ChunkScanner) Next(ctx context.Context) ([]ChunkRef, error) {
 		if err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("%s: sort values %v: %w", what, h.Sort, ErrCorrupt)
 		}
-		r := ChunkRef{Ino: ino, Chunk: n, Ver: Version{SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}}
+		r := ChunkRef{Ino: ino, Chunk: n, Ver: Version{SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}, ID: h.ID}
 		if v := h.Fields["sess"]; len(v) > 0 {
 			r.Sess = v[0]
 		}
@@ -132,5 +142,9 @@ func DeleteChunkRef(r ChunkRef) BulkOp {
 	if !r.Ver.Known() {
 		return refused(fmt.Errorf("deleting chunk %d of inode %d without a version: %w", r.Chunk, r.Ino, ErrInvalid))
 	}
-	return newOp("delete", dataIndex, chunkID(r.Ino, r.Chunk), r.Ver, nil, fmt.Sprintf("deleting chunk %d of inode %d", r.Chunk, r.Ino))
+	id := r.ID
+	if id == "" {
+		id = chunkID(r.Ino, r.Chunk)
+	}
+	return newOp("delete", dataIndex, id, r.Ver, nil, fmt.Sprintf("deleting chunk %d of inode %d", r.Chunk, r.Ino))
 }

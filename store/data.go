@@ -98,11 +98,11 @@ func (s *Store) ReadChunks(ctx context.Context, ino uint64, first, last int64) (
 func (s *Store) chunkOf(g getResult, ino uint64, n int64, what string) ([]byte, error) {
 	c, err := decodeChunk(g.Source, g.version())
 	if err != nil {
-		return nil, fmt.Errorf("%s: chunk %d: %w: %v", what, n, ErrCorrupt, err)
+		return nil, fmt.Errorf("%s: %w", what, damaged(g.Index, g.ID, fmt.Errorf("chunk %d: %w: %v", n, ErrCorrupt, err)))
 	}
 	data := c.bytes()
 	if c.Ino != ino || c.Chunk != n || (s.chunkSize > 0 && int64(len(data)) > s.chunkSize) {
-		return nil, fmt.Errorf("%s: chunk %d holds inode %d chunk %d of %d bytes: %w", what, n, c.Ino, c.Chunk, len(data), ErrCorrupt)
+		return nil, fmt.Errorf("%s: %w", what, damaged(g.Index, g.ID, fmt.Errorf("chunk %d holds inode %d chunk %d of %d bytes: %w", n, c.Ino, c.Chunk, len(data), ErrCorrupt)))
 	}
 	return data, nil
 }
@@ -124,12 +124,9 @@ func (s *Store) InodeAndChunkVersions(ctx context.Context, ino uint64, chunks []
 	if !docs[0].Found {
 		return Inode{}, nil, fmt.Errorf("%s: %w", what, ErrNotFound)
 	}
-	n, err := decodeInode(docs[0].Source, docs[0].version())
+	n, err := inodeOf(docs[0], ino)
 	if err != nil {
 		return Inode{}, nil, fmt.Errorf("%s: %w", what, err)
-	}
-	if n.Ino != ino {
-		return Inode{}, nil, fmt.Errorf("%s: document holds inode %d: %w", what, n.Ino, ErrCorrupt)
 	}
 	vers := make(map[int64]int64, len(chunks))
 	for i, c := range chunks {
@@ -155,11 +152,8 @@ func (s *Store) GetInodeAndChunk(ctx context.Context, ino uint64, c int64) (n In
 	if !docs[0].Found {
 		return Inode{}, nil, 0, fmt.Errorf("%s: %w", what, ErrNotFound)
 	}
-	if n, err = decodeInode(docs[0].Source, docs[0].version()); err != nil {
+	if n, err = inodeOf(docs[0], ino); err != nil {
 		return Inode{}, nil, 0, fmt.Errorf("%s: %w", what, err)
-	}
-	if n.Ino != ino {
-		return Inode{}, nil, 0, fmt.Errorf("%s: document holds inode %d: %w", what, n.Ino, ErrCorrupt)
 	}
 	if !docs[1].Found {
 		return n, nil, 0, nil

@@ -51,14 +51,16 @@ func decodeDentry(src []byte, v Version) (Dentry, error) {
 	}
 	// The document must agree with itself, or a corrupt document could put a
 	// name in the wrong directory.
-	if dir, name := Split(d.Path); CheckPath(d.Path) != nil || dir != d.Parent || name != d.Name || d.Ino == 0 {
+	// Nor may it name an inode no entry can: 0, a number NewIno never
+	// makes, or the root's (a second name of the root, inside itself).
+	if dir, name := Split(d.Path); CheckPath(d.Path) != nil || dir != d.Parent || name != d.Name || !validIno(d.Ino) || (d.Ino == RootIno) != (d.Path == "/") {
 		return Dentry{}, fmt.Errorf("path document %q (parent %q, name %q, ino %d) is inconsistent: %w", d.Path, d.Parent, d.Name, d.Ino, ErrCorrupt)
 	}
 	switch d.Intent.Role {
 	case RoleNone, RoleSrc, RoleDst:
 	case RoleOvr:
 		d.Intent.NewIno = p.NewIno
-		if d.Intent.NewType, err = parseFileType(p.NewType); err != nil || p.NewIno == 0 {
+		if d.Intent.NewType, err = parseFileType(p.NewType); err != nil || !validIno(p.NewIno) || p.NewIno == RootIno {
 			return Dentry{}, fmt.Errorf("path document %q: replacement without inode or type: %w", d.Path, ErrCorrupt)
 		}
 	default:
@@ -78,7 +80,7 @@ func (s *Store) GetDentry(ctx context.Context, path string) (Dentry, error) {
 		return Dentry{}, err
 	}
 	if d.Path != path {
-		return Dentry{}, fmt.Errorf("%s: document holds path %q: %w", what, d.Path, ErrCorrupt)
+		return Dentry{}, fmt.Errorf("%s: %w", what, s.DamagedPath(path, fmt.Errorf("document holds path %q: %w", d.Path, ErrCorrupt)))
 	}
 	return d, nil
 }
@@ -104,7 +106,7 @@ func (s *Store) GetDentries(ctx context.Context, paths []string) ([]DentryResult
 	for i, d := range ds {
 		err := errs[i]
 		if err == nil && d.Path != paths[i] {
-			err = fmt.Errorf("document holds path %q: %w", d.Path, ErrCorrupt)
+			err = s.DamagedPath(paths[i], fmt.Errorf("document holds path %q: %w", d.Path, ErrCorrupt))
 		}
 		if err != nil {
 			out[i].Err = fmt.Errorf("reading path %q: %w", paths[i], err)
@@ -155,3 +157,10 @@ func fillDentry(d *Dentry) error {
 	}
 	return nil
 }
+
+// MaxIno is the largest inode number: NewIno makes 63-bit numbers, and
+// FUSE keeps ^0 for itself.
+const MaxIno = 1<<63 - 1
+
+// validIno reports whether ino is an inode number esfs can have made.
+func validIno(ino uint64) bool { return ino != 0 && ino <= MaxIno }

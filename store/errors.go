@@ -132,3 +132,64 @@ func isCreateConflict(reason string) bool {
 }
 
 func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// DocError is a document that breaks the model (it matches ErrCorrupt):
+// the index that holds it and its id, which the log names (once per
+// document, see fs) so that it can be found, and mended or removed (esfs
+// fsck --repair). Only the paths it touches fail; Err says why.
+type DocError struct {
+	Index string
+	ID    string
+	Err   error
+	// Ver is the version a scan read it at (unknown elsewhere), for a
+	// repair that deletes it (DeleteDamaged).
+	Ver Version
+}
+
+func (e *DocError) Error() string {
+	return fmt.Sprintf("damaged document %s of index %s: %v", e.ID, e.Index, e.Err)
+}
+
+func (e *DocError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+// damaged is err, an error of decoding document id of index, as a
+// DocError (err as it is if it already is one, or is not ErrCorrupt).
+func damaged(index, id string, err error) error {
+	var de *DocError
+	if err == nil || !errors.Is(err, ErrCorrupt) || errors.As(err, &de) {
+		return err
+	}
+	return &DocError{Index: index, ID: id, Err: err}
+}
+
+// damagedAt is damaged for a document a scan read at version v.
+func damagedAt(index, id string, v Version, err error) error {
+	err = damaged(index, id, err)
+	if de, ok := err.(*DocError); ok && de.ID == id && !de.Ver.Known() {
+		de.Ver = v
+	}
+	return err
+}
+
+// DamagedPath is the DocError of the path document of path, which is
+// damaged as why says (the mount found it breaks the model: a second
+// name of a directory above it, say).
+func (s *Store) DamagedPath(path string, why error) error {
+	return &DocError{Index: s.idx.name(pathsIndex), ID: DocID(path), Err: why}
+}
+
+// NoteDamaged reports whether err is a damaged document's (a DocError),
+// and logs it the first time this process meets that document, op saying
+// what met it: what it touches fails (or skips it) as long as it stays,
+// and a line per request, or per sweep, would flood the log.
+func (s *Store) NoteDamaged(op string, err error) bool {
+	var de *DocError
+	if !errors.As(err, &de) {
+		return false
+	}
+	if _, seen := s.damaged.LoadOrStore(de.Index+"/"+de.ID, true); !seen {
+		s.log.Error("damaged document: what it touches fails or skips it until it is mended (esfs fsck --repair) or removed",
+			"op", op, "index", de.Index, "id", de.ID, "err", err)
+	}
+	return true
+}

@@ -72,8 +72,14 @@ func decodeInode(src []byte, v Version) (Inode, error) {
 	if n.Target, err = decodeText(d.Target); err != nil {
 		return Inode{}, err
 	}
-	if d.Size < 0 || d.Size > MaxFileSize || d.Ino == 0 || d.Mode > 0o7777 || d.Dgen > MaxDataGen {
+	if d.Size < 0 || d.Size > MaxFileSize || !validIno(d.Ino) || d.Mode > 0o7777 || d.Dgen > MaxDataGen {
 		return Inode{}, fmt.Errorf("inode %d has size %d, mode %o: %w", d.Ino, d.Size, d.Mode, ErrCorrupt)
+	}
+	// Every link of a file is a path document, and a directory's count
+	// is its subdirectories': a list longer than any count can be is
+	// damage, which would cost every write of the inode.
+	if len(d.Parents) > MaxLinks || len(d.LinkOps) > MaxLinks || n.Chunks > MaxFileSize {
+		return Inode{}, fmt.Errorf("inode %d has %d parents, %d link operations, %d chunks: %w", d.Ino, len(d.Parents), len(d.LinkOps), n.Chunks, ErrCorrupt)
 	}
 	if len(d.Xattrs) > 0 {
 		n.Xattrs = make(map[string][]byte, len(d.Xattrs))
@@ -88,6 +94,19 @@ func decodeInode(src []byte, v Version) (Inode, error) {
 	return n, nil
 }
 
+// inodeOf decodes inode ino from its document g, as a DocError if it is
+// damaged or holds another inode.
+func inodeOf(g getResult, ino uint64) (Inode, error) {
+	n, err := decodeInode(g.Source, g.version())
+	if err == nil && n.Ino != ino {
+		err = fmt.Errorf("document holds inode %d: %w", n.Ino, ErrCorrupt)
+	}
+	if err != nil {
+		return Inode{}, damaged(g.Index, g.ID, err)
+	}
+	return n, nil
+}
+
 // GetInode reads the attributes of ino, in real time.
 func (s *Store) GetInode(ctx context.Context, ino uint64) (Inode, error) {
 	what := fmt.Sprintf("reading inode %d", ino)
@@ -96,7 +115,7 @@ func (s *Store) GetInode(ctx context.Context, ino uint64) (Inode, error) {
 		return Inode{}, err
 	}
 	if n.Ino != ino {
-		return Inode{}, fmt.Errorf("%s: document holds inode %d: %w", what, n.Ino, ErrCorrupt)
+		return Inode{}, fmt.Errorf("%s: %w", what, damaged(s.idx.name(inodesIndex), inodeID(ino), fmt.Errorf("document holds inode %d: %w", n.Ino, ErrCorrupt)))
 	}
 	return n, nil
 }
@@ -121,7 +140,7 @@ func (s *Store) GetInodes(ctx context.Context, inos []uint64) ([]InodeResult, er
 	for i, n := range ns {
 		err := errs[i]
 		if err == nil && n.Ino != inos[i] {
-			err = fmt.Errorf("document holds inode %d: %w", n.Ino, ErrCorrupt)
+			err = damaged(s.idx.name(inodesIndex), inodeID(inos[i]), fmt.Errorf("document holds inode %d: %w", n.Ino, ErrCorrupt))
 		}
 		if err != nil {
 			out[i].Err = fmt.Errorf("reading inode %d: %w", inos[i], err)
@@ -169,6 +188,25 @@ func DeleteInode(ino uint64, ifVer Version) BulkOp {
 		return refused(fmt.Errorf("deleting inode %d without a version: %w", ino, ErrInvalid))
 	}
 	return newOp("delete", inodesIndex, inodeID(ino), ifVer, nil, fmt.Sprintf("deleting inode %d", ino))
+}
+
+// DeleteDamaged deletes the damaged document c (of a path, an inode or
+// the locks index) if it is still at the version the scan read.
+func (s *Store) DeleteDamaged(c *DocError) BulkOp {
+	var index indexRole
+	for _, r := range []indexRole{pathsIndex, inodesIndex, locksIndex} {
+		if s.idx.name(r) == c.Index {
+			index = r
+		}
+	}
+	what := fmt.Sprintf("deleting damaged document %s of index %s", c.ID, c.Index)
+	if index == 0 {
+		return refused(fmt.Errorf("%s: not one fsck repairs: %w", what, ErrInvalid))
+	}
+	if !c.Ver.Known() {
+		return refused(fmt.Errorf("%s without a version: %w", what, ErrInvalid))
+	}
+	return newOp("delete", index, c.ID, c.Ver, nil, what)
 }
 
 // TouchInode sets the mtime and ctime of an inode with a partial update,
@@ -256,7 +294,7 @@ func (sc *InodeScanner) Next(ctx context.Context) (page []Inode, bad []error, er
 	for _, h := range hits {
 		n, err := decodeInode(h.Source, h.version())
 		if err != nil {
-			bad = append(bad, fmt.Errorf("inode document %s: %w", h.ID, err))
+			bad = append(bad, damagedAt(sc.s.idx.name(inodesIndex), h.ID, h.version(), err))
 			continue
 		}
 		page = append(page, n)

@@ -17,6 +17,10 @@ const (
 	MaxPath = 4096 // bytes in a whole path, including the leading '/'
 )
 
+// MaxLinks is the most links a file may have (link answers EMLINK past
+// it), and so the most entries its Parents may hold.
+const MaxLinks = 65000
+
 // RootIno is the inode number of "/", fixed so that mkfs is idempotent and
 // every mount agrees on it. FUSE reserves 1 for the root too.
 const RootIno uint64 = 1

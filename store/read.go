@@ -113,7 +113,7 @@ func getDoc[T any](ctx context.Context, s *Store, k docKind[T], id, what string)
 	}
 	v, err := k.decode(g.Source, g.version())
 	if err != nil {
-		return zero, fmt.Errorf("%s: %w", what, err)
+		return zero, fmt.Errorf("%s: %w", what, damaged(g.Index, g.ID, err))
 	}
 	return v, nil
 }
@@ -133,6 +133,7 @@ func getDocs[T any](ctx context.Context, s *Store, k docKind[T], ids []string, w
 			continue
 		}
 		vals[i], errs[i] = k.decode(g.Source, g.version())
+		errs[i] = damaged(g.Index, g.ID, errs[i])
 	}
 	return vals, errs, nil
 }

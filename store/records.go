@@ -168,12 +168,21 @@ func decodeOp(src []byte, v Version) (OpRecord, error) {
 	default:
 		return OpRecord{}, fmt.Errorf("operation %s has state %q: %w", r.ID, r.State, ErrCorrupt)
 	}
+	for _, p := range []string{r.Src, r.Dst} {
+		if p != "" && CheckPath(p) != nil {
+			return OpRecord{}, fmt.Errorf("operation %s names path %q: %w", r.ID, p, ErrCorrupt)
+		}
+	}
 	return r, nil
 }
 
 // GetOp reads an operation record in real time.
 func (s *Store) GetOp(ctx context.Context, id string) (OpRecord, error) {
-	return getDoc(ctx, s, opKind, opID(id), "reading operation "+id)
+	r, err := getDoc(ctx, s, opKind, opID(id), "reading operation "+id)
+	if err == nil && r.ID != id {
+		err = &DocError{Index: s.idx.name(locksIndex), ID: opID(id), Err: fmt.Errorf("record of operation %q: %w", r.ID, ErrCorrupt)}
+	}
+	return r, err
 }
 
 // CreateOp creates the record of a new operation (op_type=create).
@@ -213,8 +222,11 @@ func (s *Store) SearchOps(ctx context.Context, states ...OpState) ([]OpRecord, e
 	out := make([]OpRecord, 0, len(hits))
 	for _, h := range hits {
 		r, err := decodeOp(h.Source, h.version())
+		if err == nil && opID(r.ID) != h.ID {
+			err = fmt.Errorf("record of operation %q: %w", r.ID, ErrCorrupt)
+		}
 		if err != nil {
-			s.log.Error("skipping a corrupt operation record", "id", h.ID, "err", err)
+			s.NoteDamaged("listing operations", damaged(s.idx.name(locksIndex), h.ID, err))
 			continue
 		}
 		out = append(out, r)

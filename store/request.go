@@ -82,6 +82,10 @@ func (s *Store) do(ctx context.Context, what string, r request) (response, error
 	} else {
 		s.log.Debug("elasticsearch request", "what", what, "method", r.method, "path", r.path, "status", res.StatusCode, "took", took)
 	}
+	var big tooBig
+	if errors.As(err, &big) {
+		return response{}, fmt.Errorf("%s: %w", what, err)
+	}
 	if err != nil {
 		return response{}, s.transportError(ctx, what, err)
 	}
@@ -193,13 +197,43 @@ func notSent(err error) bool {
 // readBody reads an answer whole, into one buffer of the size it announces
 // (io.ReadAll grows its buffer from 512 bytes by copying: a chunk read's
 // megabytes were copied a dozen times).
-func readBody(res *http.Response) ([]byte, error) {
-	if n := res.ContentLength; n >= 0 && n <= 1<<30 {
+func readBody(res *http.Response) ([]byte, error) { return readBodyUpTo(res, MaxAnswer) }
+
+// readBodyUpTo is readBody with a bound of limit bytes.
+func readBodyUpTo(res *http.Response, limit int64) ([]byte, error) {
+	if n := res.ContentLength; n > limit {
+		return nil, errTooBig(n)
+	} else if n >= 0 {
 		data := make([]byte, n)
 		if _, err := io.ReadFull(res.Body, data); err != nil {
 			return nil, err
 		}
 		return data, nil
 	}
-	return io.ReadAll(res.Body)
+	data, err := io.ReadAll(io.LimitReader(res.Body, limit+1))
+	if err == nil && int64(len(data)) > limit {
+		return nil, errTooBig(-1)
+	}
+	return data, err
 }
+
+// MaxAnswer bounds what is read of one answer: far past any that esfs
+// asks for (a read's chunks, a page of a listing), so that only a
+// document nothing of esfs wrote (one bad write may leave one as large
+// as the cluster takes) reaches it, and costs an error instead of the
+// daemon's memory.
+const MaxAnswer = 256 << 20
+
+// tooBig is an answer past MaxAnswer, which is not read.
+type tooBig int64
+
+func errTooBig(n int64) error { return tooBig(n) }
+
+func (e tooBig) Error() string {
+	if e < 0 {
+		return fmt.Sprintf("answer longer than %d bytes, not read", MaxAnswer)
+	}
+	return fmt.Sprintf("answer of %d bytes, longer than %d, not read", int64(e), MaxAnswer)
+}
+
+func (tooBig) Is(target error) bool { return target == ErrCorrupt }

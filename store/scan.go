@@ -147,10 +147,10 @@ func (sc *Scanner) Next(ctx context.Context) (page []Dentry, bad []error, err er
 	for _, h := range hits {
 		d, err := decodeDentry(h.Source, Version{SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm})
 		if err == nil && h.ID != DocID(d.Path) {
-			err = fmt.Errorf("document %s holds path %q, whose id differs: %w", h.ID, d.Path, ErrCorrupt)
+			err = fmt.Errorf("holds path %q, whose id differs: %w", d.Path, ErrCorrupt)
 		}
 		if err != nil {
-			bad = append(bad, fmt.Errorf("document %s: %w", h.ID, err))
+			bad = append(bad, damagedAt(s.idx.name(pathsIndex), h.ID, Version{SeqNo: h.SeqNo, PrimaryTerm: h.PrimaryTerm}, err))
 			continue
 		}
 		page = append(page, d)

@@ -118,7 +118,7 @@ func (s *Store) ListSessions(ctx context.Context) ([]SessionDoc, error) {
 	for _, h := range hits {
 		d, err := decodeSession(h.Source, h.version())
 		if err != nil {
-			s.log.Error("skipping a corrupt session document", "id", h.ID, "err", err)
+			s.NoteDamaged("listing sessions", damaged(s.idx.name(sessionsIndex), h.ID, err))
 			continue
 		}
 		out = append(out, d)

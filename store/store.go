@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,9 @@ type Store struct {
 	// connection is never taken for a scheme mistake.
 	plainHosts []string
 	answered   atomic.Bool
+	// damaged: the documents found damaged, by index and id, each
+	// logged once (NoteDamaged).
+	damaged sync.Map
 	// chunkSize is the data chunk size of this filesystem, read from the data
 	// index's _meta at Open (fixed at mkfs time; 0 before Open).
 	chunkSize int64

@@ -33,8 +33,9 @@ func (s *Store) GetDentryWithLock(ctx context.Context, path, lockID string) (Den
 	derr := ErrNotFound
 	if docs[0].Found {
 		if d, derr = decodeDentry(docs[0].Source, docs[0].version()); derr == nil && d.Path != path {
-			derr = fmt.Errorf("%s: document holds path %q: %w", what, d.Path, ErrCorrupt)
+			derr = fmt.Errorf("document holds path %q: %w", d.Path, ErrCorrupt)
 		}
+		derr = damaged(docs[0].Index, docs[0].ID, derr)
 	}
 	if derr != nil && !errors.Is(derr, ErrNotFound) {
 		derr = fmt.Errorf("%s: %w", what, derr)
@@ -54,7 +55,7 @@ func lockOf(g getResult, id string) (LockDoc, error) {
 	}
 	l, err := decodeLock(g.Source, g.version())
 	if err != nil {
-		return LockDoc{}, fmt.Errorf("lock document %s: %w", id, err)
+		return LockDoc{}, damaged(g.Index, id, fmt.Errorf("lock document: %w", err))
 	}
 	l.ID = id
 	return l, nil
@@ -83,8 +84,9 @@ func (s *Store) mgetMixed(ctx context.Context, refs []docRef, what string) ([]ge
 // GetInodesWithLocks reads inodes inos and lock documents lockIDs in one
 // round trip: a reader learns, with a directory's attributes, whether the
 // directory is written elsewhere. Inodes come as GetInodes gives them; a
-// missing lock document is an empty LockDoc.
-func (s *Store) GetInodesWithLocks(ctx context.Context, inos []uint64, lockIDs []string) ([]InodeResult, []LockDoc, error) {
+// missing lock document is an empty LockDoc, a damaged one an error in
+// lockErrs (a DocError), for what it guards alone.
+func (s *Store) GetInodesWithLocks(ctx context.Context, inos []uint64, lockIDs []string) (_ []InodeResult, _ []LockDoc, lockErrs []error, _ error) {
 	what := fmt.Sprintf("reading %d inodes and %d locks", len(inos), len(lockIDs))
 	refs := make([]docRef, 0, len(inos)+len(lockIDs))
 	for _, ino := range inos {
@@ -95,26 +97,23 @@ func (s *Store) GetInodesWithLocks(ctx context.Context, inos []uint64, lockIDs [
 	}
 	docs, err := s.mgetMixed(ctx, refs, what)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out := make([]InodeResult, len(inos))
 	for i, g := range docs[:len(inos)] {
 		err := ErrNotFound
 		if g.Found {
-			out[i].Inode, err = decodeInode(g.Source, g.version())
-			if err == nil && out[i].Inode.Ino != inos[i] {
-				err = fmt.Errorf("document holds inode %d: %w", out[i].Inode.Ino, ErrCorrupt)
-			}
+			out[i].Inode, err = inodeOf(g, inos[i])
 		}
 		if err != nil {
 			out[i] = InodeResult{Err: fmt.Errorf("reading inode %d: %w", inos[i], err)}
 		}
 	}
-	locks := make([]LockDoc, len(lockIDs))
+	locks, lockErrs := make([]LockDoc, len(lockIDs)), make([]error, len(lockIDs))
 	for i, g := range docs[len(inos):] {
 		if locks[i], err = lockOf(g, lockIDs[i]); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", what, err)
+			locks[i], lockErrs[i] = LockDoc{ID: lockIDs[i]}, fmt.Errorf("%s: %w", what, err)
 		}
 	}
-	return out, locks, nil
+	return out, locks, lockErrs, nil
 }

@@ -338,3 +338,129 @@ func TestFsckRepairSparesChangesMadeDuringIt(t *testing.T) {
 		t.Errorf("contents after fsck --repair: %q", got)
 	}
 }
+
+// TestFsckRepairsNamesInOneRun: damaged path documents, as no esfs
+// writes them: the root's inode named again at /loop (a document that
+// does not decode: deleted, and /loop, with an entry below it, made
+// again as a directory of its own), an ancestor's
+// below itself (/a/b/up names /a's inode, with an entry of its own), a
+// directory at two names of one depth, a path of a file's inode that says
+// directory, a path whose inode does not exist (with an entry below it),
+// a path document that does not decode, and orphans two deep. esfs fsck
+// reports them (status 4), --repair settles every one in that run, each
+// keeping what it had (the twice-named directories' other names become
+// directories of their own with their entries; the directory without a
+// document is made again; only the path below a file is removed), and two runs of esfs fsck
+// after it find the filesystem clean: before, the twice-named directories
+// were reported and left, and the repairs of the root's link count undid
+// each other from run to run. A mount then lists and reads it all.
+func TestFsckRepairsNamesInOneRun(t *testing.T) {
+	f := mounttest.NewFS(t)
+	m := mounttest.MountUncached(t, f, nil)
+	mounttest.Sh(t, m.Dir, `mkdir -p a/b d1 d2 control/sub && echo one > d1/one && echo two > d2/two && echo ctl > control/sub/f && echo file > file`)
+	aIno := mounttest.Ino(t, m.Path("a"))
+	d1Ino := mounttest.Ino(t, m.Path("d1"))
+	fileIno := mounttest.Ino(t, m.Path("file"))
+	oneIno := mounttest.Ino(t, m.Path("d1", "one"))
+	m.Unmount(t)
+
+	path := func(p string, ino uint64, typ string) {
+		dir, name := store.Split(p)
+		putRaw(t, f.URL, f.Index, store.DocID(p), map[string]any{"path": p, "parent": dir, "name": name, "ino": ino, "type": typ})
+	}
+	mounttest.ESRequest(t, f.URL, "DELETE", fmt.Sprintf("/%s-inodes/_doc/%d?refresh=true", f.Index, oneIno), "")
+	path("/loop", store.RootIno, "dir")
+	path("/loop/inside", 7777777007, "file")
+	path("/a/b/up", aIno, "dir")
+	path("/a/b/up/mine", 7777777001, "file") // its inode missing too
+	path("/d2", d1Ino, "dir")                // d2's own inode is left unnamed
+	path("/fakedir", fileIno, "dir")
+	path("/gone", 7777777002, "dir")
+	path("/gone/x", 7777777003, "file")
+	path("/nowhere/deep", 7777777004, "dir")
+	path("/nowhere/deep/er", 7777777005, "file")
+	path("/file/under", 7777777006, "file")
+	putRaw(t, f.URL, f.Index, store.DocID("/broken"), map[string]any{"path": "/broken", "parent": "/elsewhere", "name": "broken", "ino": 5, "type": "dir"})
+
+	out, code := fsckRun(t, f, "--no-wait")
+	t.Logf("esfs fsck:\n%s", out)
+	if code != 4 {
+		t.Errorf("esfs fsck: exit status %d, want 4", code)
+	}
+	for _, want := range []string{"corrupt path document: " + store.DocID("/loop"), "duplicate directory: /a/b/up:", "duplicate directory: /d2:",
+		"type mismatch: /fakedir:", "missing inode: /gone:", "missing inode: /a/b/up/mine:", "missing inode: /d1/one:", "missing directory: /nowhere:", "orphan path: /file/under: its parent is not a directory", "corrupt path document: " + store.DocID("/broken")} {
+		if !strings.Contains(out, want) {
+			t.Errorf("esfs fsck does not say %q", want)
+		}
+	}
+	out, code = fsckRun(t, f, "--no-wait", "--repair")
+	t.Logf("esfs fsck --repair:\n%s", out)
+	if code != 1 {
+		t.Errorf("esfs fsck --repair: exit status %d, want 1 (all repaired)", code)
+	}
+	for i := 0; i < 2; i++ {
+		if out, code := fsckRun(t, f, "--no-wait"); code != 0 {
+			t.Fatalf("esfs fsck %d after the repair: exit status %d\n%s", i+1, code, out)
+		}
+	}
+	m = mounttest.MountUncached(t, f, nil)
+	got := mounttest.Sh(t, m.Dir, `ls -a . loop a/b/up d1 d2 gone && cat d1/one d2/two control/sub/f file a/b/up/mine gone/x && stat -c '%F %h' fakedir loop a/b/up d2 . a/b && find . | sort | wc -l`)
+	want := `.:
+.
+..
+a
+control
+d1
+d2
+fakedir
+file
+gone
+loop
+nowhere
+
+a/b/up:
+.
+..
+mine
+
+d1:
+.
+..
+one
+
+d2:
+.
+..
+two
+
+gone:
+.
+..
+x
+
+loop:
+.
+..
+inside
+one
+two
+ctl
+file
+regular file 2
+directory 2
+directory 2
+directory 2
+directory 9
+directory 3
+`
+	// find: . a a/b a/b/up a/b/up/mine control control/sub control/sub/f d1 d1/one d2 d2/two fakedir file gone gone/x loop loop/inside nowhere nowhere/deep nowhere/deep/er
+	if want += "21\n"; got != want {
+		t.Errorf("after the repair, the mount shows:\n%s\nwant:\n%s", got, want)
+	}
+	// The file made again keeps its data and takes writes.
+	if got := mounttest.Sh(t, m.Dir, `echo more >> d1/one && cat d1/one`); got != "one\nmore\n" {
+		t.Errorf("writes to the file made again: %q", got)
+	}
+	mounttest.DirLinksAgree(t, m.Dir)
+	mounttest.Alive(t, m)
+}

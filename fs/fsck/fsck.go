@@ -24,6 +24,10 @@ type Backend interface {
 	ChunkSize() int64
 	GetInode(ctx context.Context, ino uint64) (store.Inode, error)
 	ScanChunks() *store.ChunkScanner
+	DamagedLockDocs(ctx context.Context) ([]*store.DocError, error)
+	StoredChunks(ctx context.Context, ino uint64, from int64, limit int) ([]int64, error)
+	ReadChunks(ctx context.Context, ino uint64, first, last int64) (map[int64][]byte, map[int64]int64, error)
+	DeleteDamaged(c *store.DocError) store.BulkOp
 }
 
 var _ Backend = (*store.Store)(nil)
@@ -94,6 +98,16 @@ type checker struct {
 	docs   []store.Dentry         // the same, as read
 	links  map[uint64][]string    // inode -> the paths that name it
 	inodes map[uint64]store.Inode // the inode scan, read again where suspect
+	docAt  map[string]int         // path -> its index in docs
+	// entries and subdirs count the entries, and the directories among
+	// them, of each path in docs.
+	entries, subdirs map[string]uint32
+	// aliased are the paths a repair would give an inode of their own
+	// (see names), in a check.
+	aliased map[string]bool
+	// orphaned are the paths no directory leads to, left out of the
+	// snapshot (see orphans).
+	orphaned map[string]bool
 }
 
 type pathInfo struct {
@@ -126,11 +140,12 @@ func Repair(ctx context.Context, co *locking.Coordinator, fb Backend, wait bool)
 
 func run(ctx context.Context, c *checker, wait bool) (Report, error) {
 	c.paths, c.links, c.inodes = map[string]pathInfo{}, map[uint64][]string{}, map[uint64]store.Inode{}
+	c.docAt, c.entries, c.subdirs, c.aliased, c.orphaned = map[string]int{}, map[string]uint32{}, map[string]uint32{}, map[string]bool{}, map[string]bool{}
 	if err := c.judge.JudgeSessions(ctx, wait); err != nil {
 		return c.rep, err
 	}
 	// Operations first: recovery changes paths and locks.
-	for _, step := range []func(context.Context) error{c.ops, c.locks, c.scanPaths, c.scanInodes, c.dirLinks, c.parents, c.unreachable, c.data} {
+	for _, step := range []func(context.Context) error{c.ops, c.locks, c.damagedLockDocs, c.scanPaths, c.scanInodes, c.dirLinks, c.parents, c.unreachable, c.data} {
 		if err := step(ctx); err != nil {
 			return c.rep, err
 		}
@@ -243,6 +258,20 @@ func (c *checker) locks(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// damagedLockDocs reports the documents of the locks index no reader can
+// decode (lock documents, operation records), which every reader skips,
+// and deletes them when repairing.
+func (c *checker) damagedLockDocs(ctx context.Context) error {
+	bad, err := c.fb.DamagedLockDocs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, b := range bad {
+		c.corrupt(ctx, "damaged lock or operation document", b)
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func (c *checker) scanPaths(ctx context.Context) error {
 			return err
 		}
 		for _, b := range bad {
-			c.rep.Problems = append(c.rep.Problems, Problem{Kind: "corrupt path document", Subject: "?", Detail: b.Error()})
+			c.corrupt(ctx, "corrupt path document", b)
 		}
 		if page == nil {
 			break
@@ -46,7 +46,25 @@ func (c *checker) scanPaths(ctx context.Context) error {
 				} else {
 					p := Problem{Kind: "stray intent", Subject: d.Path, Detail: fmt.Sprintf("%s of operation %s (%s)", d.Intent.Role, d.Intent.Op, rec.State)}
 					if c.repair {
-						p.Repaired = c.co.Journal.ResolveStray(ctx, d) == nil
+						rerr := c.co.Journal.ResolveStray(ctx, d)
+						// Settled, here or by a mount's sweeper meanwhile
+						// (then this one's write failed): what is there
+						// now, at its version, is what later steps judge.
+						now, err := c.fb.GetDentry(ctx, d.Path)
+						switch {
+						case errors.Is(err, store.ErrNotFound):
+							ok, p.Repaired = false, true
+						case err == nil && now.Intent.Op != d.Intent.Op:
+							p.Repaired = true
+							if now.Intent.Op == "" {
+								vis = now
+							}
+						default:
+							p.Repaired = rerr == nil
+						}
+						if !p.Repaired && rerr != nil {
+							p.Detail += ": " + rerr.Error()
+						}
 					}
 					c.rep.Problems = append(c.rep.Problems, p)
 				}
@@ -60,22 +78,196 @@ func (c *checker) scanPaths(ctx context.Context) error {
 		}
 	}
 	sc.Close()
-	for _, d := range c.docs {
+	c.orphans(ctx)
+	for i, d := range c.docs {
 		c.links[d.Ino] = append(c.links[d.Ino], d.Path)
-		if d.Path == "/" {
-			continue
-		}
-		parent, ok := c.paths[d.Parent]
-		if !ok || parent.typ != store.TypeDir {
-			p := Problem{Kind: "orphan path", Subject: d.Path, Detail: "its parent is missing or not a directory"}
-			if c.repair {
-				_, err := c.fb.Write(ctx, store.DeleteDentry(d.Path, d.Ver))
-				p.Repaired = err == nil
+		c.docAt[d.Path] = i
+		if d.Path != "/" {
+			c.entries[d.Parent]++
+			if d.Type == store.TypeDir {
+				c.subdirs[d.Parent]++
 			}
-			c.rep.Problems = append(c.rep.Problems, p)
 		}
 	}
 	return nil
+}
+
+// orphans reports the paths whose parent is missing or no directory, and
+// those below them (whose parents would be next), and removes them when
+// repairing: no path leads to them, so no mount can reach them. They are
+// left out of the snapshot either way, so that what they name is judged
+// as if they were gone (their inodes then are unreachable, removed in
+// the same run).
+func (c *checker) orphans(ctx context.Context) {
+	reachable := map[string]bool{"/": true}
+	var reach func(path string) bool
+	reach = func(path string) bool {
+		if r, ok := reachable[path]; ok {
+			return r
+		}
+		// A path's parent is its directory (the decoder checks it), so
+		// the walk up ends at the root.
+		dir, _ := store.Split(path)
+		parent, ok := c.paths[dir]
+		r := ok && parent.typ == store.TypeDir && reach(dir)
+		reachable[path] = r
+		return r
+	}
+	if _, ok := c.paths["/"]; !ok {
+		// Without the root every path would be an orphan.
+		p := Problem{Kind: "missing root", Subject: "/", Detail: "no path document of the root"}
+		if c.repair {
+			root := store.Dentry{Path: "/", Ino: store.RootIno, Type: store.TypeDir}
+			v, err := c.fb.Write(ctx, store.CreateDentry(root))
+			p.Repaired = err == nil
+			if err != nil {
+				p.Detail += ": " + err.Error()
+			} else {
+				root.Ver = v
+				c.docs = append(c.docs, root)
+				c.paths["/"] = pathInfo{store.TypeDir, store.RootIno}
+			}
+		}
+		c.rep.Problems = append(c.rep.Problems, p)
+		if !c.repair || !p.Repaired {
+			return
+		}
+	}
+	subdirs := map[string]uint32{}
+	for _, d := range c.docs {
+		if d.Type == store.TypeDir && d.Path != "/" {
+			subdirs[d.Parent]++
+		}
+	}
+	reported := map[string]bool{}
+	pending := map[string]bool{} // left out, below a directory not made
+	var madeDocs []store.Dentry
+	kept := c.docs[:0]
+	for _, d := range c.docs {
+		if d.Path == "/" || reach(d.Path) {
+			kept = append(kept, d)
+			continue
+		}
+		// The directories missing above it, up to the nearest path that
+		// has a document: made again when that is a directory, so that
+		// nothing below them is lost.
+		var missing []string
+		top := d.Parent
+		for {
+			if _, ok := c.paths[top]; ok {
+				break
+			}
+			missing = append(missing, top)
+			top = parentOf(top)
+		}
+		if (len(missing) > 0 || pending[top]) && c.paths[top].typ == store.TypeDir && (top == "/" || reach(top) || pending[top]) {
+			ok := c.repair && !pending[top]
+			for i := len(missing) - 1; i >= 0; i-- {
+				dir := missing[i]
+				if reported[dir] {
+					continue
+				}
+				reported[dir] = true
+				p := Problem{Kind: "missing directory", Subject: dir, Detail: "no document, and paths below it"}
+				if c.repair {
+					nd, err := c.makeDir(ctx, dir, subdirs[dir])
+					if err != nil {
+						p.Detail += ": " + err.Error()
+						ok = false
+					} else {
+						p.Repaired = true
+						p.Detail += fmt.Sprintf(" (made again, inode %d)", nd.Ino)
+						madeDocs = append(madeDocs, nd)
+						c.paths[dir] = pathInfo{store.TypeDir, nd.Ino}
+						subdirs[parentOf(dir)]++
+					}
+				}
+				c.rep.Problems = append(c.rep.Problems, p)
+				if !ok {
+					break
+				}
+			}
+			if ok {
+				for k, r := range reachable {
+					if !r {
+						delete(reachable, k)
+					}
+				}
+				kept = append(kept, d)
+				continue
+			}
+			// Left as it is, out of the snapshot: a check, or a repair
+			// that could not make its directory (the next run tries).
+			pending[d.Path] = true
+			continue
+		}
+		p := Problem{Kind: "orphan path", Subject: d.Path, Detail: "its parent is not a directory"}
+		if len(missing) > 0 {
+			p.Detail = "no directory leads to it"
+		}
+		if c.repair {
+			_, err := c.fb.Write(ctx, store.DeleteDentry(d.Path, d.Ver))
+			p.Repaired = err == nil || errors.Is(err, store.ErrNotFound)
+			if !p.Repaired {
+				p.Detail += ": " + err.Error()
+			}
+		}
+		c.rep.Problems = append(c.rep.Problems, p)
+		c.orphaned[d.Path] = true
+		delete(c.paths, d.Path)
+	}
+	for p := range pending {
+		c.orphaned[p] = true
+		delete(c.paths, p)
+	}
+	c.docs = append(kept, madeDocs...)
+}
+
+// makeDir makes directory path again (a new, empty inode with subdirs
+// subdirectories), whose document is missing while paths below it have
+// theirs, under the change lock of its parent.
+func (c *checker) makeDir(ctx context.Context, path string, subdirs uint32) (store.Dentry, error) {
+	parent, _ := store.Split(path)
+	n := c.blank(store.NewIno(), store.TypeDir, path)
+	n.Nlink = vfs.DirLinks(subdirs)
+	txn, err := c.co.Begin(ctx, []locking.Request{locking.Change(c.paths[parent].ino, parent)})
+	if err != nil {
+		return store.Dentry{}, err
+	}
+	defer txn.End(ctx)
+	v, err := c.fb.Write(ctx, store.CreateInode(n))
+	if err != nil {
+		return store.Dentry{}, err
+	}
+	n.Ver = v
+	d := store.Dentry{Path: path, Ino: n.Ino, Type: store.TypeDir}
+	if d.Ver, err = c.fb.Write(ctx, store.CreateDentry(d)); err != nil {
+		_, _ = c.fb.Write(ctx, store.DeleteInode(n.Ino, v))
+		return store.Dentry{}, err
+	}
+	d.Parent, d.Name = store.Split(path)
+	c.inodes[n.Ino] = n
+	return d, nil
+}
+
+// corrupt reports a document a scan could not decode and deletes it when
+// repairing: nothing in it can be read, and every reader stumbles on it.
+// A name that pointed at it is gone with it; an inode a path names is
+// made again (see names).
+func (c *checker) corrupt(ctx context.Context, kind string, b error) {
+	p := Problem{Kind: kind, Subject: "?", Detail: b.Error()}
+	var cd *store.DocError
+	if errors.As(b, &cd) {
+		p.Subject = cd.ID
+		if c.repair {
+			_, err := c.fb.Write(ctx, c.fb.DeleteDamaged(cd))
+			p.Repaired = err == nil || errors.Is(err, store.ErrNotFound)
+			if !p.Repaired {
+				p.Detail += ": " + err.Error()
+			}
+		}
+	}
+	c.rep.Problems = append(c.rep.Problems, p)
 }
 
 // scanInodes reads every inode document and checks the inodes the paths
@@ -89,7 +281,7 @@ func (c *checker) scanInodes(ctx context.Context) error {
 			return err
 		}
 		for _, b := range bad {
-			c.rep.Problems = append(c.rep.Problems, Problem{Kind: "corrupt inode document", Subject: "?", Detail: b.Error()})
+			c.corrupt(ctx, "corrupt inode document", b)
 		}
 		if page == nil {
 			break
@@ -108,32 +300,7 @@ func (c *checker) scanInodes(ctx context.Context) error {
 	}
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
 	for _, ino := range inos {
-		ps := c.links[ino]
-		n, ok := c.inodes[ino]
-		if !ok {
-			for _, p := range ps {
-				pr := Problem{Kind: "missing inode", Subject: p, Detail: fmt.Sprintf("inode %d does not exist", ino)}
-				c.rep.Problems = append(c.rep.Problems, pr)
-			}
-			continue
-		}
-		if n.Type == store.TypeDir && len(ps) > 1 {
-			c.rep.Problems = append(c.rep.Problems, Problem{Kind: "duplicate directory", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("at %q", ps)})
-		} else if n.Type != store.TypeDir && int(n.Nlink) != len(ps) {
-			p := Problem{Kind: "link count", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("nlink %d but %d paths %q", n.Nlink, len(ps), ps)}
-			if c.repair && int(n.Nlink) > len(ps) {
-				fixed := n
-				fixed.Nlink = uint32(len(ps))
-				_, err := c.fb.Write(ctx, store.PutInode(fixed, n.Ver))
-				p.Repaired = err == nil
-			}
-			c.rep.Problems = append(c.rep.Problems, p)
-		}
-		for _, p := range ps {
-			if info := c.paths[p]; info.typ != n.Type {
-				c.rep.Problems = append(c.rep.Problems, Problem{Kind: "type mismatch", Subject: p, Detail: fmt.Sprintf("path says %s, inode %d says %s", info.typ, ino, n.Type)})
-			}
-		}
+		c.names(ctx, ino)
 	}
 	return nil
 }
@@ -149,7 +316,7 @@ func (c *checker) dirLinks(ctx context.Context) error {
 	}
 	for _, d := range c.docs {
 		n, ok := c.inodes[d.Ino]
-		if d.Type != store.TypeDir || !ok || n.Type != store.TypeDir || n.Nlink == vfs.DirLinks(subdirs[d.Path]) {
+		if d.Type != store.TypeDir || !ok || n.Type != store.TypeDir || n.Nlink == vfs.DirLinks(subdirs[d.Path]) || c.aliased[d.Path] {
 			continue
 		}
 		// The snapshots are older than now: a mkdir or rmdir since moved
@@ -275,6 +442,9 @@ func (c *checker) lookAgain(ctx context.Context) error {
 				break
 			}
 			for _, vis := range page {
+				if c.orphaned[vis.Path] {
+					continue // no directory leads to it (see orphans)
+				}
 				named[vis.Ino] = append(named[vis.Ino], vis.Path)
 				c.paths[vis.Path] = pathInfo{vis.Type, vis.Ino}
 			}
@@ -332,4 +502,9 @@ func (c *checker) countDirLinks(ctx context.Context, path string, ino uint64) (s
 			}
 		}
 	}
+}
+
+func parentOf(path string) string {
+	dir, _ := store.Split(path)
+	return dir
 }

@@ -184,3 +184,26 @@ func (f *Mount) clearGarbage(ctx context.Context, path string) (bool, error) {
 	}
 	return true, nil
 }
+
+// DamagedEntry is the error of the entry at path, whose path document is
+// damaged as why says.
+func (f *Mount) DamagedEntry(path string, why error) error {
+	return f.st.DamagedPath(path, why)
+}
+
+// DirAlias is the error of the entry at path naming directory inode ino,
+// which the kernel's tree has at above, a directory above the entry (or
+// the entry's own directory). If above still names ino, the store holds
+// a second name of one directory inside itself, which only damage makes:
+// the entry is damaged. If not, the kernel's tree is behind a rename by
+// another mount: ESTALE has the kernel look the path up again.
+func (f *Mount) DirAlias(ctx context.Context, path string, ino uint64, above string) error {
+	err := f.checkDirAt(ctx, ino, above, true)
+	switch {
+	case err == nil:
+		return f.st.DamagedPath(path, fmt.Errorf("names directory inode %d, which is %q above it: %w", ino, above, store.ErrCorrupt))
+	case errors.Is(err, syscall.ESTALE), errors.Is(err, syscall.ENOTDIR):
+		return errnoErr(syscall.ESTALE, "%q names directory inode %d, which was at %q above it: %v", path, ino, above, err)
+	}
+	return err
+}

@@ -271,3 +271,7 @@ func (f *Mount) Usage(ctx context.Context) (store.Usage, error) {
 	}
 	return f.usageLast, nil
 }
+
+// NoteDamaged reports whether err is a damaged document's
+// (store.DocError), which it logs once (store.Store.NoteDamaged).
+func (f *Mount) NoteDamaged(op string, err error) bool { return f.st.NoteDamaged(op, err) }

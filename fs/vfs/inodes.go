@@ -67,9 +67,17 @@ func (f *Mount) inodesNow(ctx context.Context, inos []uint64, dirs map[uint64]st
 	for ino := range dirs {
 		watch, ids = append(watch, ino), append(ids, store.DelegLockID(ino))
 	}
-	res, locks, err := f.st.GetInodesWithLocks(ctx, inos, ids)
+	res, locks, lockErrs, err := f.st.GetInodesWithLocks(ctx, inos, ids)
 	if err != nil {
 		return nil, err
+	}
+	// A damaged delegation document fails its directory's attributes
+	// alone: who writes there is not known.
+	failed := map[uint64]error{}
+	for i, lerr := range lockErrs {
+		if lerr != nil {
+			failed[watch[i]] = lerr
+		}
 	}
 	recalled := false
 	for i, lk := range locks {
@@ -86,8 +94,10 @@ func (f *Mount) inodesNow(ctx context.Context, inos []uint64, dirs map[uint64]st
 			return nil, err
 		}
 	}
-	for _, r := range res {
-		if r.Err == nil {
+	for i, r := range res {
+		if lerr, ok := failed[inos[i]]; ok {
+			res[i] = store.InodeResult{Err: lerr}
+		} else if r.Err == nil {
 			f.cache.PutInode(r.Inode, gen)
 		}
 	}

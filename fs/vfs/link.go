@@ -39,7 +39,7 @@ func (f *Mount) linkLocked(ctx context.Context, parent Dir, ino uint64, dir, pat
 	// no links and may be deleted.
 	t := now()
 	count := func(a *store.Inode) error {
-		if a.Nlink >= 65000 {
+		if a.Nlink >= store.MaxLinks {
 			return syscall.EMLINK
 		}
 		*a = a.Linked(parent.Ino())

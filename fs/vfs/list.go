@@ -270,7 +270,9 @@ func (l *Listing) next(ctx context.Context) ([]store.Dentry, error) {
 		return nil, err
 	}
 	for _, b := range bad {
-		l.f.log.Error("corrupt document skipped in listing", "dir", l.path, "err", b)
+		if !l.f.NoteDamaged("listing "+l.path, b) {
+			l.f.log.Error("corrupt document skipped in listing", "dir", l.path, "err", b)
+		}
 		l.collecting = false // the listing is not the directory's whole truth
 	}
 	if l.collecting {

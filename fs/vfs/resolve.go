@@ -128,7 +128,7 @@ func (f *Mount) resolveEntry(ctx context.Context, path string, e locking.Entry, 
 			return f.resolveRead(ctx, path, now) // replaced meanwhile
 		}
 		if attempt >= 6 {
-			return store.Node{}, fmt.Errorf("path %q points at missing inode %d: %w", path, d.Ino, store.ErrCorrupt)
+			return store.Node{}, f.st.DamagedPath(path, fmt.Errorf("path %q points at missing inode %d: %w", path, d.Ino, store.ErrCorrupt))
 		}
 		store.Backoff(ctx, attempt, 50*time.Millisecond)
 		if attr, err = f.st.GetInode(ctx, d.Ino); err == nil {
@@ -139,7 +139,7 @@ func (f *Mount) resolveEntry(ctx context.Context, path string, e locking.Entry, 
 		return store.Node{}, err
 	}
 	if attr.Type != d.Type {
-		return store.Node{}, fmt.Errorf("path %q is a %s but inode %d is a %s: %w", path, d.Type, d.Ino, attr.Type, store.ErrCorrupt)
+		return store.Node{}, f.st.DamagedPath(path, fmt.Errorf("path %q is a %s but inode %d is a %s: %w", path, d.Type, d.Ino, attr.Type, store.ErrCorrupt))
 	}
 	n := store.Node{Dentry: d, Attr: attr}
 	f.cache.PutNode(n, gen)
