@@ -80,6 +80,13 @@ type BatchSpec struct {
 	// attributes under the new directory must go.
 	Moves   []store.ParentMove
 	Unmoved func([]uint64)
+	// Damaged gets each stored name of Removed, Moved or Replaced whose
+	// document is damaged (err is its store.DocError): its change is left
+	// out and the rest of the batch goes on. Trying again cannot cure it
+	// (the document stays damaged until it is mended or removed), and a
+	// batch failing on it for ever would keep its delegations, and every
+	// other mount out of their directories.
+	Damaged func(d store.Dentry, err error)
 }
 
 // Flush runs the batch of spec: the record with the marks of the holder
@@ -219,6 +226,7 @@ var ErrBatchUnknown = errors.New("outcome of the batch unknown")
 // nobody else changes them, so one gone or naming another inode is damage
 // or a repair's doing: a removal or a move of it is left out (there is
 // nothing left to remove), and a replaced name that is gone is made anew.
+// A damaged one (a store.DocError) is left out too, told to spec.Damaged.
 func (j *Journal) readStored(ctx context.Context, spec *BatchSpec) error {
 	lists := []*[]store.Dentry{&spec.Removed, &spec.Moved, &spec.Replaced}
 	var paths []string
@@ -240,7 +248,13 @@ func (j *Journal) readStored(ctx context.Context, spec *BatchSpec) error {
 		for _, want := range *l {
 			r := res[k]
 			k++
+			var de *store.DocError
 			switch {
+			case errors.As(r.Err, &de):
+				if spec.Damaged != nil {
+					spec.Damaged(want, r.Err)
+				}
+				continue
 			case r.Err != nil && !errors.Is(r.Err, store.ErrNotFound):
 				return r.Err
 			case r.Err == nil && r.Dentry.Ino == want.Ino && r.Dentry.Intent.Op == "":

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -321,6 +322,71 @@ func TestHostileDamagedDocuments(t *testing.T) {
 				t.Errorf("the log of the mount at %s does not name the document %s (%s)", mm.Dir, id, name)
 			}
 		}
+	}
+}
+
+// TestHostileBatchMeetsDamagedName: a write-delegated directory whose
+// pending batch renames a stored file, whose path document is then found
+// damaged (it names the root's inode). Retrying cannot mend it: the
+// batch leaves that change out and lands the rest, gives the delegation
+// back, and logs the document once; the other mount's calls into the
+// directory answer within the lock timeout (not EAGAIN after it, while
+// the flush retried for ever and kept the delegation); the writer, whose
+// file's rename was only half done, is told EIO at fsync.
+func TestHostileBatchMeetsDamagedName(t *testing.T) {
+	mounttest.QuickExit(t)
+	f := mounttest.NewFS(t)
+	m0 := f.Mount(t)
+	m1 := f.Mount(t)
+	// Everything the rename needs held in memory (the names and the
+	// attributes: see renameStored), so that it is made there.
+	mounttest.Sh(t, m0.Dir, "mkdir w && echo stored > w/f && echo other > w/other && sync w/f && ls -la w && ! stat w/g 2>/dev/null")
+	fh, err := os.OpenFile(m0.Path("w/f"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	if _, err := fh.Write([]byte("more\n")); err != nil {
+		t.Fatal(err)
+	}
+	id := store.DocID("/w/f")
+	h := &hostile{t: t, f: f}
+	h.put(f.Index, id, map[string]any{"path": "/w/f", "parent": "/w", "name": "f", "ino": store.RootIno, "type": "file"})
+	// In memory, under the delegation m0 holds since it made w, with
+	// another change for the batch to land.
+	if err := hostileCall(func() error { return os.Rename(m0.Path("w/f"), m0.Path("w/g")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := hostileCall(func() error { return os.WriteFile(m0.Path("w/new"), []byte("new\n"), 0o644) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"w/g", "w/new", "w/other"} {
+		start := time.Now()
+		var got []byte
+		err := hostileCall(func() (err error) { got, err = os.ReadFile(m1.Path(name)); return err })
+		took := time.Since(start)
+		t.Logf("cat %s on the other mount: %q, %v after %v", name, got, err, took.Round(time.Millisecond))
+		if err != nil || took >= 30*time.Second {
+			t.Errorf("cat %s on the other mount: %v after %v; want its contents within the lock timeout", name, err, took.Round(time.Millisecond))
+		}
+	}
+	if err := hostileCall(func() error { _, err := os.Lstat(m1.Path("w/f")); return err }); !errors.Is(err, syscall.EIO) {
+		t.Errorf("stat w/f (damaged) on the other mount: %v, want EIO", err)
+	}
+	// No process is started before this fsync: a child closing the
+	// description it inherited (at exec) would be told, and not this fsync.
+	if err := hostileCall(fh.Sync); !errors.Is(err, syscall.EIO) {
+		t.Errorf("fsync of the renamed file's description: %v, want EIO", err)
+	}
+	if err := hostileCall(fh.Sync); err != nil {
+		t.Errorf("a second fsync: %v, want nothing (told once)", err)
+	}
+	wantOK(t, runBounded(t, m0.Dir, "cat", "w/g", "w/new"), "cat on the writing mount", "stored", "more", "new")
+	mounttest.Alive(t, m0)
+	mounttest.Alive(t, m1)
+	wantLoggedOnce(t, m0, id)
+	if n := strings.Count(m0.Log(), "flushing the pending batch failed"); n > 0 {
+		t.Errorf("the writing mount logged %d failed flushes:\n%s", n, m0.Log())
 	}
 }
 

@@ -2,13 +2,16 @@ package vfs
 
 // The flush of a pending batch: taken from the pending state, staged and
 // committed as one journaled operation, rolled back and tried again when it
-// fails, lost (and reported) when the mount is fenced off; see writeback.go.
+// fails, lost (and reported) when the mount is fenced off; a change of a
+// stored name whose document is damaged is left out (and reported), as
+// trying again cannot mend it; see writeback.go.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"syscall"
 	"time"
 
 	"github.com/esfs/esfs/locking"
@@ -229,9 +232,12 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 			}
 		}
 	}
+	var damaged []damagedName
+	spec.Damaged = func(d store.Dentry, err error) { damaged = append(damaged, damagedName{d, err}) }
 	err := f.co.Journal.Flush(ctx, sess, spec)
 	switch {
 	case err == nil:
+		defer wb.droppedDamaged(damaged)
 	case errors.Is(err, locking.ErrLeaseLost):
 		// Lost, as in a crash: the next fsync says so; the call that
 		// asked for this flush goes on (what it depends on may be gone,
@@ -243,6 +249,9 @@ func (wb *writeback) run1(ctx context.Context, sess *locking.Session, b *pending
 		wb.unknown = b
 		wb.mu.Unlock()
 		settled, lerr := wb.learnUntil(ctx, b)
+		if lerr == nil && settled {
+			wb.droppedDamaged(damaged) // landed, or lost (and told so)
+		}
 		if lerr == nil && !settled {
 			// Still pending: the caller has not got what it asked for.
 			lerr = fmt.Errorf("batch %s: %v; rolled back: %w", b.op, err, errRolledBack)
@@ -304,6 +313,49 @@ func (wb *writeback) rolledBack(b *pendingBatch) {
 	}
 }
 
+// damagedName is a stored name a batch changed in memory whose document
+// was found damaged: its change was left out of the batch.
+type damagedName struct {
+	d   store.Dentry
+	err error
+}
+
+// droppedDamaged reports the changes a batch that went on left out, their
+// stored names being damaged (locking.BatchSpec.Damaged): each damaged
+// document is logged once, with its id, and the change is a failed
+// write-back, as a lost batch's (errseq.go): every open description of
+// the inodes it touched (the name's, and the one a rename moved onto it)
+// hears EIO at its next fsync or close, and every description's next
+// fsync does (the mount made durable less than it said). Caller holds
+// gate.
+func (wb *writeback) droppedDamaged(damaged []damagedName) {
+	if len(damaged) == 0 {
+		return
+	}
+	f := wb.f
+	var touched []uint64
+	for _, dn := range damaged {
+		f.NoteDamaged("flushing a pending batch", dn.err)
+		touched = append(touched, dn.d.Ino)
+		if dn.d.Intent.NewIno != 0 {
+			touched = append(touched, dn.d.Intent.NewIno)
+		}
+	}
+	err := fmt.Errorf("a pending change of %q was dropped: %v: %w", damaged[0].d.Path, damaged[0].err, syscall.EIO)
+	f.errs.lose(err, nil, touched, f.openInodes())
+}
+
+// openInodes returns the inodes open now (errSeq.lose keeps their marks).
+func (f *Mount) openInodes() map[uint64]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	open := make(map[uint64]bool, len(f.open))
+	for ino := range f.open {
+		open[ino] = true
+	}
+	return open
+}
+
 // lose drops batch b, which can never land (this mount was fenced): what
 // it made is lost, as in a crash. Every open file description it touched
 // is told, at its next fsync or close (errseq.go); the files it made are
@@ -332,14 +384,7 @@ func (wb *writeback) lose(b *pendingBatch, err error) {
 	for _, rn := range b.removed {
 		touched = append(touched, rn.d.Ino)
 	}
-	f := wb.f
-	f.mu.Lock()
-	open := make(map[uint64]bool, len(f.open))
-	for ino := range f.open {
-		open[ino] = true
-	}
-	f.mu.Unlock()
-	f.errs.lose(lostErr(len(b.names)+len(b.removed), err), made, touched, open)
+	wb.f.errs.lose(lostErr(len(b.names)+len(b.removed), err), made, touched, wb.f.openInodes())
 }
 
 // learnUntil learns the outcome of batch u, trying until ctx ends or this
