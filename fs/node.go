@@ -25,6 +25,16 @@ type node struct {
 	// removed: a directory removed while the kernel holds it (rmdir or a
 	// rename over it through this mount, or its inode found gone).
 	removed atomic.Bool
+	// requests: a directory's requests under way that name something in
+	// it or list it (the kernel holds its lock for them), and opendirs
+	// its open descriptors (see heldElsewhere).
+	requests, opendirs atomic.Int32
+}
+
+// inRequest counts a request in directory n until the result is called.
+func (n *node) inRequest() func() {
+	n.requests.Add(1)
+	return func() { n.requests.Add(-1) }
 }
 
 var (
@@ -95,6 +105,12 @@ func (n *node) StorePath() (string, bool) {
 
 // newChild makes (or finds) the kernel node of a store node.
 func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) *gofs.Inode {
+	return n.placeChild(ctx, sn, out, true)
+}
+
+// placeChild is newChild; dropOld false: the lookup tried to drop a
+// directory's old name already (heldElsewhere).
+func (n *node) placeChild(ctx context.Context, sn store.Node, out *fuse.EntryOut, dropOld bool) *gofs.Inode {
 	child := n.NewInode(ctx, &node{f: n.f}, gofs.StableAttr{Mode: TypeBits(sn.Type), Ino: sn.Ino})
 	if cn, ok := child.Operations().(*node); ok {
 		cn.remember(sn.Attr)
@@ -102,7 +118,13 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 	n.f.fillAttr(sn.Attr, &out.Attr)
 	if sn.Type == store.TypeDir {
 		if known, ok := n.f.dirNodes.LoadOrStore(sn.Ino, child); ok {
-			if !n.dropOldName(known.(*gofs.Inode), sn.Name) {
+			k := known.(*gofs.Inode)
+			_, parent := k.Parent()
+			inTree := parent != nil
+			if dropOld {
+				inTree, _ = n.dropOldName(k, sn.Name, oldNameWait)
+			}
+			if !inTree {
 				// Not in go-fuse's tree (a node a concurrent lookup's
 				// won over): this one may be the one it keeps.
 				n.f.dirNodes.CompareAndSwap(sn.Ino, known, child)
@@ -130,6 +152,7 @@ func (n *node) replyCreated(name string, sn store.Node, child *gofs.Inode, out *
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	defer n.inRequest()()
 	ans, err := n.f.core.LookupAt(ctx, n, n.f.kernelNode(n.EmbeddedInode()), name)
 	defer ans.Done()
 	if n.f.core.Delegations() && !ans.Kept {
@@ -141,7 +164,16 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if err != nil {
 		return nil, n.f.toErrno("lookup", err)
 	}
-	child := n.newChild(ctx, ans.Node, out)
+	dropOld := true
+	if ans.Node.Type == store.TypeDir {
+		held, tried := n.heldElsewhere(ans.Node.Ino)
+		if held {
+			uncached(out)
+			return nil, syscall.ENOENT
+		}
+		dropOld = !tried
+	}
+	child := n.placeChild(ctx, ans.Node, out, dropOld)
 	if ans.UnderDelegation {
 		n.tellAttrs(child, name, ans.Node.Ino, ans.Node.Type, out)
 	}
@@ -159,12 +191,14 @@ func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.F
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	defer n.inRequest()()
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	return n.f.toErrno("unlink", n.f.core.RemoveAt(ctx, n, name, false, 0))
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	defer n.inRequest()()
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	// The kernel looked the directory up before asking: its inode is the
@@ -214,6 +248,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if !ok {
 		return syscall.EXDEV
 	}
+	defer n.inRequest()()
+	defer np.inRequest()()
 	if flags&renameExchange != 0 || flags&^(renameNoReplace|renameExchange) != 0 {
 		return syscall.EINVAL
 	}
