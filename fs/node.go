@@ -265,9 +265,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if victim != nil && victim.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
 		guess.Replaced = victim.StableAttr().Ino
 	}
-	err := n.f.core.RenameAt(ctx, n, name, np, newName, guess, flags&renameNoReplace != 0)
-	if err == nil && guess.Replaced != 0 && guess.Replaced != guess.Moved {
-		markRemoved(victim) // a directory this replaced: removed
+	err := n.f.core.RenameAt(ctx, n, name, np, newName, &guess, flags&renameNoReplace != 0)
+	if err == nil && guess.Replaced != 0 && victim != nil && victim.StableAttr().Ino == guess.Replaced {
+		// A directory this replaced: removed. Only the one the rename
+		// found there: the kernel's guess may be a directory another
+		// mount moved away, which lives on.
+		markRemoved(victim)
 	}
 	if err == nil {
 		movedDir := moved != nil && moved.Mode()&syscall.S_IFMT == syscall.S_IFDIR

@@ -721,6 +721,67 @@ func TestFindingRenameOntoDirectoryMovedElsewhere(t *testing.T) {
 	}
 }
 
+// TestFindingRenameOntoNameOfMovedDirectory (campaign seeds 687873238,
+// class dir-nlink, and 729683240, class errno; fixed): mount B looked up
+// directory d/c, mount A moved it to d/e, B looked it up there, and B's
+// rename of file d/h to d/c marked the directory removed: a stat of d/e
+// on B answered nlink 0, and its listing ENOENT. The rename takes the
+// kernel's node at the new name as the directory it replaces, and
+// go-fuse's tree still had the directory at its old name, d/c, though the
+// kernel's lookup of d/c had found nothing; the rename, replacing nothing,
+// marked that directory removed all the same. Now only a directory the
+// rename found at the new name and replaced is marked removed. A file
+// renamed onto the old name, and a directory.
+func TestFindingRenameOntoNameOfMovedDirectory(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t)
+	b := f.Mount(t)
+	for _, tc := range []struct {
+		name string
+		dir  bool // the renamed entry is a directory
+	}{
+		{"a file", false},
+		{"a directory", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := strings.ReplaceAll(tc.name, " ", "-")
+			if err := os.MkdirAll(a.Path(base, "d/c/sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tc.dir {
+				if err := os.Mkdir(a.Path(base, "d/h"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(a.Path(base, "d/h"), []byte("h"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(b.Path(base, "d/c")); err != nil { // B learns the directory at d/c
+				t.Fatal(err)
+			}
+			if err := os.Rename(a.Path(base, "d/c"), a.Path(base, "d/e")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(b.Path(base, "d/e")); err != nil { // and at d/e
+				t.Fatal(err)
+			}
+			if err := os.Rename(b.Path(base, "d/h"), b.Path(base, "d/c")); err != nil {
+				t.Fatalf("B's rename of d/h to d/c: %v", err)
+			}
+			for _, m := range []*mounttest.Mount{b, a} {
+				var st unix.Stat_t
+				if err := unix.Lstat(m.Path(base, "d/e"), &st); err != nil {
+					t.Errorf("%s: stat d/e: %v", m.Dir, err)
+				} else if st.Nlink != 3 {
+					t.Errorf("%s: stat d/e: nlink %d, want 3 (a directory renamed onto its old name marked removed?)", m.Dir, st.Nlink)
+				}
+				if names, err := os.ReadDir(m.Path(base, "d/e")); err != nil || len(names) != 1 {
+					t.Errorf("%s: listing d/e: %v, %v; want its sub", m.Dir, names, err)
+				}
+			}
+		})
+	}
+}
+
 // TestFindingBornDelegationLandsLate (campaign seed 278378662, class
 // stuck-lock; fixed): a mkdir's bulk, which also writes the new
 // directory's delegation to its maker, was held past the request timeout;
