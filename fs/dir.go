@@ -38,15 +38,18 @@ var (
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (gofs.FileHandle, uint32, syscall.Errno) {
 	if n.removed.Load() {
+		n.opendirs.Add(1)
 		return &dirHandle{n: n}, 0, 0
 	}
 	l, err := n.f.core.OpenDir(ctx, n, n.f.kernelNode(n.EmbeddedInode()))
 	if err != nil {
 		if n.noteRemoved(err) {
+			n.opendirs.Add(1)
 			return &dirHandle{n: n}, 0, 0
 		}
 		return nil, 0, n.f.toErrno("opendir", err)
 	}
+	n.opendirs.Add(1)
 	return &dirHandle{n: n, l: l}, 0, 0
 }
 
@@ -61,6 +64,7 @@ func (n *node) noteRemoved(err error) bool {
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	defer d.n.inRequest()()
 	f := d.n.f
 	if d.l == nil || d.n.removed.Load() && d.off == 0 {
 		// As Linux answers getdents of a removed directory (for a removal
@@ -176,6 +180,7 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 }
 
 func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {
+	d.n.opendirs.Add(-1)
 	if d.l != nil {
 		d.l.Close()
 	}

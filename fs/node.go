@@ -26,6 +26,16 @@ type node struct {
 	// removed: a directory removed while the kernel holds it (rmdir or a
 	// rename over it through this mount, or its inode found gone).
 	removed atomic.Bool
+	// requests: a directory's requests under way that name something in
+	// it or list it (the kernel holds its lock for them), and opendirs
+	// its open descriptors (see heldElsewhere).
+	requests, opendirs atomic.Int32
+}
+
+// inRequest counts a request in directory n until the result is called.
+func (n *node) inRequest() func() {
+	n.requests.Add(1)
+	return func() { n.requests.Add(-1) }
 }
 
 var (
@@ -160,6 +170,12 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 	if err := n.checkChild(ctx, sn); err != nil {
 		return nil, err
 	}
+	return n.placeChild(ctx, sn, out, true), nil
+}
+
+// placeChild is newChild once checkChild let it; dropOld false: the
+// lookup tried to drop a directory's old name already (heldElsewhere).
+func (n *node) placeChild(ctx context.Context, sn store.Node, out *fuse.EntryOut, dropOld bool) *gofs.Inode {
 	child := n.NewInode(ctx, &node{f: n.f}, gofs.StableAttr{Mode: TypeBits(sn.Type), Ino: sn.Ino})
 	if cn, ok := child.Operations().(*node); ok {
 		cn.remember(sn.Attr)
@@ -167,14 +183,20 @@ func (n *node) newChild(ctx context.Context, sn store.Node, out *fuse.EntryOut) 
 	n.f.fillAttr(sn.Attr, &out.Attr)
 	if sn.Type == store.TypeDir {
 		if known, ok := n.f.dirNodes.LoadOrStore(sn.Ino, child); ok {
-			if !n.dropOldName(known.(*gofs.Inode), sn.Name) {
+			k := known.(*gofs.Inode)
+			_, parent := k.Parent()
+			inTree := parent != nil
+			if dropOld {
+				inTree, _ = n.dropOldName(k, sn.Name, oldNameWait)
+			}
+			if !inTree {
 				// Not in go-fuse's tree (a node a concurrent lookup's
 				// won over): this one may be the one it keeps.
 				n.f.dirNodes.CompareAndSwap(sn.Ino, known, child)
 			}
 		}
 	}
-	return child, nil
+	return child
 }
 
 // replyCreated settles what the kernel may keep of the reply to a create
@@ -195,6 +217,7 @@ func (n *node) replyCreated(name string, sn store.Node, child *gofs.Inode, out *
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	defer n.inRequest()()
 	ans, err := n.f.core.LookupAt(ctx, n, n.f.kernelNode(n.EmbeddedInode()), name)
 	defer ans.Done()
 	if n.f.core.Delegations() && !ans.Kept {
@@ -206,11 +229,22 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*go
 	if err != nil {
 		return nil, n.f.toErrno("lookup", err)
 	}
-	child, err := n.newChild(ctx, ans.Node, out)
-	if err != nil {
+	// An entry refused here is refused before it can touch the kernel's
+	// names (heldElsewhere drops a directory's old name).
+	if err := n.checkChild(ctx, ans.Node); err != nil {
 		uncached(out)
 		return nil, n.f.toErrno("lookup", err)
 	}
+	dropOld := true
+	if ans.Node.Type == store.TypeDir {
+		held, tried := n.heldElsewhere(ans.Node.Ino)
+		if held {
+			uncached(out)
+			return nil, syscall.ENOENT
+		}
+		dropOld = !tried
+	}
+	child := n.placeChild(ctx, ans.Node, out, dropOld)
 	if ans.UnderDelegation {
 		n.tellAttrs(child, name, ans.Node.Ino, ans.Node.Type, out)
 	}
@@ -228,12 +262,14 @@ func (n *node) tellAttrs(child *gofs.Inode, name string, ino uint64, typ store.F
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	defer n.inRequest()()
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	return n.f.toErrno("unlink", n.f.core.RemoveAt(ctx, n, name, false, 0))
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	defer n.inRequest()()
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	// The kernel looked the directory up before asking: its inode is the
@@ -283,6 +319,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if !ok {
 		return syscall.EXDEV
 	}
+	defer n.inRequest()()
+	defer np.inRequest()()
 	if flags&renameExchange != 0 || flags&^(renameNoReplace|renameExchange) != 0 {
 		return syscall.EINVAL
 	}
@@ -298,9 +336,12 @@ func (n *node) Rename(ctx context.Context, name string, newParent gofs.InodeEmbe
 	if victim != nil && victim.Mode()&syscall.S_IFMT == syscall.S_IFDIR {
 		guess.Replaced = victim.StableAttr().Ino
 	}
-	err := n.f.core.RenameAt(ctx, n, name, np, newName, guess, flags&renameNoReplace != 0)
-	if err == nil && guess.Replaced != 0 && guess.Replaced != guess.Moved {
-		markRemoved(victim) // a directory this replaced: removed
+	err := n.f.core.RenameAt(ctx, n, name, np, newName, &guess, flags&renameNoReplace != 0)
+	if err == nil && guess.Replaced != 0 && victim != nil && victim.StableAttr().Ino == guess.Replaced {
+		// A directory this replaced: removed. Only the one the rename
+		// found there: the kernel's guess may be a directory another
+		// mount moved away, which lives on.
+		markRemoved(victim)
 	}
 	if err == nil {
 		movedDir := moved != nil && moved.Mode()&syscall.S_IFMT == syscall.S_IFDIR

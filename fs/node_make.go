@@ -21,6 +21,7 @@ func callerEntry(ctx context.Context, typ store.FileType, mode uint32) vfs.Entry
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	defer n.inRequest()()
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	sn, err := n.f.core.MakeAt(ctx, n, name, callerEntry(ctx, store.TypeDir, mode))
@@ -36,6 +37,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	defer n.inRequest()()
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	e := callerEntry(ctx, store.TypeSymlink, 0o777)
@@ -59,6 +61,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 // the socket's server and clients meet in that kernel. The kernel checks
 // CAP_MKNOD for devices, and opens none of them: FUSE mounts are nodev.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	defer n.inRequest()()
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	typ := fileType(mode)
@@ -90,6 +93,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*gofs.Inode, gofs.FileHandle, uint32, syscall.Errno) {
+	defer n.inRequest()()
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	sn, h, err := n.f.core.CreateAt(ctx, n, name, callerEntry(ctx, store.TypeFile, mode), flags)
@@ -105,6 +109,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Link(ctx context.Context, target gofs.InodeEmbedder, name string, out *fuse.EntryOut) (*gofs.Inode, syscall.Errno) {
+	defer n.inRequest()()
 	ctx, cancel := n.f.ctxOf(ctx)
 	defer cancel()
 	tn, ok := target.(*node)

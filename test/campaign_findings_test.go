@@ -648,6 +648,140 @@ func TestFindingRenameOfDirectoryMovedElsewhere(t *testing.T) {
 	}
 }
 
+// TestFindingRenameOntoDirectoryMovedElsewhere (campaign seed 51272645,
+// class errno; fixed): mount A moved directory f/e to g while B had a file
+// in it open (as f/e/c); B's rename of f/g onto g failed with ESTALE
+// where Linux answers ENOTEMPTY (or, g empty, replaces it). B's kernel
+// holds the directory's one dentry at f/e, in use below, so that dropping
+// the old name cannot remove it, and the rename's lookup of its target
+// must move it to g under the rename's locks, which the kernel cannot do
+// (ESTALE, and the same when the rename is tried again); the old name's
+// invalidation itself waits for f's lock, which the rename holds. Now
+// such a lookup answers the name as absent (not kept), and the rename,
+// asked of the daemon, finds the directory under its locks. Pinned by an
+// open file below the directory and by the directory open itself.
+func TestFindingRenameOntoDirectoryMovedElsewhere(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t)
+	b := f.Mount(t)
+	for _, tc := range []struct {
+		name  string
+		empty bool // the target is empty: the rename replaces it
+		pin   string
+	}{
+		{"not empty, a file open below", false, "file"},
+		{"empty, a file open below", true, "file"},
+		{"not empty, the directory open", false, "dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := strings.ReplaceAll(tc.name, " ", "-")
+			base = strings.ReplaceAll(base, ",", "")
+			for _, d := range []string{base + "/f/e", base + "/f/g/sub"} {
+				if err := os.MkdirAll(a.Path(d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(a.Path(base, "f/e/c"), []byte("c"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			pinned := b.Path(base, "f/e/c") // B's kernel learns f/e, in use below
+			if tc.pin == "dir" {
+				pinned = b.Path(base, "f/e")
+			}
+			fh, err := os.Open(pinned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fh.Close()
+			if err := os.Rename(a.Path(base, "f/e"), a.Path(base, "g")); err != nil {
+				t.Fatal(err)
+			}
+			var want error = syscall.ENOTEMPTY
+			if tc.empty {
+				if err := os.Remove(a.Path(base, "g/c")); err != nil {
+					t.Fatal(err)
+				}
+				want = nil
+			}
+			// rename(2): os.Rename refuses to replace a directory.
+			err = unix.Rename(b.Path(base, "f/g"), b.Path(base, "g"))
+			if !errors.Is(err, want) {
+				t.Fatalf("B's rename of f/g onto g, a directory A moved there from f/e: %v, want %v", err, want)
+			}
+			wantList := "c"
+			if tc.empty {
+				wantList = "sub"
+			}
+			for _, m := range []*mounttest.Mount{a, b} {
+				if names := listing(m.Path(base, "g")); strings.Join(names, " ") != wantList {
+					t.Errorf("%s lists %q in g, want %s", m.Dir, names, wantList)
+				}
+			}
+		})
+	}
+}
+
+// TestFindingRenameOntoNameOfMovedDirectory (campaign seeds 687873238,
+// class dir-nlink, and 729683240, class errno; fixed): mount B looked up
+// directory d/c, mount A moved it to d/e, B looked it up there, and B's
+// rename of file d/h to d/c marked the directory removed: a stat of d/e
+// on B answered nlink 0, and its listing ENOENT. The rename takes the
+// kernel's node at the new name as the directory it replaces, and
+// go-fuse's tree still had the directory at its old name, d/c, though the
+// kernel's lookup of d/c had found nothing; the rename, replacing nothing,
+// marked that directory removed all the same. Now only a directory the
+// rename found at the new name and replaced is marked removed. A file
+// renamed onto the old name, and a directory.
+func TestFindingRenameOntoNameOfMovedDirectory(t *testing.T) {
+	f := mounttest.NewFS(t)
+	a := f.Mount(t)
+	b := f.Mount(t)
+	for _, tc := range []struct {
+		name string
+		dir  bool // the renamed entry is a directory
+	}{
+		{"a file", false},
+		{"a directory", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := strings.ReplaceAll(tc.name, " ", "-")
+			if err := os.MkdirAll(a.Path(base, "d/c/sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tc.dir {
+				if err := os.Mkdir(a.Path(base, "d/h"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(a.Path(base, "d/h"), []byte("h"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(b.Path(base, "d/c")); err != nil { // B learns the directory at d/c
+				t.Fatal(err)
+			}
+			if err := os.Rename(a.Path(base, "d/c"), a.Path(base, "d/e")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(b.Path(base, "d/e")); err != nil { // and at d/e
+				t.Fatal(err)
+			}
+			if err := os.Rename(b.Path(base, "d/h"), b.Path(base, "d/c")); err != nil {
+				t.Fatalf("B's rename of d/h to d/c: %v", err)
+			}
+			for _, m := range []*mounttest.Mount{b, a} {
+				var st unix.Stat_t
+				if err := unix.Lstat(m.Path(base, "d/e"), &st); err != nil {
+					t.Errorf("%s: stat d/e: %v", m.Dir, err)
+				} else if st.Nlink != 3 {
+					t.Errorf("%s: stat d/e: nlink %d, want 3 (a directory renamed onto its old name marked removed?)", m.Dir, st.Nlink)
+				}
+				if names, err := os.ReadDir(m.Path(base, "d/e")); err != nil || len(names) != 1 {
+					t.Errorf("%s: listing d/e: %v, %v; want its sub", m.Dir, names, err)
+				}
+			}
+		})
+	}
+}
+
 // TestFindingBornDelegationLandsLate (campaign seed 278378662, class
 // stuck-lock; fixed): a mkdir's bulk, which also writes the new
 // directory's delegation to its maker, was held past the request timeout;

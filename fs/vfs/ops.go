@@ -93,5 +93,5 @@ func (f *Mount) Rename(ctx context.Context, src, dst string, noReplace bool) err
 	if err != nil {
 		return err
 	}
-	return f.RenameAt(ctx, from, name, to, newName, RenameDirs{}, noReplace)
+	return f.RenameAt(ctx, from, name, to, newName, &RenameDirs{}, noReplace)
 }

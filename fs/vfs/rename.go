@@ -23,48 +23,59 @@ import (
 // keep them, so they must be recalled first; so does a directory the
 // rename replaces (it is gone). guess holds the caller's guesses at those
 // directories' inodes (0: none); a wrong guess is found under the locks
-// and the rename runs again with the right one.
-func (f *Mount) RenameAt(ctx context.Context, from Dir, name string, to Dir, newName string, guess RenameDirs, noReplace bool) error {
+// and the rename runs again with the right one. On success guess says
+// what the rename did: the directory it moved and the one it replaced (0:
+// none), whatever was guessed; the caller's kernel may have guessed a
+// directory at the new name that another mount had moved away.
+func (f *Mount) RenameAt(ctx context.Context, from Dir, name string, to Dir, newName string, guess *RenameDirs, noReplace bool) error {
+	did, err := f.renameAt(ctx, from, name, to, newName, *guess, noReplace)
+	if err == nil {
+		*guess = did
+	}
+	return err
+}
+
+func (f *Mount) renameAt(ctx context.Context, from Dir, name string, to Dir, newName string, guess RenameDirs, noReplace bool) (RenameDirs, error) {
 	if err := store.CheckName(name); err != nil {
-		return err
+		return RenameDirs{}, err
 	}
 	if err := store.CheckName(newName); err != nil {
-		return err
+		return RenameDirs{}, err
 	}
 	src, srcHold := f.holdOf(from.Ino())
 	dst, dstHold := f.holdOf(to.Ino())
 	if dstHold == holdWrite {
 		if handled, err := f.renamePending(from, name, to, dst, newName, noReplace); handled {
-			return err // a file made in memory, moved there
+			return RenameDirs{}, err // a file made in memory, moved there
 		}
 		if srcHold == holdWrite {
 			if handled, err := f.renameStored(ctx, from, src, name, to, dst, newName, noReplace); handled {
-				return err // a stored file, moved in memory
+				return RenameDirs{}, err // a stored file, moved in memory
 			}
 		}
 	}
 	if err := f.settle(ctx); err != nil {
-		return err
+		return RenameDirs{}, err
 	}
 	defer f.changing.begin(from.Ino(), to.Ino())()
 	for attempt := 0; ; attempt++ {
 		srcDir, ok1 := from.StorePath()
 		dstDir, ok2 := to.StorePath()
 		if !ok1 || !ok2 {
-			return syscall.ENOENT
+			return RenameDirs{}, syscall.ENOENT
 		}
 		src, dst := store.Join(srcDir, name), store.Join(dstDir, newName)
 		if err := store.CheckPath(dst); err != nil {
-			return err
+			return RenameDirs{}, err
 		}
 		if store.IsWithin(dst, src) && src != dst {
-			return errnoErr(syscall.EINVAL, "cannot move %q into itself", src)
+			return RenameDirs{}, errnoErr(syscall.EINVAL, "cannot move %q into itself", src)
 		}
 		var subtree []string
 		if f.co.Strategy.NeedsSubtree() {
 			var err error
 			if subtree, _, err = f.subtreePaths(ctx, src); err != nil {
-				return err
+				return RenameDirs{}, err
 			}
 		}
 		reqs := append(f.co.Strategy.Rename(src, dst, subtree), locking.Change(from.Ino(), srcDir), locking.Change(to.Ino(), dstDir))
@@ -76,7 +87,7 @@ func (f *Mount) RenameAt(ctx context.Context, from Dir, name string, to Dir, new
 		}
 		txn, err := f.beginRename(ctx, reqs, guess)
 		if err != nil {
-			return err
+			return RenameDirs{}, err
 		}
 		// A rename of an ancestor here (which changes go-fuse's tree when it
 		// replies) may have happened while we waited: then our locks are on
@@ -88,22 +99,23 @@ func (f *Mount) RenameAt(ctx context.Context, from Dir, name string, to Dir, new
 		if p, ok := to.StorePath(); !ok || p != dstDir {
 			moved = true
 		}
+		var did RenameDirs
 		if moved {
 			err = errSubtreeGrew
 		} else {
-			err = f.renameLocked(ctx, txn, from, to, src, dst, &guess, noReplace, subtree)
+			did, err = f.renameLocked(ctx, txn, from, to, src, dst, &guess, noReplace, subtree)
 		}
 		if errors.Is(err, errSubtreeGrew) {
 			_ = txn.End(ctx)
 			if attempt < 20 {
 				continue
 			}
-			return errnoErr(syscall.EAGAIN, "rename of %q: the tree kept changing", src)
+			return RenameDirs{}, errnoErr(syscall.EAGAIN, "rename of %q: the tree kept changing", src)
 		}
 		if rerr := txn.End(ctx); rerr != nil && err == nil {
 			err = rerr
 		}
-		return err
+		return did, err
 	}
 }
 
@@ -201,7 +213,9 @@ func (f *Mount) subtreePaths(ctx context.Context, src string) ([]string, map[str
 	}
 }
 
-func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir, src, dst string, guess *RenameDirs, noReplace bool, subtree []string) error {
+// renameLocked is the rename under its locks; did: the directories it
+// moved and replaced (0: none), once it is done.
+func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir, src, dst string, guess *RenameDirs, noReplace bool, subtree []string) (did RenameDirs, err error) {
 	// Re-check everything with realtime reads now that nothing can change
 	// (the source may have been moved away while we waited for the locks):
 	// both directories, source and destination, in one mget.
@@ -209,7 +223,7 @@ func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir
 	dstDir, _ := store.Split(dst)
 	res, err := f.co.View.GetMany(ctx, []string{srcDir, dstDir, src, dst})
 	if err != nil {
-		return err
+		return RenameDirs{}, err
 	}
 	var docs [4]store.Dentry
 	var found [4]bool
@@ -219,23 +233,23 @@ func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir
 	for i, n := range []Dir{from, to} {
 		switch {
 		case !found[i]:
-			return errnoErr(syscall.ESTALE, "directory %q is gone", res[i].Path)
+			return RenameDirs{}, errnoErr(syscall.ESTALE, "directory %q is gone", res[i].Path)
 		case docs[i].Ino != n.Ino():
-			return errnoErr(syscall.ESTALE, "directory %q is now another inode", docs[i].Path)
+			return RenameDirs{}, errnoErr(syscall.ESTALE, "directory %q is now another inode", docs[i].Path)
 		case docs[i].Type != store.TypeDir:
-			return syscall.ENOTDIR
+			return RenameDirs{}, syscall.ENOTDIR
 		}
 	}
 	if !found[2] {
-		return fmt.Errorf("%q: %w", src, store.ErrNotFound)
+		return RenameDirs{}, fmt.Errorf("%q: %w", src, store.ErrNotFound)
 	}
 	s := docs[2]
 	if src == dst {
-		return nil
+		return RenameDirs{}, nil
 	}
 	if s.Type == store.TypeDir && s.Ino != guess.Moved {
 		guess.Moved = s.Ino // not the directory whose change lock we hold
-		return errSubtreeGrew
+		return RenameDirs{}, errSubtreeGrew
 	}
 	if f.co.Strategy.NeedsSubtree() && s.Type == store.TypeDir {
 		// Entries made between our listing and our grant are harmless if
@@ -243,7 +257,7 @@ func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir
 		// lock, which we hold exclusively. A new directory is not covered.
 		_, dirs, err := f.subtreePaths(ctx, src)
 		if err != nil {
-			return err
+			return RenameDirs{}, err
 		}
 		locked := map[string]bool{}
 		for _, p := range subtree {
@@ -251,7 +265,7 @@ func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir
 		}
 		for p := range dirs {
 			if !locked[p] {
-				return errSubtreeGrew
+				return RenameDirs{}, errSubtreeGrew
 			}
 		}
 	}
@@ -259,27 +273,27 @@ func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir
 	if found[3] {
 		d := docs[3]
 		if noReplace {
-			return syscall.EEXIST
+			return RenameDirs{}, syscall.EEXIST
 		}
 		if d.Ino == s.Ino {
-			return nil // two links to one inode: POSIX says do nothing
+			return RenameDirs{}, nil // two links to one inode: POSIX says do nothing
 		}
 		if d.Type == store.TypeDir && s.Type == store.TypeDir && d.Ino != guess.Replaced {
 			guess.Replaced = d.Ino // not the directory whose change lock we hold
-			return errSubtreeGrew
+			return RenameDirs{}, errSubtreeGrew
 		}
 		switch {
 		case s.Type == store.TypeDir && d.Type != store.TypeDir:
-			return syscall.ENOTDIR
+			return RenameDirs{}, syscall.ENOTDIR
 		case s.Type != store.TypeDir && d.Type == store.TypeDir:
-			return syscall.EISDIR
+			return RenameDirs{}, syscall.EISDIR
 		case d.Type == store.TypeDir && !f.knownEmpty(d.Ino):
 			empty, err := f.isEmptyDir(ctx, dst)
 			if err != nil {
-				return err
+				return RenameDirs{}, err
 			}
 			if !empty {
-				return syscall.ENOTEMPTY
+				return RenameDirs{}, syscall.ENOTEMPTY
 			}
 		}
 		d.Intent = store.Intent{} // the visible state, at the stored version
@@ -287,7 +301,7 @@ func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir
 	} else if res[3].Stored {
 		// Garbage of an aborted or finished rename holds the name.
 		if _, err := f.clearGarbage(ctx, dst); err != nil {
-			return err
+			return RenameDirs{}, err
 		}
 	}
 	s.Intent = store.Intent{}
@@ -321,18 +335,24 @@ func (f *Mount) renameLocked(ctx context.Context, txn *locking.Txn, from, to Dir
 	f.delegs.changedHere(to.Ino(), dstName, dirEntry{ino: s.Ino, typ: s.Type}, err == nil)
 	if err != nil {
 		if errors.Is(err, locking.ErrRetry) {
-			return errSubtreeGrew // it had no effect: lock and run it again
+			return RenameDirs{}, errSubtreeGrew // it had no effect: lock and run it again
 		}
 		if target == nil && errors.Is(err, store.ErrExists) && !errors.Is(err, locking.ErrLeaseLost) {
 			// The name appeared after our check: a create under shared
 			// locks (locking.Share) does not take the name's lock, and
 			// Elasticsearch's create-if-absent refused our stage. The
 			// rename was rolled back; do it again, now as a replacement.
-			return errSubtreeGrew
+			return RenameDirs{}, errSubtreeGrew
 		}
-		return fmt.Errorf("rename %q to %q: %w", src, dst, err)
+		return RenameDirs{}, fmt.Errorf("rename %q to %q: %w", src, dst, err)
 	}
-	return nil
+	if s.Type == store.TypeDir {
+		did.Moved = s.Ino
+	}
+	if target != nil && target.Type == store.TypeDir {
+		did.Replaced = target.Ino
+	}
+	return did, nil
 }
 
 // knownInode is inode ino (name in directory dir) as this mount knows it

@@ -525,7 +525,7 @@ func (w *coreWorker) rename(ctx context.Context, src, dst string) error {
 	if old.IsDir() {
 		guess.Moved = old.ino
 	}
-	return w.m.RenameAt(ctx, od, oname, nd, nname, guess, false)
+	return w.m.RenameAt(ctx, od, oname, nd, nname, &guess, false)
 }
 
 func (w *coreWorker) link(ctx context.Context, oldPath, newPath string) error {

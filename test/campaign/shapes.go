@@ -473,8 +473,11 @@ func (r *Runner) shapeDupLock(sh *shapeRun) {
 	if !ok(opC) {
 		return
 	}
+	r.mu.Lock() // the lock table is the runner's: other shapes and operations answer into it meanwhile
 	ownerB := r.ownerPosix(b)
-	for strict := r.onlyHeldBy(sh.ino, r.ownerPosix(c), true, segs, ownerB); ; {
+	strict := r.onlyHeldBy(sh.ino, r.ownerPosix(c), true, segs, ownerB)
+	r.mu.Unlock()
+	for {
 		g := r.step(sh, c, &Op{Kind: "getlk", FD: opC.NewFD, Lock: "ex", Seg: segs})
 		if !ok(g) || g.Resp.Value == "un" || !strict {
 			break
@@ -494,7 +497,7 @@ func (r *Runner) shapeDupLock(sh *shapeRun) {
 	}
 	r.mu.Lock()
 	fd3 := r.fds[op3.NewFD]
-	strict := fd3 != nil && r.onlyHeldBy(sh.ino, r.ownerFlock(fd3), false, [2]int{-1, -1}, ownerX)
+	strict = fd3 != nil && r.onlyHeldBy(sh.ino, r.ownerFlock(fd3), false, [2]int{-1, -1}, ownerX)
 	r.mu.Unlock()
 	for {
 		f := r.step(sh, b, &Op{Kind: "flock", FD: op3.NewFD, Lock: "ex"})
