@@ -408,7 +408,24 @@ func (r *Runner) death(sl *slot, how string, midOp bool) {
 			delete(r.fds, fd.ID)
 		}
 		r.mu.Unlock()
+		// Faults armed for the killed mount would act on the new one's
+		// first requests: refused, its start fails (seed 550711320).
+		sl.proxy.Clear()
+		// A mount that still fails to start fails the test, and ends this
+		// goroutine (t.Fatalf): the run ends too, rather than every call
+		// waiting for this death for ever.
+		remounted := false
+		defer func() {
+			if !remounted {
+				r.mu.Lock()
+				delete(r.inflight, key)
+				r.stopped = true
+				r.cond.Broadcast()
+				r.mu.Unlock()
+			}
+		}()
 		r.mount(sl)
+		remounted = true
 		r.logf("  m%d mounted again at %s", sl.idx, sl.root)
 	}
 	r.mu.Lock()

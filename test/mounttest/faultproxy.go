@@ -145,6 +145,14 @@ func (p *FaultProxy) Add(f *Fault) *Fault {
 	return f
 }
 
+// Clear disarms the faults that have not acted yet (a test's faults for a
+// mount that is gone); those acting go on.
+func (p *FaultProxy) Clear() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.rules = nil
+}
+
 // Intercept has hook see every request before the faults do (it may hold
 // it, for as long as a test needs a command paused at that request); a
 // request the hook answers itself (it returns true) goes no further.
