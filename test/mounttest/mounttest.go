@@ -341,7 +341,7 @@ func (m *Mount) waitDone(limit time.Duration) bool {
 func (m *Mount) forceEnd() string {
 	m.asked.Store(true)
 	did := []string{"kernel stacks of its threads:\n" + stacks(m.Pid())}
-	if err := AbortFUSE(m.conn); err != nil {
+	if err := abortMounted(m.Dir, m.conn); err != nil {
 		did = append(did, "could not abort its FUSE connection: "+err.Error())
 	} else {
 		did = append(did, fmt.Sprintf("aborted FUSE connection %d", m.conn))
@@ -498,6 +498,19 @@ func AbortFUSE(conn int) error {
 	return os.WriteFile(filepath.Join(fusectl, strconv.Itoa(conn), "abort"), []byte("1"), 0)
 }
 
+// abortMounted aborts FUSE connection conn only while dir is still
+// mounted on it. A connection's number is its superblock's device, which
+// the next mount takes once the filesystem is unmounted, even while a
+// daemon that does not end still holds the old connection: an abort by
+// number then aborts another test's mount (a mkdir there failed with
+// ECONNABORTED in a suite run on a loaded machine).
+func abortMounted(dir string, conn int) error {
+	if c, _, _, ok := MountEntry(dir); !ok || c != conn {
+		return fmt.Errorf("%s is no longer mounted on FUSE connection %d: not aborted (the number may be another mount's now)", dir, conn)
+	}
+	return AbortFUSE(conn)
+}
+
 // stacks returns the kernel stacks of the threads of process pid, each
 // distinct stack once with its number of threads: where a process that
 // does not end is waiting.
@@ -530,7 +543,7 @@ func EndDaemon(t testing.TB, pid, conn int, dir string, limit time.Duration) {
 	if waitGone(pid, limit) {
 		return
 	}
-	err := AbortFUSE(conn)
+	err := abortMounted(dir, conn)
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	gone := waitGone(pid, killLimit)
 	lazyUnmount(dir)
