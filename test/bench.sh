@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/bench.sh - esfs's benchmark suite (issue 5): every case against a
+# test/bench.sh - esfs's benchmark suite: every case against a
 # floor measured in the same run, written as a markdown table to
 # test/bench/RESULTS.md (or $ESFS_BENCH_OUT).
 #
@@ -7,7 +7,7 @@
 # cluster with test/es.sh and stops it again at the end (unless one was
 # already running). Needs root (FUSE mounts, a tmpfs, drop_caches).
 #
-#   ESFS_BENCH_SCALE=quick|full  sizes: full is issue 5's (10k creates,
+#   ESFS_BENCH_SCALE=quick|full  sizes: full is the targets' (10k creates,
 #                                256 MiB, 100k entries...), quick (the
 #                                default) divides the big ones by ten
 #   ESFS_BENCH_REPS=N            repetitions of each case (default 5)

@@ -1569,8 +1569,7 @@ func TestFindingFailedChangeKeptInKernel(t *testing.T) {
 	})
 }
 
-// TestFindingHoleFilledElsewhere (campaign seed 1, class data; fixed,
-// issue 42's item 1): mount B wrote past a hole beyond the file's stored
+// TestFindingHoleFilledElsewhere (campaign seed 1, class data; fixed): mount B wrote past a hole beyond the file's stored
 // end and read the hole (zeros) before its write landed, then closed;
 // mount A, which held the file open after an fsync, wrote into the hole,
 // and its close failed at the inode write after its chunk had landed
@@ -1653,7 +1652,7 @@ func TestFindingHoleFilledElsewhere(t *testing.T) {
 }
 
 // TestFindingLateOpenRollsBack (campaign seeds 130822589 and, as cores,
-// 11, class data; fixed, issue 42's item 2): on mount B, open #1 of a
+// 11, class data; fixed): on mount B, open #1 of a
 // file had its read of the inode and first chunk answered seconds late;
 // meanwhile mount A rewrote the file longer and closed, and B's open #2,
 // begun after that close, read the new bytes. When #1 returned, a read

@@ -414,7 +414,7 @@ func refuseInodeWritesAfterChunks(fp *mounttest.FaultProxy) (landedAndRefused fu
 	return func() bool { return chunkLanded.Load() && refusing.Load() }
 }
 
-// TestDataCacheHoleFilledElsewhere (issue 42, item 1): a mount that read a
+// TestDataCacheHoleFilledElsewhere: a mount that read a
 // hole of a file as zeros, past the end it had stored (its own write
 // beyond the hole still buffered), must read what another mount wrote
 // there since, at its next open: the kernel's zero pages of the hole are
@@ -542,7 +542,7 @@ func TestDataCacheHoleFilledElsewhere(t *testing.T) {
 	})
 }
 
-// TestDataCacheLateOpenKeepsNewer (issue 42, item 2): an open whose read of
+// TestDataCacheLateOpenKeepsNewer: an open whose read of
 // the file is answered late, after another open of the same file on the
 // same mount read it newer, must not roll the open file back: a descriptor
 // that has read the new bytes reads them again, whole, and so does the

@@ -1,7 +1,7 @@
 package test
 
 // esfs du against GNU du: generated trees, random invocations, the same
-// output byte for byte (issue 30).
+// output byte for byte.
 
 import (
 	"bytes"

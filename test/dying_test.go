@@ -191,7 +191,7 @@ func checkEnded(t *testing.T, s *stuckNotification, b *mounttest.Mount, unmount 
 // for the daemon) cannot finish dying by itself: its /dev/fuse stays
 // open, and before the mount had a watchdog the process, its mount and
 // every process using it hung until the FUSE connection was aborted by
-// hand (as after the OOM kill of issue 42). Now the processes using the
+// hand (as after a memory limit's kill). Now the processes using the
 // mount are told ECONNABORTED (a call in flight) or ENOTCONN (a later
 // one), as after any kill -9, the daemon ends, and the mount unmounts.
 // Deaths by SIGKILL (a kill -9, the OOM killer) and by a fatal error of

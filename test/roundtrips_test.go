@@ -382,8 +382,8 @@ func TestRoundTripsAtRest(t *testing.T) {
 
 // TestRoundTripsSharedCreate: two mounts create files in one directory at
 // once, with delegations (the default) and without. It logs what each
-// create costs in requests on either side, for the record of issue 28
-// (where a shared directory's calls go), and holds one bound: a mount
+// create costs in requests on either side, for the record of where a
+// shared directory's calls go, and holds one bound: a mount
 // whose delegation grants the other mount keeps refusing does not keep
 // asking (before, every create on the second mount paid a refused grant
 // attempt, a lock read, first).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/scale.sh - esfs at scale (issue 29): a tree of N small files for each
+# test/scale.sh - esfs at scale: a tree of N small files for each
 # N given (default 10000,100000,1000000), imported with `esfs import`, its
 # largest directory (up to 100,000 entries) listed with ls -f and ls -l,
 # find and du -s over the whole tree, that directory renamed, and the

@@ -28,7 +28,7 @@ import (
 // fails after its chunks landed leaves the inode as it was, and the bytes
 // changed; campaign seed 381633321.) A hole counts: a chunk read absent,
 // or past the end stored, is kept at version 0, and a chunk landed there
-// since fails the check (issue 42: the kernel kept zero pages for ever).
+// since fails the check (else the kernel kept its zero pages for ever).
 //
 // The kernel may keep the file's pages across that open
 // (FOPEN_KEEP_CACHE) if every chunk it was given since it last dropped

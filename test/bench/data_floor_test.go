@@ -16,7 +16,7 @@ import (
 // data, written as esfs writes chunks (a bulk per few chunks, a few in
 // flight, each waiting for the translog's fsync) in each form it accepts,
 // into scratch indices made for the run: the floors the data path can
-// choose from (issue 29). Each variant writes the same incompressible
+// choose from. Each variant writes the same incompressible
 // bytes, then reads them back by _mget (JSON answers); the cluster's CPU
 // time per MiB written says what the bytes cost it.
 func benchDataFloor(s *suite) {

@@ -11,7 +11,7 @@ import (
 	"github.com/esfs/esfs/test/mounttest"
 )
 
-// The data group (issue 29's table): bytes in and out, and random reads,
+// The data group: bytes in and out, and random reads,
 // on esfs, JuiceFS + Redis and the loopback. esfs and JuiceFS write
 // through one mount and read through a second one of the same filesystem,
 // whose caches never saw the file; the loopback has one mount, and its

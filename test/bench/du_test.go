@@ -15,14 +15,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The du group (issue 30): `esfs du -s` of a tree of 100,000 files (full;
+// The du group: `esfs du -s` of a tree of 100,000 files (full;
 // 10,000 quick) in 10 x 10 directories of 1,000, of sizes from 0 to
 // 16 KiB, against GNU `du -s` of it through a mount, in the same run,
 // the kernel's dentries and inodes dropped before each (so that GNU du
 // asks the mount for every name and its attributes), and the mount idle
 // again after the forgets that drop sends it: what the index's sums save
 // over a walk of the tree one FUSE call at a time. The ratio is esfs
-// du's time over GNU du's; issue 30 asks for 20x faster.
+// du's time over GNU du's; the target is 20x faster.
 func benchDu(s *suite) {
 	t := s.t
 	n := s.n(100000)
@@ -92,8 +92,7 @@ func benchDu(s *suite) {
 	s.add(r)
 }
 
-// dropDentries drops the kernel's dentries and inodes (drop_caches 2, as
-// issue 30 measures): the page cache, and with it the cluster's files,
+// dropDentries drops the kernel's dentries and inodes (drop_caches 2): the page cache, and with it the cluster's files,
 // stays, as on a machine that did not just boot.
 func dropDentries(t testing.TB) {
 	unix.Sync()

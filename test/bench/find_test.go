@@ -13,7 +13,7 @@ import (
 	"github.com/esfs/esfs/test/mounttest"
 )
 
-// The find group (issue 30's item 4): esfs find, which asks the index,
+// The find group: esfs find, which asks the index,
 // against GNU find of the same expression through a mount of the same
 // tree (kernel caches dropped first, as the scale group's find), both
 // printing the same lines. The tree: ESFS_BENCH_FIND_FILES files (default

@@ -15,7 +15,7 @@ import (
 	"github.com/esfs/esfs/test/mounttest"
 )
 
-// The scale group (issue 29's item 5): a tree of N small files, N from
+// The scale group: a tree of N small files, N from
 // ESFS_BENCH_SCALE_FILES (default 10000,100000; the full scale adds
 // 1000000), one directory of min(N, 100000) of them and the rest in
 // directories of 1,000: `esfs import` of it, `ls -f` and `ls -l` of the

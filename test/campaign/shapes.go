@@ -16,14 +16,15 @@ package campaign
 //     later); meanwhile a mount (another, or B) changes the file and the
 //     change returns, then B opens the file again and reads it; once the
 //     late open returns, the second descriptor must read the change again,
-//     whole (issue 42, item 2).
+//     whole (a slower open must not roll a descriptor back).
 //   - hole: mount A holds the file open after an fsync; B writes past a
 //     hole beyond the stored end, reads the hole (zeros) with its write
 //     still buffered, and closes; A writes into the hole, or past the
 //     dirty limit across it (the chunks land while A holds the file open,
 //     and then two mounts' opens must agree), and closes, often with its
 //     inode write after the chunks refused (a close that fails after its
-//     chunks landed); then every mount reads the file (issue 42, item 1).
+//     chunks landed); then every mount reads the file (no mount may keep
+//     zeros for a hole another filled).
 //   - dup-lock: B takes a record lock and a flock through a descriptor,
 //     dups it and closes one of the two: the record lock must be gone for
 //     other mounts at once (POSIX: any close of the file by the process
@@ -236,7 +237,7 @@ func (r *Runner) isStopped() bool {
 	return r.stopped
 }
 
-// shapeLateOpen: issue 42's item 2. On mount B (the owner) open #1 of the
+// shapeLateOpen: a slower concurrent open. On mount B (the owner) open #1 of the
 // file has its read of the inode answered late; while it waits, a mount
 // changes the file (another mount mostly, B itself sometimes) and the
 // change returns; B's open #2 then reads the change; once #1 returns, a
@@ -327,7 +328,7 @@ func (r *Runner) bigWriteLen() int64 {
 	return 0
 }
 
-// shapeHole: issue 42's item 1. Mount A (another) holds the file open
+// shapeHole: a hole filled by another mount. Mount A (another) holds the file open
 // after an fsync (its writes have a data generation); B (the owner)
 // writes 4 KiB past a hole beyond the file's stored end, reads the hole
 // (zeros) before its write lands, and closes; A writes into the hole,
