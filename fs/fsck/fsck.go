@@ -108,6 +108,11 @@ type checker struct {
 	// orphaned are the paths no directory leads to, left out of the
 	// snapshot (see orphans).
 	orphaned map[string]bool
+	// awaitingDir are the inodes named by paths below a missing directory
+	// that a repair makes again (left out of the snapshot until it is
+	// made): named, not unreachable, though no path in the snapshot
+	// names them.
+	awaitingDir map[uint64]bool
 }
 
 type pathInfo struct {
@@ -140,7 +145,7 @@ func Repair(ctx context.Context, co *locking.Coordinator, fb Backend, wait bool)
 
 func run(ctx context.Context, c *checker, wait bool) (Report, error) {
 	c.paths, c.links, c.inodes = map[string]pathInfo{}, map[uint64][]string{}, map[uint64]store.Inode{}
-	c.docAt, c.entries, c.subdirs, c.aliased, c.orphaned = map[string]int{}, map[string]uint32{}, map[string]uint32{}, map[string]bool{}, map[string]bool{}
+	c.docAt, c.entries, c.subdirs, c.aliased, c.orphaned, c.awaitingDir = map[string]int{}, map[string]uint32{}, map[string]uint32{}, map[string]bool{}, map[string]bool{}, map[uint64]bool{}
 	if err := c.judge.JudgeSessions(ctx, wait); err != nil {
 		return c.rep, err
 	}

@@ -199,6 +199,7 @@ func (c *checker) orphans(ctx context.Context) {
 			// Left as it is, out of the snapshot: a check, or a repair
 			// that could not make its directory (the next run tries).
 			pending[d.Path] = true
+			c.awaitingDir[d.Ino] = true
 			continue
 		}
 		p := Problem{Kind: "orphan path", Subject: d.Path, Detail: "its parent is not a directory"}
@@ -376,7 +377,7 @@ func (c *checker) changeDir(ctx context.Context, ino uint64, path string, o stor
 // mounts delete it too).
 func (c *checker) unreachable(ctx context.Context) error {
 	for ino, n := range c.inodes {
-		if _, ok := c.links[ino]; ok || ino == store.RootIno {
+		if _, ok := c.links[ino]; ok || ino == store.RootIno || c.awaitingDir[ino] {
 			continue
 		}
 		p := Problem{Kind: "unreachable inode", Subject: fmt.Sprintf("inode %d", ino), Detail: fmt.Sprintf("%s of %d bytes, no path names it", n.Type, n.Size)}
