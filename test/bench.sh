@@ -21,7 +21,13 @@
 #                                creates and renames in one directory at
 #                                once, and a file handed back and forth),
 #                                data (dd in, dd out through a second
-#                                mount, fio random 4 KiB reads); du
+#                                mount, fio random 4 KiB reads),
+#                                first_walk (GNU find -size and ls -lR
+#                                of a tree a fresh mount never saw,
+#                                against the same walk again after
+#                                drop_caches, and against JuiceFS's first
+#                                walk; ESFS_BENCH_WALK_FILES=30000 full,
+#                                3000 quick); du
 #                                (esfs du -s against GNU du -s through
 #                                a mount, 100k files full, 10k quick); scale
 #                                (a tree of N small files: import, ls,
@@ -62,7 +68,7 @@ command -v fusermount3 >/dev/null || { echo "bench.sh: needs fuse3 (apt-get inst
 
 wants_peers() {
 	[ -z "${ESFS_BENCH_ONLY:-}" ] && return 0
-	case ",$ESFS_BENCH_ONLY," in *,mdtest,* | *,real_tools,* | *,shared,* | *,data,*) return 0 ;; esac
+	case ",$ESFS_BENCH_ONLY," in *,mdtest,* | *,real_tools,* | *,shared,* | *,data,* | *,first_walk,*) return 0 ;; esac
 	return 1
 }
 

@@ -47,6 +47,7 @@ var cases = []benchCase{
 	{group: "data", run: benchData},
 	{group: "data_floor", run: benchDataFloor},
 	{group: "du", run: benchDu},
+	{group: "first_walk", run: benchFirstWalk},
 	{group: "scale", run: benchScale, named: true},
 	{group: "find", run: benchFind, named: true},
 }

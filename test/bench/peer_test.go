@@ -256,6 +256,9 @@ func (v *juiceVolume) mount(t testing.TB, name string) string {
 	// /var/log/juicefs.log): same disk, same behaviour.
 	output(t, v.juicefs, "mount", "-d", "--cache-dir", filepath.Join(v.dir, "cache"+name), "--log", filepath.Join(v.dir, "juicefs"+name+".log"), v.meta, mnt)
 	t.Cleanup(func() {
+		if !mounttest.IsMounted(mnt) {
+			return // unmounted by the case already
+		}
 		if out, err := exec.Command(v.juicefs, "umount", mnt).CombinedOutput(); err != nil {
 			t.Logf("juicefs umount: %v %s", err, out)
 			_ = exec.Command("fusermount3", "-uz", mnt).Run()
@@ -265,6 +268,24 @@ func (v *juiceVolume) mount(t testing.TB, name string) string {
 		t.Fatalf("juicefs mount -d returned but %s is not mounted", mnt)
 	}
 	return mnt
+}
+
+// unmount unmounts a mount of the volume before the test ends (a case
+// that wants the next mount to start with nothing cached).
+func (v *juiceVolume) unmount(t testing.TB, mnt string) {
+	t.Helper()
+	output(t, v.juicefs, "umount", mnt)
+	waitUnmounted(t, mnt)
+}
+
+// waitUnmounted waits until mnt is no longer a mount point.
+func waitUnmounted(t testing.TB, mnt string) {
+	t.Helper()
+	for start := time.Now(); mounttest.IsMounted(mnt); time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%s still mounted 30s after its unmount", mnt)
+		}
+	}
 }
 
 var loopback struct {
