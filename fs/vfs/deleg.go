@@ -32,9 +32,11 @@ import (
 // and the kernel is told not to keep it: nothing would tell this mount
 // when it changes.
 //
-// A directory is asked for in the background, at the first lookup or
-// listing that finds none held: a grant costs two round trips, which the
-// request that prompted it does not wait for.
+// A directory is asked for in the background at the first lookup that
+// finds none held (a grant costs one or two round trips, which the lookup
+// does not wait for), and before its first listing, which waits for the
+// answer: the listing then answers the entries with attributes the kernel
+// keeps (see Listing.start).
 
 const (
 	// maxDelegDirs bounds the delegations a mount holds at once (each is
@@ -353,14 +355,56 @@ func (ds *delegs) want(ino uint64, path string, node KernelNode) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), ds.f.st.Timeout())
 		defer cancel()
-		d, err := ds.f.co.Delegations.Grant(ctx, ino, path, store.ReadDeleg)
-		ds.mu.Lock()
-		delete(ds.asking, ino)
-		if err == nil && !d.Revoked() {
-			if old := ds.by[ino]; old == nil || old.d != d {
-				ds.by[ino] = ds.newDirState(d, node)
-			}
-		}
-		ds.mu.Unlock()
+		ds.ask(ctx, ino, path, node)
 	}()
+}
+
+// ask asks for a read delegation on directory ino at path (ds.asking
+// holds it) and installs its state: the valid state of ino after the
+// answer, or nil.
+func (ds *delegs) ask(ctx context.Context, ino uint64, path string, node KernelNode) *dirState {
+	d, err := ds.f.co.Delegations.Grant(ctx, ino, path, store.ReadDeleg)
+	ds.mu.Lock()
+	delete(ds.asking, ino)
+	var st *dirState
+	if err == nil && !d.Revoked() {
+		st = ds.by[ino]
+		if st == nil || st.d != d {
+			st = ds.newDirState(d, node)
+			ds.by[ino] = st
+		}
+	}
+	ds.mu.Unlock()
+	if st == nil || st.d.Revoked() {
+		return nil
+	}
+	return st
+}
+
+// grantNow is want, waited for: the first listing of a directory asks for
+// its delegation before it reads the entries (one round trip when nobody
+// conflicts), so that it can hand the kernel the entries with attributes
+// it may keep (readdirplus), instead of names whose every stat then costs
+// a lookup of its own. It returns the state of ino, or nil when the
+// delegation is refused (another mount writes or changes the directory,
+// or it was recalled too often lately) or at the bound: the listing then
+// goes on without one.
+func (ds *delegs) grantNow(ctx context.Context, ino uint64, path string, node KernelNode) *dirState {
+	if ds == nil {
+		return nil
+	}
+	ds.mu.Lock()
+	if st := ds.by[ino]; st != nil && !st.d.Revoked() {
+		ds.mu.Unlock()
+		return st
+	}
+	if len(ds.by)+len(ds.asking) >= maxDelegDirs {
+		ds.mu.Unlock()
+		return nil
+	}
+	// Counted as asking even when a background grant asks too: Grant
+	// waits for that one and answers with its delegation.
+	ds.asking[ino] = true
+	ds.mu.Unlock()
+	return ds.ask(ctx, ino, path, node)
 }

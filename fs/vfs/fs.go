@@ -83,6 +83,8 @@ type Mount struct {
 	errs errSeq
 	// changing: this mount's entry changes under way, by directory.
 	changing entryChanges
+	// ahead: the reading ahead of walks (walkahead.go).
+	ahead walkAhead
 
 	// writes counts path-index writes of this mount and refreshed the value
 	// of writes when the last refresh started: a listing refreshes first
@@ -91,6 +93,7 @@ type Mount struct {
 	writes    atomic.Uint64
 	refreshed atomic.Uint64
 	refreshMu lockorder.Mutex // one refresh at a time; waiters reuse its result
+	refreshes refreshRounds
 
 	// closed is set when the daemon stops serving a detached mount:
 	// writes then fail instead of filling buffers nobody will flush.
@@ -185,14 +188,62 @@ func (f *Mount) refreshIfDirty(ctx context.Context) error {
 }
 
 // refreshNow makes every path write that completed before it was called,
-// this mount's and others', visible to search.
+// this mount's and others', visible to search. Callers share refreshes:
+// one that comes while a refresh runs joins the next, which starts once
+// that one ends and answers every caller that joined it (the listings of
+// a walk read ahead in parallel, each after a grant of its own, would
+// otherwise each ask for one).
 func (f *Mount) refreshNow(ctx context.Context) error {
-	start := f.writes.Load()
-	if err := f.st.Refresh(ctx, store.SearchedPaths); err != nil {
-		return err
+	r := &f.refreshes
+	r.mu.Lock()
+	if r.next == nil {
+		r.next = &refreshRound{done: make(chan struct{})}
 	}
-	f.refreshed.Store(start)
-	return nil
+	round := r.next
+	if !r.running {
+		r.running = true
+		r.next = nil
+		go f.refreshRounds(round)
+	}
+	r.mu.Unlock()
+	select {
+	case <-round.done:
+		return round.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// refreshRounds runs round, then the rounds joined meanwhile, until none.
+func (f *Mount) refreshRounds(round *refreshRound) {
+	r := &f.refreshes
+	for round != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*f.st.Timeout())
+		start := f.writes.Load()
+		round.err = f.st.Refresh(ctx, store.SearchedPaths)
+		cancel()
+		if round.err == nil {
+			f.refreshed.Store(max(start, f.refreshed.Load()))
+		}
+		close(round.done)
+		r.mu.Lock()
+		round, r.next = r.next, nil
+		r.running = round != nil
+		r.mu.Unlock()
+	}
+}
+
+// refreshRounds are the refreshes of the path index callers share (see
+// refreshNow).
+type refreshRounds struct {
+	mu      lockorder.Mutex
+	running bool
+	next    *refreshRound // joined, to start once the running one ends
+}
+
+type refreshRound struct {
+	done chan struct{}
+	err  error
 }
 
 // errnoErr lets inner functions return an errno through error values.

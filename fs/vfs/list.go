@@ -16,6 +16,9 @@ import (
 // the directory's attributes as a removed one's from then on.
 var ErrRemoved = errors.New("directory removed")
 
+// errNotAhead ends a reading ahead whose delegation was refused.
+var errNotAhead = errors.New("not read ahead: no delegation")
+
 // removedErr is ErrRemoved for directory inode ino, which answers ENOENT.
 func removedErr(ino uint64) error {
 	return fmt.Errorf("directory inode %d: %w: %w", ino, ErrRemoved, syscall.ENOENT)
@@ -56,6 +59,18 @@ type Listing struct {
 	listed     int
 	st         *dirState
 	since      uint64
+
+	// ahead: a listing made to read the directory ahead of a walk
+	// (walkahead.go), which takes no step a delegation was refused for.
+	// subdirs: the subdirectories listed so far, for walking ahead.
+	ahead   bool
+	subdirs []store.Dentry
+	// ownRead: the directory's own attributes were read (ahead only).
+	// vouch: for a listing ahead, the state of the parent's delegation
+	// it was listed under, which proves the path still names the
+	// directory while it is valid and knows the name so.
+	ownRead bool
+	vouch   *dirState
 }
 
 // OpenDir opens directory d for a listing. A delegated directory's listing
@@ -93,6 +108,7 @@ func (l *Listing) Rewind() {
 	}
 	l.started, l.sc, l.page, l.byName, l.inodes = false, nil, nil, nil, nil
 	l.mem, l.fromMem, l.collecting, l.listed, l.st, l.since = nil, false, false, 0, nil, 0
+	l.subdirs = nil
 }
 
 // Close ends the listing: the locks taken through it go.
@@ -118,7 +134,21 @@ func (l *Listing) start(ctx context.Context) error {
 	if p, ok := d.StorePath(); ok {
 		l.path = p
 	}
+	if !l.ahead {
+		f.descend(l.path)
+		f.awaitAhead(ctx, d.Ino())
+	}
 	st := f.delegs.state(d.Ino())
+	granted := false
+	if st == nil && f.delegs != nil {
+		// A first listing: the delegation first, so that the entries
+		// go to the kernel with attributes it keeps (see grantNow).
+		st = f.delegs.grantNow(ctx, d.Ino(), l.path, l.kn)
+		granted = st != nil
+		if st == nil && l.ahead {
+			return errNotAhead
+		}
+	}
 	switch {
 	case st == nil && f.delegs != nil:
 		// With delegations, a change is seen by every mount once the call
@@ -184,12 +214,47 @@ func (l *Listing) start(ctx context.Context) error {
 			return err
 		}
 		l.since, l.collecting = st.changeCount(), true
-		if err := f.refreshNow(ctx); err != nil {
+		if !granted || l.path == "/" || l.vouched() {
+			if err := f.refreshNow(ctx); err != nil {
+				return err
+			}
+			break
+		}
+		// Granted just now, by inode: whether the path still names the
+		// directory (another mount may have renamed it since it was
+		// opened) is read while the refresh runs. No other mount
+		// writes it: its write delegation would have refused ours.
+		var de store.Dentry
+		var derr error
+		read := make(chan struct{})
+		go func() {
+			defer close(read)
+			de, derr = f.st.GetDentry(ctx, l.path)
+		}()
+		err := f.refreshNow(ctx)
+		<-read
+		if err == nil {
+			err = l.stillNamed(ctx, de, derr)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	l.sc = f.co.View.List(l.path, store.DefaultPageSize)
 	return nil
+}
+
+// vouched says whether the delegation of the parent, still valid, knows
+// the directory's name to name it: no other mount renamed it since (a
+// rename changes the parent's entries, which recalls that delegation
+// first).
+func (l *Listing) vouched() bool {
+	if l.vouch == nil {
+		return false
+	}
+	_, name := store.Split(l.path)
+	e, ok := l.vouch.lookup(name)
+	return ok && !e.absent && e.ino == l.dir.Ino() && !l.vouch.d.Revoked()
 }
 
 // stillNamed checks that de, the path document read at l.path (derr its
@@ -245,6 +310,14 @@ func (l *Listing) Next(ctx context.Context) ([]store.Dentry, error) {
 	page, err := l.next(ctx)
 	if err != nil {
 		return nil, err
+	}
+	for _, e := range page {
+		if e.Type == store.TypeDir && len(l.subdirs) < aheadSubdirs {
+			l.subdirs = append(l.subdirs, e)
+		}
+	}
+	if page == nil && !l.ahead && l.f.delegs != nil {
+		l.f.ahead.listedAll(l.path, l.subdirs, l.st)
 	}
 	l.page = append(l.page[:0], page...)
 	l.byName = make(map[string]int, len(l.page))
@@ -341,6 +414,13 @@ func (l *Listing) readInodes(ctx context.Context) error {
 		}
 		inos, names = append(inos, de.Ino), append(names, de.Name)
 	}
+	// A listing read ahead reads the directory's own attributes with its
+	// first page's, for the walk's stat of it.
+	own, ownChanges := l.ahead && l.st != nil && !l.ownRead, uint64(0)
+	if own {
+		l.ownRead, ownChanges = true, l.st.changeCount()
+		inos, names = append(inos, l.dir.Ino()), append(names, "")
+	}
 	if len(inos) == 0 {
 		return nil
 	}
@@ -348,6 +428,12 @@ func (l *Listing) readInodes(ctx context.Context) error {
 	if err != nil {
 		l.inodes = nil
 		return err
+	}
+	if own {
+		if r := res[len(res)-1]; r.Err == nil {
+			l.st.learnSelf(r.Inode, ownChanges)
+		}
+		res, inos, names = res[:len(res)-1], inos[:len(inos)-1], names[:len(names)-1]
 	}
 	for k, r := range res {
 		if r.Err != nil {
