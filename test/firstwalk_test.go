@@ -165,3 +165,49 @@ func TestWalkAheadSeesChangesMadeMeanwhile(t *testing.T) {
 		t.Errorf("A's walk of the tree:\n%s\nB's:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestLookupsByNameReadTheDirectory: a tool that stats the files of a
+// directory by name, one after the other (git status after reading its
+// index), on a fresh mount, has the directory read whole after a few
+// lookups its delegation could not answer: the stats cost a bounded
+// number of requests, not a lookup's two apiece.
+func TestLookupsByNameReadTheDirectory(t *testing.T) {
+	mounttest.QuickExit(t)
+	const files = 500
+	src := t.TempDir()
+	for i := range files {
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("f%03d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := mounttest.NewFS(t)
+	if out, err := f.Run("import", src, "/d"); err != nil {
+		t.Fatalf("esfs import: %v\n%s", err, out)
+	}
+	m, metrics := delegMount(t, f)
+	total := func() float64 {
+		n := 0.0
+		for _, v := range requestCounts(t, metrics) {
+			n += v
+		}
+		return n
+	}
+	before, counts := total(), requestCounts(t, metrics)
+	for i := range files {
+		fi, err := os.Lstat(m.Path("d", fmt.Sprintf("f%03d", i)))
+		if err != nil || fi.Size() != 1 {
+			t.Fatalf("lstat f%03d: %v, %v", i, fi, err)
+		}
+	}
+	if _, err := os.Lstat(m.Path("d", "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("lstat of a missing name: %v, want ENOENT", err)
+	}
+	asked := total() - before
+	logRequests(t, metrics, counts)
+	// Until the directory is read (a refresh, a page of the scan and one
+	// of attributes after the grant), the lookups go to the cluster: a
+	// few dozen at most, however the two race.
+	if asked > 150 {
+		t.Errorf("%d lstats by name asked %v requests, want at most 150", files, asked)
+	}
+}

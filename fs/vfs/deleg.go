@@ -95,6 +95,8 @@ type dirState struct {
 	// writes: this mount's writes of the directory's own document under
 	// way (see deleg_self.go).
 	writes selfWrites
+	// misses counts the lookups it could not answer (walkahead.go).
+	misses atomic.Int64
 	// answering counts lookups between their check of the delegation and
 	// their reply to the kernel; a recall waits for them before it
 	// invalidates, so that no reply lands after the invalidation.

@@ -51,6 +51,10 @@ func (f *Mount) dirPath(ctx context.Context, d Dir, fresh bool) (string, error) 
 func (f *Mount) LookupAt(ctx context.Context, d Dir, kn KernelNode, name string) (LookupAnswer, error) {
 	st := f.delegs.state(d.Ino())
 	if st != nil {
+		// A directory being read ahead knows its names and their
+		// attributes once that read ends: waiting for it costs less
+		// than reading them one by one meanwhile.
+		f.awaitAhead(ctx, d.Ino())
 		if ans, err, ok := f.lookupDelegated(ctx, d, kn, st, name); ok {
 			return ans, err
 		}
@@ -106,6 +110,10 @@ func (f *Mount) LookupAt(ctx context.Context, d Dir, kn KernelNode, name string)
 	case errors.Is(err, store.ErrNotFound):
 		st.learn(name, dirEntry{absent: true})
 	case err == nil:
+		// Only names found count: the lookups of creates (new names)
+		// in a directory shared with other mounts would read it whole
+		// again at every grant.
+		f.missed(st, dir)
 		st.learn(name, dirEntry{ino: sn.Ino, typ: sn.Type})
 		f.delegs.learnAttr(st, name, sn.Attr) // read now (resolveFresh)
 	}

@@ -19,6 +19,10 @@ package vfs
 // anybody: a directory whose delegation is refused is left to the walk.
 // A foreground listing of a directory being read ahead waits for that
 // read (bounded by its context) rather than doing it twice.
+//
+// A directory whose files are looked up by name one after the other (git
+// status stats the files its index names) is read ahead the same way
+// after a few lookups its delegation could not answer (see missed).
 
 import (
 	"context"
@@ -44,6 +48,13 @@ const (
 	// aheadWithin is how soon after its parent's listing a descent shows
 	// a walk.
 	aheadWithin = 30 * time.Second
+	// aheadMisses is the number of lookups of names a directory's
+	// delegation did not know after which the directory is read ahead.
+	aheadMisses = 4
+	// aheadEntries bounds the entries read ahead of one directory: the
+	// first ones of a larger directory are known (and answer lookups),
+	// the directory is not known complete.
+	aheadEntries = 10000
 )
 
 // listedSubdirs are the subdirectories of a directory listed to its end.
@@ -110,11 +121,37 @@ func (f *Mount) descend(path string) {
 	if time.Since(ls.at) > aheadWithin {
 		ls.subs = nil
 	}
+	var dirs []aheadDir
 	for _, e := range ls.subs {
-		if e.Path == path || len(w.queue) >= aheadQueued || w.reading[e.Ino] != nil {
+		if e.Path != path {
+			dirs = append(dirs, aheadDir{e, ls.st})
+		}
+	}
+	w.mu.Unlock()
+	f.queueAhead(dirs)
+}
+
+// missed is told of a lookup in a directory whose delegation (st) did not
+// know the name, which exists: a tool that stats the files of a directory by name
+// (git status, after its index) would pay a lookup of each in real time.
+// At the aheadMisses-th, the directory is read ahead whole, and the
+// lookups after it are answered from memory.
+func (f *Mount) missed(st *dirState, dir string) {
+	if st.misses.Add(1) != aheadMisses {
+		return
+	}
+	f.queueAhead([]aheadDir{{e: store.Dentry{Path: dir, Ino: st.ino, Type: store.TypeDir}}})
+}
+
+// queueAhead queues dirs to be read ahead, and starts readers for them.
+func (f *Mount) queueAhead(dirs []aheadDir) {
+	w := &f.ahead
+	w.mu.Lock()
+	for _, a := range dirs {
+		if len(w.queue) >= aheadQueued || w.reading[a.e.Ino] != nil {
 			continue
 		}
-		w.queue = append(w.queue, aheadDir{e, ls.st})
+		w.queue = append(w.queue, a)
 	}
 	start := min(aheadFlight-w.workers, len(w.queue))
 	w.workers += max(start, 0)
@@ -165,7 +202,7 @@ func (f *Mount) readAhead(e store.Dentry, vouch *dirState) {
 	defer cancel()
 	l := &Listing{f: f, dir: pathDir{e.Path, e.Ino}, path: e.Path, ahead: true, vouch: vouch}
 	defer l.Close()
-	for {
+	for read := 0; read < aheadEntries; {
 		page, err := l.Next(ctx)
 		if err != nil || page == nil {
 			break
@@ -173,6 +210,7 @@ func (f *Mount) readAhead(e store.Dentry, vouch *dirState) {
 		if err := l.readInodes(ctx); err != nil {
 			return
 		}
+		read += len(page)
 	}
 	st := l.st
 	if st == nil || l.ownRead {
@@ -184,8 +222,8 @@ func (f *Mount) readAhead(e store.Dentry, vouch *dirState) {
 	}
 }
 
-// awaitAhead waits, within ctx, for the reading ahead of directory ino if
-// one is under way.
+// awaitAhead waits for the reading ahead of directory ino if one is under
+// way, within ctx and the reading's own bound.
 func (f *Mount) awaitAhead(ctx context.Context, ino uint64) {
 	w := &f.ahead
 	w.mu.Lock()
@@ -194,8 +232,11 @@ func (f *Mount) awaitAhead(ctx context.Context, ino uint64) {
 	if done == nil {
 		return
 	}
+	bound := time.NewTimer(2 * f.st.Timeout())
+	defer bound.Stop()
 	select {
 	case <-done:
 	case <-ctx.Done():
+	case <-bound.C:
 	}
 }
