@@ -40,7 +40,9 @@ import (
 
 const (
 	// maxDelegDirs bounds the delegations a mount holds at once (each is
-	// an entry in a lock document and a few hundred bytes here).
+	// an entry in a lock document and a few hundred bytes here). A
+	// listing that finds it reached gives back the one used least
+	// recently (giveBackOldest); a lookup's grant is not asked for.
 	maxDelegDirs = 4096
 	// maxDelegNames bounds the names known of one directory; past it, the
 	// directory is no longer known complete and new names are not kept.
@@ -109,9 +111,11 @@ type dirState struct {
 
 // delegs is the mount's side of read delegations.
 type delegs struct {
-	f  *Mount
-	mu lockorder.Mutex
-	by map[uint64]*dirState
+	f *Mount
+	// maxDirs is maxDelegDirs (tests lower it).
+	maxDirs int
+	mu      lockorder.Mutex
+	by      map[uint64]*dirState
 	// asking: grants under way.
 	asking map[uint64]bool
 	// attrsIn: the directory whose state holds the attributes of an
@@ -136,7 +140,8 @@ type delegs struct {
 }
 
 func newDelegs(f *Mount) *delegs {
-	return &delegs{f: f, by: map[uint64]*dirState{}, asking: map[uint64]bool{}, attrsIn: map[uint64]uint64{}, upgradeTried: map[uint64]time.Time{}}
+	return &delegs{f: f, by: map[uint64]*dirState{}, asking: map[uint64]bool{}, attrsIn: map[uint64]uint64{}, upgradeTried: map[uint64]time.Time{},
+		maxDirs: maxDelegDirs}
 }
 
 func (ds *delegs) newDirState(d *locking.Delegation, node KernelNode) *dirState {
@@ -348,7 +353,7 @@ func (ds *delegs) want(ino uint64, path string, node KernelNode) {
 		return
 	}
 	ds.mu.Lock()
-	if st := ds.by[ino]; st != nil && !st.d.Revoked() || ds.asking[ino] || len(ds.by)+len(ds.asking) >= maxDelegDirs {
+	if st := ds.by[ino]; st != nil && !st.d.Revoked() || ds.asking[ino] || len(ds.by)+len(ds.asking) >= ds.maxDirs {
 		ds.mu.Unlock()
 		return
 	}
@@ -400,9 +405,19 @@ func (ds *delegs) grantNow(ctx context.Context, ino uint64, path string, node Ke
 		ds.mu.Unlock()
 		return st
 	}
-	if len(ds.by)+len(ds.asking) >= maxDelegDirs {
+	if len(ds.by)+len(ds.asking) >= ds.maxDirs {
+		// A walk of a tree of more directories than the bound would go
+		// on without delegations, every file then costing lookups of
+		// its own: the one used least recently goes back instead.
 		ds.mu.Unlock()
-		return nil
+		if !ds.giveBackOldest(ctx) {
+			return nil
+		}
+		ds.mu.Lock()
+		if len(ds.by)+len(ds.asking) >= ds.maxDirs {
+			ds.mu.Unlock()
+			return nil
+		}
 	}
 	// Counted as asking even when a background grant asks too: Grant
 	// waits for that one and answers with its delegation.

@@ -15,6 +15,7 @@ package vfs
 
 import (
 	"cmp"
+	"context"
 	"maps"
 	"slices"
 
@@ -150,4 +151,32 @@ func (ds *delegs) forget(st *dirState) int {
 		}
 	}
 	return n
+}
+
+// giveBackOldest gives back the read delegation of the directory used
+// least recently, as a recall does (the kernel forgets what it was told
+// under it), to make room for a new one at the bound (maxDirs). Write
+// delegations are left to recalls (what this mount made in memory would
+// land first), as is a state in use: moved to an upgrade, with a write of
+// its directory or a lookup's answer under way. It reports whether one
+// went.
+func (ds *delegs) giveBackOldest(ctx context.Context) bool {
+	ds.mu.Lock()
+	states := slices.Collect(maps.Values(ds.by))
+	ds.mu.Unlock()
+	slices.SortFunc(states, func(a, b *dirState) int { return cmp.Compare(a.used.Load(), b.used.Load()) })
+	for _, st := range states {
+		if st.d.Writable() || st.d.Revoked() {
+			continue
+		}
+		st.mu.Lock()
+		busy := st.moved || st.writes.pending != 0 || st.answering.Load() != 0
+		st.mu.Unlock()
+		if busy {
+			continue
+		}
+		ds.f.co.Delegations.Give(ctx, st.d)
+		return true
+	}
+	return false
 }
