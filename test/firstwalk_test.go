@@ -75,13 +75,7 @@ func TestFirstWalkCostsPerDirectory(t *testing.T) {
 		t.Fatalf("esfs import: %v\n%s", err, out)
 	}
 	m, metrics := delegMount(t, f)
-	total := func() float64 {
-		n := 0.0
-		for _, v := range requestCounts(t, metrics) {
-			n += v
-		}
-		return n
-	}
+	total := func() float64 { return callAndAfter(t, metrics) }
 	before, counts := total(), requestCounts(t, metrics)
 	got := walkLines(t, m.Path("t"), "-type", "f", "-size", "+3k")
 	if want := walkLines(t, src, "-type", "f", "-size", "+3k"); !slices.Equal(got, want) {
@@ -185,13 +179,7 @@ func TestLookupsByNameReadTheDirectory(t *testing.T) {
 		t.Fatalf("esfs import: %v\n%s", err, out)
 	}
 	m, metrics := delegMount(t, f)
-	total := func() float64 {
-		n := 0.0
-		for _, v := range requestCounts(t, metrics) {
-			n += v
-		}
-		return n
-	}
+	total := func() float64 { return callAndAfter(t, metrics) }
 	before, counts := total(), requestCounts(t, metrics)
 	for i := range files {
 		fi, err := os.Lstat(m.Path("d", fmt.Sprintf("f%03d", i)))
@@ -210,4 +198,70 @@ func TestLookupsByNameReadTheDirectory(t *testing.T) {
 	if asked > 150 {
 		t.Errorf("%d lstats by name asked %v requests, want at most 150", files, asked)
 	}
+}
+
+// TestWalkAheadFaults: the requests of a reading ahead meet a lost answer
+// (the grant of a directory's delegation landed, its answer reset), a
+// refusal (the scan answered 503) and a hold past the mount's timeout (an
+// attributes' mget): the walk still prints the whole tree, each directory
+// listed by the walk itself where its reading ahead failed, and what
+// mount B changes afterwards in those directories is seen at once.
+// (Which call sees a fault is decided: none does; a reading ahead that
+// fails leaves its directory to the walk, which waits for it at most
+// twice --es-timeout.)
+func TestWalkAheadFaults(t *testing.T) {
+	mounttest.QuickExit(t)
+	src := firstWalkTree(t, 8, 6)
+	f := mounttest.NewFS(t)
+	if out, err := f.Run("import", src, "/t"); err != nil {
+		t.Fatalf("esfs import: %v\n%s", err, out)
+	}
+	fp := mounttest.NewFaultProxy(t, f.URL)
+	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout", "2s")
+	b := f.Mount(t)
+	faults := []*mounttest.Fault{
+		fp.Add(&mounttest.Fault{Reset: true, Match: func(_, path string, body []byte) bool {
+			return strings.HasSuffix(path, "/_bulk") && strings.Contains(string(body), `"path":"/t/d03"`)
+		}}),
+		fp.Add(&mounttest.Fault{Refuse: 503, Match: func(_, path string, body []byte) bool {
+			return strings.HasSuffix(path, "/_search") && strings.Contains(string(body), `"parent":"/t/d05"`)
+		}}),
+		fp.Add(&mounttest.Fault{Delay: 5 * time.Second, Match: func(_, path string, body []byte) bool {
+			return strings.HasSuffix(path, "/_search") && strings.Contains(string(body), `"parent":"/t/d06"`)
+		}}),
+	}
+	// A walk's start: /t listed, then d00: the others are read ahead,
+	// and meet the faults before the walk reaches them.
+	mounttest.Sh(t, a.Dir, `ls t >/dev/null && ls t/d00 >/dev/null`)
+	for _, fault := range faults {
+		fault.WaitFired(t)
+	}
+	if got, want := walkLines(t, a.Path("t")), walkLines(t, src); !slices.Equal(got, want) {
+		t.Errorf("A's walk after faults on its reading ahead:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	mounttest.Sh(t, b.Dir, `for d in d03 d05 d06; do touch t/$d/new && rm t/$d/f000; done`)
+	for _, d := range []string{"d03", "d05", "d06"} {
+		if _, err := os.Lstat(a.Path("t", d, "new")); err != nil {
+			t.Errorf("%s/new, made by B, on A: %v", d, err)
+		}
+		if _, err := os.Lstat(a.Path("t", d, "f000")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s/f000, removed by B, on A: %v, want ENOENT", d, err)
+		}
+		names := mounttest.Sh(t, a.Dir, "ls t/"+d)
+		if !strings.Contains(names, "new\n") || strings.Contains(names, "f000") {
+			t.Errorf("ls %s on A after B's changes:\n%s", d, names)
+		}
+	}
+}
+
+// callAndAfter counts the requests a mount made for calls and for what
+// they set off (reading ahead), not its upkeep.
+func callAndAfter(t *testing.T, metrics string) float64 {
+	n := 0.0
+	for _, origin := range []string{"call", "after"} {
+		for _, v := range requestCountsOf(t, metrics, origin) {
+			n += v
+		}
+	}
+	return n
 }

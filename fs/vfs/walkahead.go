@@ -198,7 +198,8 @@ func (f *Mount) readAhead(e store.Dentry, vouch *dirState) {
 			return // known already
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*f.st.Timeout())
+	// Counted as what a call set off and did not wait for.
+	ctx, cancel := context.WithTimeout(store.AfterCall(context.Background()), 2*f.st.Timeout())
 	defer cancel()
 	l := &Listing{f: f, dir: pathDir{e.Path, e.Ino}, path: e.Path, ahead: true, vouch: vouch}
 	defer l.Close()
