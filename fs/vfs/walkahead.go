@@ -75,7 +75,7 @@ type aheadDir struct {
 type walkAhead struct {
 	mu lockorder.Mutex
 	// listed: the subdirectories of the directories listed to their
-	// end lately (by path, in the order listed), oldest first in order.
+	// end lately, by path; order: those paths, oldest first.
 	listed map[string]listedSubdirs
 	order  []string
 	// queue: directories to read ahead; reading: those being read, with
@@ -132,9 +132,9 @@ func (f *Mount) descend(path string) {
 }
 
 // missed is told of a lookup in a directory whose delegation (st) did not
-// know the name, which exists: a tool that stats the files of a directory by name
-// (git status, after its index) would pay a lookup of each in real time.
-// At the aheadMisses-th, the directory is read ahead whole, and the
+// know the name, which exists: a tool that stats the files of a directory
+// by name (git status, after its index) would pay a lookup of each in real
+// time. At the aheadMisses-th, the directory is read ahead whole, and the
 // lookups after it are answered from memory.
 func (f *Mount) missed(st *dirState, dir string) {
 	if st.misses.Add(1) != aheadMisses {
