@@ -51,6 +51,17 @@ func firstWalkTree(t *testing.T, dirs, files int) string {
 	return src
 }
 
+// importedFS is a filesystem holding the tree src as /t, written by esfs
+// import (no mount has seen it).
+func importedFS(t *testing.T, src string) *mounttest.FS {
+	t.Helper()
+	f := mounttest.NewFS(t)
+	if out, err := f.Run("import", src, "/t"); err != nil {
+		t.Fatalf("esfs import: %v\n%s", err, out)
+	}
+	return f
+}
+
 // walkLines is GNU find's listing of dir (args its tests): every path
 // below it with its type, and a file's size, sorted.
 func walkLines(t *testing.T, dir string, args ...string) []string {
@@ -70,10 +81,7 @@ func TestFirstWalkCostsPerDirectory(t *testing.T) {
 	mounttest.QuickExit(t)
 	const dirs, files = 12, 120
 	src := firstWalkTree(t, dirs, files)
-	f := mounttest.NewFS(t)
-	if out, err := f.Run("import", src, "/t"); err != nil {
-		t.Fatalf("esfs import: %v\n%s", err, out)
-	}
+	f := importedFS(t, src)
 	m, metrics := delegMount(t, f)
 	total := func() float64 { return callAndAfter(t, metrics) }
 	before, counts := total(), requestCounts(t, metrics)
@@ -121,10 +129,7 @@ func TestFirstWalkCostsPerDirectory(t *testing.T) {
 func TestWalkAheadSeesChangesMadeMeanwhile(t *testing.T) {
 	mounttest.QuickExit(t)
 	src := firstWalkTree(t, 8, 6)
-	f := mounttest.NewFS(t)
-	if out, err := f.Run("import", src, "/t"); err != nil {
-		t.Fatalf("esfs import: %v\n%s", err, out)
-	}
+	f := importedFS(t, src)
 	fp := mounttest.NewFaultProxy(t, f.URL)
 	a := f.Mount(t, "--es-url", fp.URL)
 	b := f.Mount(t)
@@ -212,10 +217,7 @@ func TestLookupsByNameReadTheDirectory(t *testing.T) {
 func TestWalkAheadFaults(t *testing.T) {
 	mounttest.QuickExit(t)
 	src := firstWalkTree(t, 8, 6)
-	f := mounttest.NewFS(t)
-	if out, err := f.Run("import", src, "/t"); err != nil {
-		t.Fatalf("esfs import: %v\n%s", err, out)
-	}
+	f := importedFS(t, src)
 	fp := mounttest.NewFaultProxy(t, f.URL)
 	a := f.Mount(t, "--es-url", fp.URL, "--es-timeout", "2s")
 	b := f.Mount(t)

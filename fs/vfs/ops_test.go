@@ -37,20 +37,31 @@ func ctxT(t *testing.T) context.Context {
 // locking strategy strategy.
 func newFS(t *testing.T, strategy string) *Mount {
 	t.Helper()
-	st := testenv.Store(t)
+	f, _ := newMountOn(t, testenv.Store(t), strategy, Options{})
+	return f
+}
+
+// newMountOn is a mount of the filesystem in st with locking strategy
+// strategy and options o, as esfs mount makes one (its own session), and
+// what ends its session (once; the test's end does too).
+func newMountOn(t *testing.T, st *store.Store, strategy string, o Options) (*Mount, func()) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	co, err := locking.Start(ctxT(t), st, locking.Config{Strategy: strategy, Lease: 10 * time.Second,
 		LockTimeout: 10 * time.Second, Mount: "(in-process test)", Log: log, NoSweeper: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = co.Close(context.Background()) })
+	var once sync.Once
+	end := func() { once.Do(func() { _ = co.Close(context.Background()) }) }
+	t.Cleanup(end)
 	c, err := cache.New(16<<20, time.Second, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return New(st, co, c, Options{LockTimeout: 10 * time.Second, Logger: log})
+	o.LockTimeout, o.Logger = 10*time.Second, log
+	return New(st, co, c, o), end
 }
 
 // errnoOf is the errno the adapter answers for err, for the errors these

@@ -1,42 +1,12 @@
 package vfs
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"slices"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/esfs/esfs/cache"
-	"github.com/esfs/esfs/locking"
-	"github.com/esfs/esfs/store"
 	"github.com/esfs/esfs/test/testenv"
 )
-
-// newMountOn is a mount of the filesystem in st with options o, as newFS
-// makes one (its own session), and what ends its session (once; the
-// test's end does too).
-func newMountOn(t *testing.T, st *store.Store, o Options) (*Mount, func()) {
-	t.Helper()
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	co, err := locking.Start(ctxT(t), st, locking.Config{Strategy: "tree", Lease: 10 * time.Second,
-		LockTimeout: 10 * time.Second, Mount: "(in-process test)", Log: log, NoSweeper: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	end := func() { once.Do(func() { _ = co.Close(context.Background()) }) }
-	t.Cleanup(end)
-	c, err := cache.New(16<<20, time.Second, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	o.LockTimeout, o.Logger = 10*time.Second, log
-	return New(st, co, c, o), end
-}
 
 // TestDelegationsMakeRoomForAWalk: a walk of more directories than a mount
 // may hold delegations on lists each under a delegation of its own (its
@@ -45,8 +15,8 @@ func newMountOn(t *testing.T, st *store.Store, o Options) (*Mount, func()) {
 func TestDelegationsMakeRoomForAWalk(t *testing.T) {
 	ctx := ctxT(t)
 	st := testenv.Store(t)
-	maker, closeMaker := newMountOn(t, st, Options{})
-	walker, _ := newMountOn(t, st, Options{Delegations: true})
+	maker, closeMaker := newMountOn(t, st, "tree", Options{})
+	walker, _ := newMountOn(t, st, "tree", Options{Delegations: true})
 	const bound, dirs = 4, 10
 	walker.delegs.maxDirs = bound
 	inos := make([]uint64, dirs)
