@@ -94,10 +94,13 @@ func TestFirstWalkCostsPerDirectory(t *testing.T) {
 	// Each directory: its delegation, a refresh, a page of the scan, a
 	// page of attributes, the path's check and its own attributes, and a
 	// few kernel GETATTRs the walk makes of it before any delegation
-	// covers it (the read ahead's may come after the walk's).
+	// covers it: about 13 when the walk lists it itself (a loaded
+	// machine may reach a directory before its reading ahead does),
+	// about 5 when it was read ahead; two a file (130 a directory here)
+	// without either.
 	nDirs := 2*dirs + 1
-	if limit := float64(12 * nDirs); walked > limit {
-		t.Errorf("the first walk of %d files in %d directories asked %v requests, want at most %v (12 a directory)",
+	if limit := float64(20 * nDirs); walked > limit {
+		t.Errorf("the first walk of %d files in %d directories asked %v requests, want at most %v (20 a directory)",
 			dirs*(files+5), nDirs, walked, limit)
 	}
 	t.Logf("first walk: %v requests for %d directories, %d files", walked, nDirs, dirs*(files+5))
