@@ -143,6 +143,13 @@ func (st *dirState) listed(since uint64, n int) {
 	st.complete = present == n
 }
 
+// isComplete says whether the state knows every name of its directory.
+func (st *dirState) isComplete() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.complete
+}
+
 // changeCount is the own-change count, read before a listing.
 func (st *dirState) changeCount() uint64 {
 	st.mu.Lock()

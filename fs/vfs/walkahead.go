@@ -193,10 +193,8 @@ func (f *Mount) readAheadLoop() {
 // it, under the delegation state vouch if not nil) into the state of a
 // read delegation on it, with its entries' attributes and its own.
 func (f *Mount) readAhead(e store.Dentry, vouch *dirState) {
-	if st := f.delegs.state(e.Ino); st != nil {
-		if _, _, ok := st.listing(); ok {
-			return // known already
-		}
+	if st := f.delegs.state(e.Ino); st != nil && st.isComplete() {
+		return // known already
 	}
 	// Counted as what a call set off and did not wait for.
 	ctx, cancel := context.WithTimeout(store.AfterCall(context.Background()), 2*f.st.Timeout())
