@@ -92,8 +92,7 @@ type Mount struct {
 	// a refresh per operation.
 	writes    atomic.Uint64
 	refreshed atomic.Uint64
-	refreshMu lockorder.Mutex // one refresh at a time; waiters reuse its result
-	refreshes refreshRounds
+	refreshes refreshRounds // shared by the callers that ask at once
 
 	// closed is set when the daemon stops serving a detached mount:
 	// writes then fail instead of filling buffers nobody will flush.
@@ -179,12 +178,20 @@ func (f *Mount) refreshIfDirty(ctx context.Context) error {
 	if f.refreshed.Load() >= w {
 		return nil
 	}
-	f.refreshMu.Lock()
-	defer f.refreshMu.Unlock()
-	if f.refreshed.Load() >= w {
-		return nil // someone refreshed after our writes while we waited
-	}
-	return f.refreshNow(ctx)
+	return f.refreshNow(ctx) // shared with the callers meanwhile
+}
+
+// refreshBeside runs read while a refresh runs (refreshNow), and returns
+// the refresh's error once both are done.
+func (f *Mount) refreshBeside(ctx context.Context, read func()) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		read()
+	}()
+	err := f.refreshNow(ctx)
+	<-done
+	return err
 }
 
 // refreshNow makes every path write that completed before it was called,

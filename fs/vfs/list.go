@@ -154,7 +154,7 @@ func (l *Listing) start(ctx context.Context) error {
 		// With delegations, a change is seen by every mount once the call
 		// that made it returns: the listing must see every change that
 		// completed before it began, which search shows after a refresh.
-		f.delegs.want(d.Ino(), l.path, l.kn)
+		// (No delegation: grantNow was just refused, or is at its bound.)
 		if err := f.settleDir(ctx, d.Ino()); err != nil {
 			return err
 		}
@@ -164,13 +164,9 @@ func (l *Listing) start(ctx context.Context) error {
 		var de store.Dentry
 		var derr, lerr error
 		var lk store.LockDoc
-		read := make(chan struct{})
-		go func() {
-			defer close(read)
+		err := f.refreshBeside(ctx, func() {
 			de, derr, lk, lerr = f.st.GetDentryWithLock(ctx, l.path, store.DelegLockID(d.Ino()))
-		}()
-		err := f.refreshNow(ctx)
-		<-read
+		})
 		if err == nil {
 			err = lerr
 		}
@@ -226,13 +222,7 @@ func (l *Listing) start(ctx context.Context) error {
 		// writes it: its write delegation would have refused ours.
 		var de store.Dentry
 		var derr error
-		read := make(chan struct{})
-		go func() {
-			defer close(read)
-			de, derr = f.st.GetDentry(ctx, l.path)
-		}()
-		err := f.refreshNow(ctx)
-		<-read
+		err := f.refreshBeside(ctx, func() { de, derr = f.st.GetDentry(ctx, l.path) })
 		if err == nil {
 			err = l.stillNamed(ctx, de, derr)
 		}

@@ -27,6 +27,7 @@ package vfs
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/esfs/esfs/locking/lockorder"
@@ -83,6 +84,9 @@ type walkAhead struct {
 	queue   []aheadDir
 	reading map[uint64]chan struct{}
 	workers int
+	// nReading is len(reading), read without mu: lookups, which ask
+	// whether their directory is being read, take no lock when none is.
+	nReading atomic.Int64
 }
 
 // listedAll records the subdirectories of directory path, just listed to
@@ -180,10 +184,12 @@ func (f *Mount) readAheadLoop() {
 		}
 		done := make(chan struct{})
 		w.reading[e.Ino] = done
+		w.nReading.Add(1)
 		w.mu.Unlock()
 		f.readAhead(e, a.vouch)
 		w.mu.Lock()
 		delete(w.reading, e.Ino)
+		w.nReading.Add(-1)
 		w.mu.Unlock()
 		close(done)
 	}
@@ -225,6 +231,9 @@ func (f *Mount) readAhead(e store.Dentry, vouch *dirState) {
 // way, within ctx and the reading's own bound.
 func (f *Mount) awaitAhead(ctx context.Context, ino uint64) {
 	w := &f.ahead
+	if w.nReading.Load() == 0 {
+		return
+	}
 	w.mu.Lock()
 	done := w.reading[ino]
 	w.mu.Unlock()
